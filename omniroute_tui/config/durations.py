@@ -1,0 +1,71 @@
+"""Durations and rates as written in config and scenario files."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["format_ms", "parse_duration_ms", "parse_rate_per_s"]
+
+_UNITS_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0, "d": 86_400_000.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(ms|s|m|h)\s*$")
+
+
+def parse_duration_ms(value: object) -> int:
+    """Parse `250ms`, `3s`, `1.5s`, `5m`, `1h`, `1m30s` or integer milliseconds.
+
+    Raises ValueError with a sentence a user can act on.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like 3s or 250ms, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"a duration cannot be negative, got {value}")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"expected a duration like 3s or 250ms, got {value!r}")
+    text = value.strip().replace(" ", "")
+    if not text:
+        raise ValueError("expected a duration like 3s or 250ms, got an empty string")
+    total = 0.0
+    pos = 0
+    for match in _PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNITS_MS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or pos == 0:
+        raise ValueError(
+            f"{value!r} is not a duration: write a number with a unit (250ms, 3s, 5m, 1h) "
+            "or integer milliseconds"
+        )
+    return round(total)
+
+
+def parse_rate_per_s(value: object) -> float:
+    """Parse a rate like `20/s`, `300/m` or a bare number (per second); must be positive."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a rate like 20/s, got {value!r}")
+    if isinstance(value, int | float):
+        rate = float(value)
+    elif isinstance(value, str) and (match := _RATE.match(value)):
+        rate = float(match.group(1)) * 1000.0 / _UNITS_MS[match.group(2)]
+    else:
+        raise ValueError(f"{value!r} is not a rate: write it like 20/s or 300/m")
+    if rate <= 0:
+        raise ValueError(f"a rate must be positive, got {value!r}")
+    return rate
+
+
+def format_ms(ms: int) -> str:
+    """Render milliseconds compactly for people: 950ms, 12s, 3m20s, 1h05m."""
+    if ms < 1000:
+        return f"{ms}ms"
+    seconds = ms // 1000
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s" if seconds else f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

@@ -1,0 +1,290 @@
+"""The router config file (SPEC §1, §8): providers, routes, resilience, store, gateway."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import Any
+
+from ..clock import Clock
+from ..engine.engine import ProviderSpec, ResilienceEngine
+from ..engine.events import EventBus
+from ..engine.jitter import Jitter
+from ..engine.settings import AuthKind, ResilienceSettings, default_settings
+from ..router.core import Router
+from ..router.routes import Route, Strategy, Target
+from .overrides import OverridePatch, parse_overrides, validate_settings
+from .problems import Path
+from .readers import read_bool, read_int, read_mapping, read_str, reject_unknown
+from .secrets import Secret
+from .yaml_source import Source, load_source
+
+__all__ = [
+    "ConnectionConfig",
+    "ProviderConfig",
+    "RouterConfig",
+    "load_router_config",
+    "parse_providers",
+    "parse_routes",
+]
+
+_ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+PROVIDER_FIELDS = ("auth", "per_model_quota", "base_url", "models", "resilience", "connections")
+
+
+@dataclass(frozen=True)
+class ConnectionConfig:
+    id: str
+    api_key: Secret | None = None
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    name: str
+    auth: AuthKind
+    models: tuple[str, ...]
+    connections: tuple[ConnectionConfig, ...]
+    settings: ResilienceSettings
+    per_model_quota: bool = False
+    base_url: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # fields a caller asked to keep
+
+    def spec(self) -> ProviderSpec:
+        weights = tuple(c.weight for c in self.connections)
+        return ProviderSpec(
+            name=self.name,
+            connections=tuple(c.id for c in self.connections),
+            settings=self.settings,
+            per_model_quota=self.per_model_quota,
+            weights=None if all(w == 1 for w in weights) else weights,
+        )
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    providers: Mapping[str, ProviderConfig]
+    routes: Mapping[str, Route]
+    settings: ResilienceSettings  # global: request.max_attempts, admission, jitter
+    store_path: str | None = None
+    gateway_listen: str | None = None
+    gateway_token_file: str | None = None
+    source: str = "<memory>"
+
+    def provider_specs(self) -> tuple[ProviderSpec, ...]:
+        return tuple(p.spec() for p in self.providers.values())
+
+    def build(self, clock: Clock, *, bus: EventBus | None = None, seed: int = 0) -> Router:
+        """An engine and a router for this config, reading time from `clock`."""
+        engine = ResilienceEngine(self.provider_specs(), clock, bus=bus, seed=seed)
+        return Router(
+            engine, self.routes,
+            max_attempts=self.settings.request.max_attempts,
+            admission=self.settings.admission,
+            jitter=Jitter(self.settings.jitter, random.Random(seed ^ 0x5EED)),
+        )
+
+
+def _identifier(src: Source, value: Any, path: Path, what: str) -> str | None:
+    if isinstance(value, str) and _ID.match(value):
+        return value
+    src.problem(path, f"{what} must be letters, digits, '_', '-' or '.', got {value!r}")
+    return None
+
+
+def _secret(src: Source, value: Any, path: Path, env: Mapping[str, str]) -> Secret | None:
+    text = read_str(src, value, path)
+    if text is None:
+        return None
+    match = _ENV_REF.match(text.strip())
+    if match is None:
+        return Secret(text)
+    name = match.group(1)
+    if name not in env:
+        src.problem(path, f"environment variable {name} is not set")
+        return None
+    return Secret(env[name])
+
+
+def _connections(
+    src: Source, value: Any, path: Path, env: Mapping[str, str]
+) -> tuple[ConnectionConfig, ...]:
+    if not isinstance(value, list) or not value:
+        src.problem(path, "expected a non-empty list of connections ({id, api_key} or bare ids)")
+        return ()
+    seen: set[str] = set()
+    result = []
+    for index, item in enumerate(value):
+        where = path + (index,)
+        if isinstance(item, str | int) and not isinstance(item, bool):
+            item = {"id": str(item)}
+        body = read_mapping(src, item, where)
+        if body is None:
+            continue
+        reject_unknown(src, body, where, ("id", "api_key", "weight"))
+        conn_id = _identifier(src, str(body.get("id", "")), where + ("id",), "a connection id")
+        if conn_id is None:
+            continue
+        if conn_id in seen:
+            src.problem(where + ("id",), f"connection {conn_id!r} is listed twice")
+            continue
+        seen.add(conn_id)
+        secret = _secret(src, body["api_key"], where + ("api_key",), env) \
+            if body.get("api_key") is not None else None
+        weight = read_int(src, body["weight"], where + ("weight",), minimum=1) \
+            if "weight" in body else 1
+        result.append(ConnectionConfig(conn_id, secret, weight or 1))
+    return tuple(result)
+
+
+def parse_providers(
+    src: Source,
+    value: Any,
+    path: Path,
+    patch: OverridePatch,
+    *,
+    env: Mapping[str, str],
+    extra_fields: Mapping[str, Callable[[Source, Any, Path], Any]] | None = None,
+) -> dict[str, ProviderConfig]:
+    """The `providers:` mapping; `extra_fields` lets the simulator read e.g. `latency`."""
+    extra_fields = extra_fields or {}
+    mapping = read_mapping(src, value, path)
+    if mapping is None:
+        return {}
+    if not mapping:
+        src.problem(path, "no providers: name at least one")
+    providers: dict[str, ProviderConfig] = {}
+    for name, body in mapping.items():
+        where = path + (str(name),)
+        provider_id = _identifier(src, name, where, "a provider name")
+        body = read_mapping(src, body, where)
+        if provider_id is None or body is None:
+            continue
+        reject_unknown(src, body, where, (*PROVIDER_FIELDS, *extra_fields))
+        auth = AuthKind.APIKEY
+        if "auth" in body:
+            try:
+                auth = AuthKind(body["auth"])
+            except ValueError:
+                src.problem(where + ("auth",), f"expected apikey or oauth, got {body['auth']!r}")
+        settings = patch.apply(default_settings(auth))
+        if "resilience" in body:
+            settings = parse_overrides(src, body["resilience"], where + ("resilience",)).apply(
+                settings
+            )
+        validate_settings(src, settings, where + ("resilience",))
+        models = _models(src, body.get("models"), where + ("models",))
+        per_model = (read_bool(src, body["per_model_quota"], where + ("per_model_quota",))
+                     if "per_model_quota" in body else False)
+        base_url = (read_str(src, body["base_url"], where + ("base_url",))
+                    if body.get("base_url") is not None else None)
+        connections = _connections(src, body.get("connections"), where + ("connections",), env)
+        extra = {key: reader(src, body[key], where + (key,))
+                 for key, reader in extra_fields.items() if key in body}
+        providers[provider_id] = ProviderConfig(
+            name=provider_id, auth=auth, models=models, connections=connections,
+            settings=settings, per_model_quota=bool(per_model), base_url=base_url, extra=extra,
+        )
+    return providers
+
+
+def _models(src: Source, value: Any, path: Path) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        src.problem(path, "expected a non-empty list of model names")
+        return ()
+    models = []
+    for index, item in enumerate(value):
+        name = read_str(src, item, path + (index,))
+        if name is not None:
+            if name in models:
+                src.problem(path + (index,), f"model {name!r} is listed twice")
+            models.append(name)
+    return tuple(models)
+
+
+def parse_routes(
+    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig]
+) -> dict[str, Route]:
+    mapping = read_mapping(src, value, path)
+    routes: dict[str, Route] = {}
+    for name, body in (mapping or {}).items():
+        where = path + (str(name),)
+        body = read_mapping(src, body, where)
+        if body is None:
+            continue
+        reject_unknown(src, body, where, ("strategy", "targets"))
+        strategy = Strategy.PRIORITY
+        if "strategy" in body:
+            try:
+                strategy = Strategy(body["strategy"])
+            except ValueError:
+                src.problem(where + ("strategy",),
+                            f"expected priority or round_robin, got {body['strategy']!r}")
+        targets_raw = body.get("targets")
+        if not isinstance(targets_raw, list) or not targets_raw:
+            src.problem(where + ("targets",), "expected a non-empty list of provider/model")
+            continue
+        targets = []
+        for index, item in enumerate(targets_raw):
+            target = _target(src, item, where + ("targets", index), providers)
+            if target is not None:
+                targets.append(target)
+        routes[str(name)] = Route(str(name), tuple(targets), strategy)
+    return routes
+
+
+def _target(
+    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig]
+) -> Target | None:
+    if not isinstance(value, str) or value.count("/") < 1:
+        src.problem(path, f"expected provider/model, got {value!r}")
+        return None
+    provider, _, model = value.partition("/")
+    config = providers.get(provider)
+    if config is None:
+        known = ", ".join(providers) or "none"
+        src.problem(path, f"unknown provider {provider!r} (providers: {known})")
+        return None
+    if model not in config.models:
+        src.problem(path, f"provider {provider!r} has no model {model!r} "
+                          f"(models: {', '.join(config.models)})")
+        return None
+    return Target(provider, model)
+
+
+def load_router_config(
+    path: str | FsPath, *, text: str | None = None, env: Mapping[str, str] | None = None
+) -> RouterConfig:
+    """Load and validate a router config; raises ConfigError listing every problem."""
+    src = load_source(path, text=text)
+    data = src.data
+    reject_unknown(src, data, (), ("providers", "routes", "resilience", "store", "gateway"))
+    patch = parse_overrides(src, data.get("resilience", {}), ("resilience",))
+    settings = patch.apply(default_settings())
+    validate_settings(src, settings, ("resilience",))
+    if "providers" not in data:
+        src.problem((), "missing field: providers")
+    providers = parse_providers(src, data.get("providers", {}), ("providers",), patch,
+                                env=os.environ if env is None else env)
+    routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
+    store_path = listen = token_file = None
+    if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
+        reject_unknown(src, store, ("store",), ("path",))
+        if "path" in store:
+            store_path = read_str(src, store["path"], ("store", "path"))
+    if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
+        reject_unknown(src, gw, ("gateway",), ("listen", "token_file"))
+        if "listen" in gw:
+            listen = read_str(src, gw["listen"], ("gateway", "listen"))
+        if "token_file" in gw:
+            token_file = read_str(src, gw["token_file"], ("gateway", "token_file"))
+    src.raise_if_problems()
+    return RouterConfig(
+        providers=providers, routes=routes, settings=settings, store_path=store_path,
+        gateway_listen=listen, gateway_token_file=token_file, source=src.name,
+    )

@@ -1,0 +1,67 @@
+"""The sans-IO resilience engine: breakers, cooldowns, lockouts and anti-herd controls."""
+
+from .breaker import BreakerAdmission, BreakerSnapshot, ProviderBreaker
+from .classify import Classification, TransportFailure, classify, classify_transport
+from .cooldown import ConnectionCooldown, ConnectionSnapshot
+from .engine import EngineSnapshot, ProviderSpec, ResilienceEngine, UnknownTarget
+from .events import (
+    AttemptEvent,
+    BreakerEvent,
+    CooldownEvent,
+    DedupEvent,
+    DisabledEvent,
+    EnabledEvent,
+    Event,
+    EventBus,
+    FaultEvent,
+    LockoutEvent,
+    OperatorEvent,
+    RequestEvent,
+    ResponseEvent,
+    ResultEvent,
+    SkipEvent,
+)
+from .kinds import BreakerState, FailureKind, SkipReason
+from .lockout import LockoutSnapshot, ModelLockouts
+from .retry_hints import retry_hint_ms
+from .settings import AuthKind, ResilienceSettings, default_settings
+
+__all__ = [
+    "AttemptEvent",
+    "AuthKind",
+    "BreakerAdmission",
+    "BreakerEvent",
+    "BreakerSnapshot",
+    "BreakerState",
+    "Classification",
+    "ConnectionCooldown",
+    "ConnectionSnapshot",
+    "CooldownEvent",
+    "DedupEvent",
+    "DisabledEvent",
+    "EnabledEvent",
+    "EngineSnapshot",
+    "Event",
+    "EventBus",
+    "FailureKind",
+    "FaultEvent",
+    "LockoutEvent",
+    "LockoutSnapshot",
+    "ModelLockouts",
+    "OperatorEvent",
+    "ProviderBreaker",
+    "ProviderSpec",
+    "RequestEvent",
+    "ResilienceEngine",
+    "ResilienceSettings",
+    "ResponseEvent",
+    "ResultEvent",
+    "SkipEvent",
+    "SkipReason",
+    "TransportFailure",
+    "UnknownTarget",
+    "classify",
+    "classify_transport",
+    "default_settings",
+    "retry_hint_ms",
+]

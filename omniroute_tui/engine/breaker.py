@@ -1,0 +1,305 @@
+"""Layer 1: the provider circuit breaker (SPEC §3).
+
+No timers: every read first refreshes lazily (OPEN → HALF_OPEN once the reset has passed,
+expired probe leases returned, failures older than the window forgotten).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .events import BreakerEvent, Event
+from .jitter import Jitter
+from .kinds import BreakerState, FailureKind, SkipReason
+from .settings import BreakerSettings
+
+__all__ = ["BreakerAdmission", "BreakerSnapshot", "ProviderBreaker"]
+
+_OPEN_STATES = (BreakerState.OPEN, BreakerState.HALF_OPEN)
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerAdmission:
+    """The breaker's answer to "may this request try the provider now?".
+
+    `epoch` is the number of times the breaker had opened when the attempt was admitted;
+    results carry it back so that stale outcomes can be recognised. `probe_token` is set
+    when the admission claimed a HALF_OPEN probe slot.
+    """
+
+    allowed: bool
+    epoch: int
+    probe_token: int | None = None
+    skip: SkipReason | None = None
+    retry_after_ms: int | None = None
+
+    @property
+    def probe(self) -> bool:
+        return self.probe_token is not None
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSnapshot:
+    """Everything needed to show or restore a breaker."""
+
+    provider: str
+    state: BreakerState
+    failures: int
+    last_failure_at: int | None
+    opened_at: int | None
+    open_for_ms: int
+    cycles: int
+    epoch: int
+    forced_until: int | None
+    probes_in_flight: int
+    retry_after_ms: int | None
+
+
+class ProviderBreaker:
+    """One provider's breaker. Time comes in as `now` (ms) on every call."""
+
+    def __init__(
+        self,
+        provider: str,
+        settings: BreakerSettings,
+        *,
+        probe_lease_ms: int,
+        emit: Callable[[Event], None],
+        jitter: Jitter | None = None,
+    ) -> None:
+        self.provider = provider
+        self.settings = settings
+        self._probe_lease_ms = probe_lease_ms
+        self._emit = emit
+        self._jitter = jitter or Jitter()
+        self._state = BreakerState.CLOSED
+        self._failures = 0
+        self._last_failure_at: int | None = None
+        self._opened_at: int | None = None
+        self._open_for_ms = 0
+        self._cycles = 0
+        self._epoch = 0
+        self._forced_until: int | None = None
+        self._free_slots = 0
+        self._leases: dict[int, int] = {}  # probe token -> lease expiry
+        self._next_token = 1
+
+    # -- reading -----------------------------------------------------------------------
+
+    def state(self, now: int) -> BreakerState:
+        self._refresh(now)
+        return self._state
+
+    def retry_after_ms(self, now: int) -> int | None:
+        """How long until the breaker could admit traffic again; None when it admits now."""
+        self._refresh(now)
+        if self._state is BreakerState.OPEN:
+            assert self._opened_at is not None
+            return max(0, self._opened_at + self._open_for_ms - now)
+        if self._state is BreakerState.HALF_OPEN and self._free_slots == 0:
+            return max(0, min(self._leases.values()) - now) if self._leases else None
+        return None
+
+    def admits_traffic(self, now: int) -> bool:
+        """True when ordinary (non-probe) attempts may go to the provider."""
+        return self.state(now) in (BreakerState.CLOSED, BreakerState.DEGRADED)
+
+    def snapshot(self, now: int) -> BreakerSnapshot:
+        retry_after = self.retry_after_ms(now)
+        return BreakerSnapshot(
+            provider=self.provider,
+            state=self._state,
+            failures=self._failures,
+            last_failure_at=self._last_failure_at,
+            opened_at=self._opened_at,
+            open_for_ms=self._open_for_ms,
+            cycles=self._cycles,
+            epoch=self._epoch,
+            forced_until=self._forced_until,
+            probes_in_flight=len(self._leases),
+            retry_after_ms=retry_after,
+        )
+
+    # -- admission ---------------------------------------------------------------------
+
+    def admit(self, now: int) -> BreakerAdmission:
+        """Admit an attempt, claiming a probe slot when HALF_OPEN."""
+        self._refresh(now)
+        if self._state is BreakerState.OPEN:
+            return BreakerAdmission(
+                False, self._epoch, skip=SkipReason.CIRCUIT_OPEN,
+                retry_after_ms=self.retry_after_ms(now),
+            )
+        if self._state is BreakerState.HALF_OPEN:
+            if self._free_slots == 0:
+                return BreakerAdmission(
+                    False, self._epoch, skip=SkipReason.HALF_OPEN_BUSY,
+                    retry_after_ms=self.retry_after_ms(now),
+                )
+            self._free_slots -= 1
+            token = self._next_token
+            self._next_token += 1
+            self._leases[token] = now + self._probe_lease_ms
+            return BreakerAdmission(True, self._epoch, probe_token=token)
+        return BreakerAdmission(True, self._epoch)
+
+    def release(self, admission: BreakerAdmission) -> None:
+        """Give back a probe slot that was claimed but not used (or whose outcome is moot)."""
+        token = admission.probe_token
+        if token is not None and self._leases.pop(token, None) is not None:
+            self._free_slots += 1
+
+    # -- outcomes ----------------------------------------------------------------------
+
+    def record_success(self, now: int, admission: BreakerAdmission) -> None:
+        """Any answer that is not a breaker failure: the provider is serving."""
+        self._refresh(now)
+        if self._is_stale(admission):
+            self.release(admission)
+            return
+        if self._state is BreakerState.HALF_OPEN:
+            if not admission.probe:
+                return
+            self._leases.pop(admission.probe_token or 0, None)
+            self._close(now, "probe_succeeded")
+            return
+        if self._state is BreakerState.OPEN:
+            return
+        self._failures = max(0, self._failures - 1)
+        self._settle(now, "recovered")
+
+    def record_failure(self, now: int, kind: FailureKind, admission: BreakerAdmission) -> None:
+        """A breaker failure that passed deduplication."""
+        self._refresh(now)
+        if self._is_stale(admission):
+            self.release(admission)
+            return
+        if self._state is BreakerState.HALF_OPEN:
+            if not admission.probe:
+                return
+            self._leases.pop(admission.probe_token or 0, None)
+            self._failures += 1
+            self._last_failure_at = now
+            self._cycles += 1
+            self._open(now, "probe_failed", kind)
+            return
+        if self._state is BreakerState.OPEN:
+            return
+        self._failures += 1
+        self._last_failure_at = now
+        if self.settings.opens_immediately(kind):
+            self._open(now, f"immediate_{kind.value}", kind)
+        elif self._failures >= self.settings.failure_threshold:
+            self._open(now, "threshold", kind)
+        else:
+            self._settle(now, "failures")
+
+    def record_cancelled(self, admission: BreakerAdmission) -> None:
+        """An outcome that never arrived: neither success nor failure; the slot goes back."""
+        self.release(admission)
+
+    # -- operator ----------------------------------------------------------------------
+
+    def reset(self, now: int) -> None:
+        """Operator reset: CLOSED with all counters zeroed."""
+        self._refresh(now)
+        self._cycles = 0
+        self._forced_until = None
+        self._close(now, "operator_reset")
+
+    def force_open(self, now: int, duration_ms: int) -> None:
+        """Operator isolation: OPEN until now + duration, ignoring probes until then."""
+        self._refresh(now)
+        self._forced_until = now + duration_ms
+        self._open(now, "operator_force_open", None, duration_ms=duration_ms)
+
+    def restore(self, snapshot: BreakerSnapshot) -> None:
+        """Load persisted state; probe leases do not survive a restart."""
+        self._state = snapshot.state
+        self._failures = snapshot.failures
+        self._last_failure_at = snapshot.last_failure_at
+        self._opened_at = snapshot.opened_at
+        self._open_for_ms = snapshot.open_for_ms
+        self._cycles = snapshot.cycles
+        self._epoch = snapshot.epoch
+        self._forced_until = snapshot.forced_until
+        self._leases.clear()
+        self._free_slots = (
+            self.settings.half_open_probes if self._state is BreakerState.HALF_OPEN else 0
+        )
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _is_stale(self, admission: BreakerAdmission) -> bool:
+        return admission.epoch < self._epoch and self._state in _OPEN_STATES
+
+    def _refresh(self, now: int) -> None:
+        state = self._state
+        if state is BreakerState.OPEN:
+            assert self._opened_at is not None
+            if now - self._opened_at >= self._open_for_ms:
+                self._forced_until = None
+                self._leases.clear()
+                self._free_slots = self.settings.half_open_probes
+                self._transition(now, BreakerState.HALF_OPEN, "reset_timeout")
+        elif state is BreakerState.HALF_OPEN:
+            if self._leases:
+                for token, expiry in tuple(self._leases.items()):
+                    if now >= expiry:
+                        del self._leases[token]
+                        self._free_slots += 1
+        elif (
+            self._failures
+            and self._last_failure_at is not None
+            and now - self._last_failure_at > self.settings.failure_window_ms
+        ):
+            self._failures = 0
+            self._settle(now, "window_expired")
+
+    def _settle(self, now: int, reason: str) -> None:
+        """Recompute CLOSED/DEGRADED from the failure count."""
+        target = (
+            BreakerState.DEGRADED
+            if self._failures >= self.settings.degraded_threshold
+            else BreakerState.CLOSED
+        )
+        if target is not self._state:
+            self._transition(now, target, reason)
+
+    def _open(
+        self, now: int, reason: str, kind: FailureKind | None, *, duration_ms: int | None = None
+    ) -> None:
+        self._epoch += 1
+        self._opened_at = now
+        if duration_ms is None:
+            duration_ms = self._jitter.stretch(self.settings.effective_reset_ms(self._cycles, kind))
+        self._open_for_ms = duration_ms
+        self._leases.clear()
+        self._free_slots = 0
+        self._transition(now, BreakerState.OPEN, reason)
+
+    def _close(self, now: int, reason: str) -> None:
+        self._failures = 0
+        self._cycles = 0
+        self._last_failure_at = None
+        self._opened_at = None
+        self._open_for_ms = 0
+        self._leases.clear()
+        self._free_slots = 0
+        self._transition(now, BreakerState.CLOSED, reason, force=True)
+
+    def _transition(self, now: int, to: BreakerState, reason: str, *, force: bool = False) -> None:
+        before = self._state
+        self._state = to
+        if before is to and not force:
+            return
+        retry_after = None
+        if to is BreakerState.OPEN:
+            retry_after = self._open_for_ms
+        self._emit(
+            BreakerEvent(
+                t=now, provider=self.provider, from_=before.value, to=to.value,
+                reason=reason, failures=self._failures, retry_after_ms=retry_after,
+            )
+        )

@@ -1,0 +1,296 @@
+"""The resilience engine: the three layers and the anti-herd controls behind one facade.
+
+Plain synchronous code; time comes only from the injected clock and every state change
+is announced on the event bus. Drivers (async httpx, the simulator, the console) and the
+router call into this; nothing here performs I/O.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from ..clock import Clock
+from .breaker import BreakerAdmission, BreakerSnapshot, ProviderBreaker
+from .classify import Classification
+from .cooldown import ConnectionSnapshot
+from .events import DedupEvent, Event, EventBus, OperatorEvent
+from .herd import FailureDedup, RetryBudget
+from .jitter import Jitter
+from .kinds import FailureKind
+from .lockout import LockoutSnapshot, ModelLockouts
+from .pool import ConnectionPool, Unavailable
+from .settings import ResilienceSettings
+
+__all__ = ["EngineSnapshot", "ProviderSpec", "ResilienceEngine", "UnknownTarget"]
+
+_COOLDOWN_KINDS = frozenset(
+    {FailureKind.NETWORK, FailureKind.TIMEOUT, FailureKind.SERVER_ERROR}
+)
+_LOCKOUT_KINDS = frozenset({FailureKind.FORBIDDEN, FailureKind.MODEL_NOT_FOUND})
+_QUOTA_KINDS = frozenset({FailureKind.RATE_LIMITED, FailureKind.QUOTA_EXHAUSTED})
+
+
+class UnknownTarget(KeyError):
+    """An operator or caller named a provider or connection the engine does not have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown target"
+
+
+@dataclass(frozen=True)
+class ProviderSpec:
+    """What the engine needs to know about one provider."""
+
+    name: str
+    connections: tuple[str, ...]
+    settings: ResilienceSettings
+    per_model_quota: bool = False
+    weights: tuple[int, ...] | None = None  # round-robin weights, one per connection
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    """The engine's whole persistent state, as plain values."""
+
+    breakers: tuple[BreakerSnapshot, ...]
+    connections: tuple[ConnectionSnapshot, ...]
+    lockouts: tuple[LockoutSnapshot, ...]
+
+
+class _ProviderState:
+    __slots__ = ("breaker", "budget", "dedup", "lockouts", "pool", "spec")
+
+    def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random) -> None:
+        settings = spec.settings
+        jitter = Jitter(settings.jitter, rng)
+        self.spec = spec
+        self.breaker = ProviderBreaker(
+            spec.name, settings.breaker, probe_lease_ms=settings.request.timeout_ms,
+            emit=bus.emit, jitter=jitter,
+        )
+        self.pool = ConnectionPool(
+            spec.name, spec.connections, settings.cooldown, emit=bus.emit, jitter=jitter
+        )
+        self.lockouts = ModelLockouts(spec.name, settings.lockout, emit=bus.emit, jitter=jitter)
+        self.dedup = FailureDedup(settings.dedup)
+        self.budget = RetryBudget(settings.retry_budget)
+
+
+class ResilienceEngine:
+    """Breakers, cooldowns, lockouts, dedup and retry budgets for a set of providers."""
+
+    def __init__(
+        self,
+        providers: Iterable[ProviderSpec],
+        clock: Clock,
+        *,
+        bus: EventBus | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.clock = clock
+        self.bus = bus or EventBus()
+        rng = random.Random(seed)
+        self._providers: dict[str, _ProviderState] = {}
+        for spec in providers:
+            self._providers[spec.name] = _ProviderState(spec, self.bus, rng)
+
+    # -- lookup ------------------------------------------------------------------------
+
+    def now(self) -> int:
+        return self.clock.now_ms()
+
+    def emit(self, event: Event) -> None:
+        self.bus.emit(event)
+
+    def providers(self) -> tuple[str, ...]:
+        return tuple(self._providers)
+
+    def spec(self, provider: str) -> ProviderSpec:
+        return self._state(provider).spec
+
+    def _state(self, provider: str) -> _ProviderState:
+        try:
+            return self._providers[provider]
+        except KeyError:
+            raise UnknownTarget(f"no provider named {provider!r}") from None
+
+    def _pool_entry(self, provider: str, connection: str) -> tuple[_ProviderState, int]:
+        state = self._state(provider)
+        pos = state.pool.position.get(connection)
+        if pos is None:
+            raise UnknownTarget(f"provider {provider!r} has no connection {connection!r}")
+        return state, pos
+
+    # -- routing hooks -----------------------------------------------------------------
+
+    def admit(self, provider: str) -> BreakerAdmission:
+        return self._state(provider).breaker.admit(self.now())
+
+    def release(self, provider: str, admission: BreakerAdmission) -> None:
+        self._state(provider).breaker.release(admission)
+
+    def admits_traffic(self, provider: str) -> bool:
+        return self._state(provider).breaker.admits_traffic(self.now())
+
+    def candidates(self, provider: str, model: str, start: int = 0) -> Iterator[str]:
+        state = self._state(provider)
+        return state.pool.candidates(self.now(), model, state.lockouts, start)
+
+    def unavailable(self, provider: str, model: str) -> Unavailable:
+        state = self._state(provider)
+        return state.pool.unavailable(self.now(), model, state.lockouts)
+
+    def deposit_retry_budget(self, provider: str) -> None:
+        self._state(provider).budget.deposit()
+
+    def spend_retry_budget(self, provider: str) -> bool:
+        return self._state(provider).budget.try_spend()
+
+    def record(
+        self,
+        provider: str,
+        connection: str,
+        model: str,
+        admission: BreakerAdmission,
+        outcome: Classification,
+    ) -> None:
+        """Apply one attempt's classified outcome to every layer (table of SPEC §2)."""
+        state, pos = self._pool_entry(provider, connection)
+        now = self.now()
+        kind = outcome.kind
+        breaker = state.breaker
+        cooldown = state.pool.cooldowns[pos]
+        if kind is None:
+            breaker.record_success(now, admission)
+            cooldown.record_success(now)
+            state.lockouts.record_success(now, connection, model)
+            state.pool.reindex(connection, now)
+            return
+        if kind is FailureKind.CANCELLED:
+            breaker.record_cancelled(admission)
+            return
+        hint = outcome.hint_ms
+        per_model = state.spec.per_model_quota
+        if kind in _COOLDOWN_KINDS or (kind in _QUOTA_KINDS and not per_model):
+            cooldown.record_failure(now, kind, hint)
+            state.pool.reindex(connection, now)
+        elif kind in _LOCKOUT_KINDS or kind in _QUOTA_KINDS:
+            state.lockouts.record_failure(now, connection, model, kind, hint)
+        elif kind is FailureKind.AUTH_FAILED:
+            cooldown.last_error, cooldown.last_error_at = kind, now
+            cooldown.disable(now, "auth_failed")
+            state.pool.reindex(connection, now)
+        if breaker.settings.counts(kind):
+            window = None if admission.probe else state.dedup.admit(now, connection, kind)
+            if window is None:
+                breaker.record_failure(now, kind, admission)
+            else:
+                self.bus.emit(DedupEvent(
+                    t=now, provider=provider, connection=connection, kind=kind.value,
+                    window=window,
+                ))
+        else:
+            # the provider answered: for the breaker, that is a success (§3)
+            breaker.record_success(now, admission)
+
+    # -- operator actions --------------------------------------------------------------
+
+    def _audit(self, action: str, target: str, actor: str, result: str) -> None:
+        self.bus.emit(OperatorEvent(
+            t=self.now(), action=action, target=target, actor=actor, result=result
+        ))
+
+    def reset_breaker(self, provider: str, *, actor: str) -> None:
+        self._state(provider).breaker.reset(self.now())
+        self._audit("reset_breaker", provider, actor, "ok")
+
+    def force_open(self, provider: str, duration_ms: int, *, actor: str) -> None:
+        if duration_ms <= 0:
+            raise ValueError("force-open needs a positive duration")
+        self._state(provider).breaker.force_open(self.now(), duration_ms)
+        self._audit("force_open", provider, actor, f"open for {duration_ms}ms")
+
+    def clear_cooldown(self, provider: str, connection: str, *, actor: str) -> bool:
+        state, pos = self._pool_entry(provider, connection)
+        now = self.now()
+        changed = state.pool.cooldowns[pos].clear(now)
+        state.pool.reindex(connection, now)
+        self._audit("clear_cooldown", f"{provider}/{connection}", actor,
+                    "ok" if changed else "nothing to clear")
+        return changed
+
+    def set_enabled(self, provider: str, connection: str, enabled: bool, *, actor: str) -> bool:
+        state, pos = self._pool_entry(provider, connection)
+        now = self.now()
+        cooldown = state.pool.cooldowns[pos]
+        reason = f"operator {actor}"
+        changed = cooldown.enable(now, reason) if enabled else cooldown.disable(now, reason)
+        state.pool.reindex(connection, now)
+        self._audit("enable" if enabled else "disable", f"{provider}/{connection}", actor,
+                    "ok" if changed else "unchanged")
+        return changed
+
+    def clear_lockouts(
+        self,
+        provider: str | None = None,
+        connection: str | None = None,
+        model: str | None = None,
+        *,
+        actor: str,
+    ) -> int:
+        """Clear one key, one model on all connections, one provider, or all (None = any)."""
+        if connection is not None and provider is None:
+            raise ValueError("a connection is named within a provider: give the provider too")
+        if provider is not None and connection is not None:
+            self._pool_entry(provider, connection)
+        names = (provider,) if provider is not None else tuple(self._providers)
+        now = self.now()
+        cleared = sum(
+            self._state(name).lockouts.clear(now, connection, model) for name in names
+        )
+        target = "/".join(part or "*" for part in (provider, connection, model))
+        self._audit("clear_lockouts", target, actor, f"cleared {cleared}")
+        return cleared
+
+    # -- state for views and the store -------------------------------------------------
+
+    def breaker_snapshot(self, provider: str) -> BreakerSnapshot:
+        return self._state(provider).breaker.snapshot(self.now())
+
+    def connection_snapshot(self, provider: str, connection: str) -> ConnectionSnapshot:
+        state, pos = self._pool_entry(provider, connection)
+        return state.pool.cooldowns[pos].snapshot()
+
+    def lockout_snapshots(self, provider: str) -> tuple[LockoutSnapshot, ...]:
+        return tuple(self._state(provider).lockouts.snapshots())
+
+    def snapshot(self) -> EngineSnapshot:
+        now = self.now()
+        states = self._providers.values()
+        return EngineSnapshot(
+            breakers=tuple(s.breaker.snapshot(now) for s in states),
+            connections=tuple(c.snapshot() for s in states for c in s.pool.cooldowns),
+            lockouts=tuple(lk for s in states for lk in s.lockouts.snapshots()),
+        )
+
+    def restore(self, snapshot: EngineSnapshot) -> None:
+        """Load persisted state: expired cooldowns and lockouts come back cleared.
+
+        Entries for providers or connections no longer configured are ignored.
+        """
+        now = self.now()
+        for breaker in snapshot.breakers:
+            if breaker.provider in self._providers:
+                self._providers[breaker.provider].breaker.restore(breaker)
+        for conn in snapshot.connections:
+            state = self._providers.get(conn.provider)
+            if state is None or conn.connection not in state.pool.position:
+                continue
+            state.pool.get(conn.connection).restore(conn, now)
+            state.pool.reindex(conn.connection, now)
+        for lockout in snapshot.lockouts:
+            state = self._providers.get(lockout.provider)
+            if state is not None and lockout.connection in state.pool.position:
+                state.lockouts.restore(lockout, now)

@@ -1,0 +1,60 @@
+"""Anti-thundering-herd controls (SPEC §6): failure deduplication and the retry budget."""
+
+from __future__ import annotations
+
+from .kinds import FailureKind
+from .settings import DedupSettings, RetryBudgetSettings
+
+__all__ = ["FailureDedup", "RetryBudget"]
+
+
+class FailureDedup:
+    """Decides whether a breaker failure counts, for one provider.
+
+    A failure within `connection_window` of the last counted one from the same connection
+    is one incident; `network` failures count once per provider per `network_window`, so a
+    VPN blip seen by every connection is counted once.
+    """
+
+    def __init__(self, settings: DedupSettings) -> None:
+        self.settings = settings
+        self._last_by_connection: dict[str, int] = {}
+        self._last_network: int | None = None
+
+    def admit(self, now: int, connection: str, kind: FailureKind) -> str | None:
+        """Count the failure and return None, or return the window that suppressed it."""
+        if kind is FailureKind.NETWORK:
+            last = self._last_network
+            if last is not None and now - last < self.settings.network_window_ms:
+                return "network"
+            self._last_network = now
+            self._last_by_connection[connection] = now
+            return None
+        last = self._last_by_connection.get(connection)
+        if last is not None and now - last < self.settings.connection_window_ms:
+            return "connection"
+        self._last_by_connection[connection] = now
+        return None
+
+
+class RetryBudget:
+    """A provider's token bucket for same-request retries.
+
+    First attempts deposit `ratio` tokens (up to `burst`); each further attempt of the same
+    request on the same provider spends one. Retries therefore stay below `ratio` of traffic
+    once the initial burst is spent.
+    """
+
+    def __init__(self, settings: RetryBudgetSettings) -> None:
+        self.settings = settings
+        self.tokens = float(settings.burst)
+
+    def deposit(self) -> None:
+        self.tokens = min(float(self.settings.burst), self.tokens + self.settings.ratio)
+
+    def try_spend(self) -> bool:
+        # a tiny epsilon absorbs float drift from repeated fractional deposits
+        if self.tokens >= 1.0 - 1e-9:
+            self.tokens = max(0.0, self.tokens - 1.0)
+            return True
+        return False

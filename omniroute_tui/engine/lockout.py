@@ -1,0 +1,139 @@
+"""Layer 3: model lockouts keyed by (provider, connection, model) (SPEC §5)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from .events import Event, LockoutEvent
+from .jitter import Jitter
+from .kinds import FailureKind
+from .settings import LockoutSettings
+
+__all__ = ["LockoutKey", "LockoutSnapshot", "ModelLockouts"]
+
+LockoutKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class LockoutSnapshot:
+    provider: str
+    connection: str
+    model: str
+    kind: str | None
+    failures: int
+    last_failure_at: int
+    until: int
+
+    @property
+    def key(self) -> LockoutKey:
+        return (self.provider, self.connection, self.model)
+
+
+@dataclass(slots=True)
+class _Entry:
+    kind: FailureKind | None
+    failures: int
+    last_failure_at: int
+    until: int
+
+
+class ModelLockouts:
+    """All model lockouts of one provider; other models of a connection stay usable."""
+
+    def __init__(
+        self,
+        provider: str,
+        settings: LockoutSettings,
+        *,
+        emit: Callable[[Event], None],
+        jitter: Jitter | None = None,
+    ) -> None:
+        self.provider = provider
+        self.settings = settings
+        self._emit = emit
+        self._jitter = jitter or Jitter()
+        self._entries: dict[tuple[str, str], _Entry] = {}  # (connection, model) -> entry
+
+    def locked_until(self, connection: str, model: str, now: int) -> int | None:
+        """The deadline of an active lockout on the key, or None."""
+        entry = self._entries.get((connection, model))
+        if entry is None or entry.until <= now:
+            return None
+        return entry.until
+
+    def kind_of(self, connection: str, model: str) -> FailureKind | None:
+        entry = self._entries.get((connection, model))
+        return entry.kind if entry else None
+
+    def record_failure(
+        self, now: int, connection: str, model: str, kind: FailureKind, hint_ms: int | None
+    ) -> None:
+        entry = self._entries.get((connection, model))
+        if entry is None or now - entry.last_failure_at > self.settings.window_ms:
+            failures = 1
+            until = entry.until if entry else 0
+        else:
+            failures = entry.failures + 1
+            until = entry.until
+        if hint_ms is not None:
+            duration = hint_ms  # the server's word, exactly
+        elif kind is FailureKind.QUOTA_EXHAUSTED:
+            duration = self._jitter.stretch(self.settings.max_ms)
+        else:
+            duration = self._jitter.stretch(self.settings.duration_ms(failures))
+        until = max(until, now + duration)
+        self._entries[(connection, model)] = _Entry(kind, failures, now, until)
+        self._emit(LockoutEvent(
+            t=now, provider=self.provider, connection=connection, model=model,
+            kind=kind.value, failures=failures, until=until,
+        ))
+
+    def record_success(self, now: int, connection: str, model: str) -> None:
+        """Success halves the failure count; at 0 the key's history is dropped."""
+        entry = self._entries.get((connection, model))
+        if entry is None:
+            return
+        if entry.failures == 0:
+            if entry.until <= now:
+                del self._entries[(connection, model)]
+            return
+        entry.failures //= 2
+        if entry.failures == 0 and entry.until <= now:
+            del self._entries[(connection, model)]
+        self._emit(LockoutEvent(
+            t=now, provider=self.provider, connection=connection, model=model,
+            kind=None, failures=entry.failures, until=entry.until,
+        ))
+
+    def clear(self, now: int, connection: str | None = None, model: str | None = None) -> int:
+        """Drop lockouts matching the filter (None matches all); returns how many."""
+        doomed = [
+            key for key in self._entries
+            if (connection is None or key[0] == connection) and (model is None or key[1] == model)
+        ]
+        for conn, mdl in doomed:
+            entry = self._entries.pop((conn, mdl))
+            self._emit(LockoutEvent(
+                t=now, provider=self.provider, connection=conn, model=mdl,
+                kind=None, failures=0, until=min(entry.until, now),
+            ))
+        return len(doomed)
+
+    def snapshots(self) -> Iterator[LockoutSnapshot]:
+        for (connection, model), entry in self._entries.items():
+            yield LockoutSnapshot(
+                provider=self.provider, connection=connection, model=model,
+                kind=entry.kind.value if entry.kind else None, failures=entry.failures,
+                last_failure_at=entry.last_failure_at, until=entry.until,
+            )
+
+    def restore(self, snapshot: LockoutSnapshot, now: int) -> None:
+        """Load one persisted lockout; an expired one is dropped with its history."""
+        if snapshot.until <= now:
+            self._entries.pop((snapshot.connection, snapshot.model), None)
+            return
+        self._entries[(snapshot.connection, snapshot.model)] = _Entry(
+            FailureKind(snapshot.kind) if snapshot.kind else None,
+            snapshot.failures, snapshot.last_failure_at, snapshot.until,
+        )

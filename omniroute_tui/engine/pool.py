@@ -1,0 +1,142 @@
+"""A provider's connections, indexed so that picking one costs the same for 10 or 1,000.
+
+Available connections live in a sorted list of config positions; cooling ones sit in a
+heap keyed by their deadline and come back lazily, when the pool is next read.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from .cooldown import ConnectionCooldown
+from .events import Event
+from .jitter import Jitter
+from .kinds import FailureKind, SkipReason
+from .lockout import ModelLockouts
+from .settings import CooldownSettings
+
+__all__ = ["ConnectionPool", "Unavailable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """Why no connection of a provider can serve a model, and when one could."""
+
+    reason: SkipReason
+    retry_after_ms: int | None
+
+
+class ConnectionPool:
+    def __init__(
+        self,
+        provider: str,
+        connections: tuple[str, ...],
+        settings: CooldownSettings,
+        *,
+        emit: Callable[[Event], None],
+        jitter: Jitter,
+    ) -> None:
+        self.provider = provider
+        self.order = connections
+        self.position = {name: i for i, name in enumerate(connections)}
+        self.cooldowns = [
+            ConnectionCooldown(provider, name, settings, emit=emit, jitter=jitter)
+            for name in connections
+        ]
+        self._ready: list[int] = list(range(len(connections)))
+        self._is_ready = [True] * len(connections)
+        self._cooling: list[tuple[int, int]] = []  # (until, position), lazily validated
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def get(self, connection: str) -> ConnectionCooldown:
+        return self.cooldowns[self.position[connection]]
+
+    # -- keeping the index true ----------------------------------------------------------
+
+    def reindex(self, connection: str, now: int) -> None:
+        """Call after any change to a connection's cooldown or disabled flag."""
+        pos = self.position[connection]
+        cooldown = self.cooldowns[pos]
+        if cooldown.available(now):
+            if not self._is_ready[pos]:
+                insort(self._ready, pos)
+                self._is_ready[pos] = True
+            return
+        if self._is_ready[pos]:
+            del self._ready[bisect_left(self._ready, pos)]
+            self._is_ready[pos] = False
+        if not cooldown.disabled:
+            heapq.heappush(self._cooling, (cooldown.cooling_until, pos))
+
+    def _refresh(self, now: int) -> None:
+        cooling = self._cooling
+        while cooling and cooling[0][0] <= now:
+            _, pos = heapq.heappop(cooling)
+            if not self._is_ready[pos] and self.cooldowns[pos].available(now):
+                insort(self._ready, pos)
+                self._is_ready[pos] = True
+
+    # -- selection ---------------------------------------------------------------------
+
+    def candidates(
+        self, now: int, model: str, lockouts: ModelLockouts, start: int = 0
+    ) -> Iterator[str]:
+        """Available connections for `model`, in config order from `start` (wrapping).
+
+        Lazy: each step re-reads the index, so a connection that fails meanwhile is not
+        offered again, and only the connections actually tried are looked at.
+        """
+        self._refresh(now)
+        count = len(self.order)
+        if count == 0:
+            return
+        visited = 0
+        cursor = start % count
+        while visited < count:
+            ready = self._ready
+            i = bisect_left(ready, cursor)
+            if i == len(ready):
+                if not ready:
+                    return
+                nxt = ready[0] + count  # wrap to the front
+            else:
+                nxt = ready[i]
+            visited += nxt - cursor + 1
+            if visited > count:
+                return
+            pos = nxt % count
+            cursor = pos + 1
+            name = self.order[pos]
+            if lockouts.locked_until(name, model, now) is None:
+                yield name
+            if cursor >= count:
+                cursor -= count
+
+    def unavailable(self, now: int, model: str, lockouts: ModelLockouts) -> Unavailable:
+        """Explain an empty candidate list: the skip reason and the earliest way back."""
+        earliest: int | None = None
+        any_cooling = False
+        any_enabled = False
+        for cooldown in self.cooldowns:
+            if cooldown.disabled:
+                continue
+            any_enabled = True
+            back = cooldown.cooling_until
+            if back > now:
+                any_cooling = True
+            until = lockouts.locked_until(cooldown.connection, model, now)
+            if until is not None:
+                if lockouts.kind_of(cooldown.connection, model) is FailureKind.MODEL_NOT_FOUND:
+                    continue  # no point waiting for a model that is not there
+                back = max(back, until)
+            if back > now and (earliest is None or back < earliest):
+                earliest = back
+        if not any_enabled:
+            return Unavailable(SkipReason.ALL_DISABLED, None)
+        reason = SkipReason.ALL_COOLING if any_cooling else SkipReason.ALL_LOCKED
+        return Unavailable(reason, None if earliest is None else earliest - now)

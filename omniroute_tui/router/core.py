@@ -1,0 +1,315 @@
+"""The routing decision (SPEC §7) as a sans-IO state machine.
+
+A driver asks `RequestRouting.next_step()` what to do, performs attempts and waits in its
+own way (httpx and asyncio, or a virtual-time event loop) and reports each attempt's result
+with `record()`. The core reads time only from the engine's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from typing import Any
+
+from ..engine.breaker import BreakerAdmission
+from ..engine.classify import Classification
+from ..engine.engine import ResilienceEngine
+from ..engine.events import AttemptEvent, RequestEvent, ResponseEvent, ResultEvent, SkipEvent
+from ..engine.jitter import Jitter
+from ..engine.kinds import FailureKind, SkipReason
+from ..engine.settings import AdmissionSettings
+from .routes import Route, Strategy, Target
+from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
+
+__all__ = ["RequestRouting", "Router", "UnknownRoute"]
+
+_NEXT_TARGET = frozenset({FailureKind.SERVER_ERROR, FailureKind.TIMEOUT, FailureKind.NETWORK})
+_TRANSPORT_STATUS = {FailureKind.TIMEOUT: 504, FailureKind.NETWORK: 502}
+
+_Routine = Generator[Step, tuple[int, Classification] | None, None]
+
+
+class UnknownRoute(LookupError):
+    """The client asked for a model that is neither a route nor a `provider/model`."""
+
+
+def _rotation(weights: tuple[int, ...]) -> tuple[int, ...]:
+    """Smooth weighted round-robin order of connection positions (nginx's algorithm)."""
+    total = sum(weights)
+    current = [0] * len(weights)
+    order = []
+    for _ in range(total):
+        for i, weight in enumerate(weights):
+            current[i] += weight
+        best = max(range(len(weights)), key=current.__getitem__)
+        current[best] -= total
+        order.append(best)
+    return tuple(order)
+
+
+class Router:
+    """Routes requests over the engine; one per process (or per simulated policy run)."""
+
+    def __init__(
+        self,
+        engine: ResilienceEngine,
+        routes: Mapping[str, Route],
+        *,
+        max_attempts: int = 5,
+        admission: AdmissionSettings | None = None,
+        jitter: Jitter | None = None,
+    ) -> None:
+        self.engine = engine
+        self.routes = dict(routes)
+        self.max_attempts = max_attempts
+        self.admission = admission or AdmissionSettings(max_wait_ms=5000, margin_ms=50)
+        self._jitter = jitter or Jitter()
+        self._rr_counters: dict[str, int] = {}
+        self._rotations: dict[str, tuple[int, ...]] = {}
+        self._direct: dict[str, Route] = {}
+
+    def resolve(self, model: str) -> Route:
+        """The route a client means by `model`: a route name or `provider/model`."""
+        route = self.routes.get(model) or self._direct.get(model)
+        if route is not None:
+            return route
+        provider, sep, name = model.partition("/")
+        if sep and provider in self.engine.providers() and name:
+            route = Route(model, (Target(provider, name),))
+            self._direct[model] = route
+            return route
+        raise UnknownRoute(f"no route or provider/model named {model!r}")
+
+    def start(self, request_id: str, model: str) -> RequestRouting:
+        """Begin routing one request; raises UnknownRoute for an unknown `model`."""
+        return RequestRouting(self, request_id, self.resolve(model))
+
+    def rotation_start(self, provider: str) -> int:
+        """The connection position a round-robin request starts at on `provider`."""
+        rotation = self._rotations.get(provider)
+        if rotation is None:
+            spec = self.engine.spec(provider)
+            weights = spec.weights or (1,) * len(spec.connections)
+            rotation = _rotation(tuple(max(1, w) for w in weights)) or (0,)
+            self._rotations[provider] = rotation
+        count = self._rr_counters.get(provider, 0)
+        self._rr_counters[provider] = count + 1
+        return rotation[count % len(rotation)]
+
+
+class RequestRouting:
+    """One request's walk over its route's targets."""
+
+    def __init__(self, router: Router, request_id: str, route: Route) -> None:
+        self.router = router
+        self.engine = router.engine
+        self.request_id = request_id
+        self.route = route
+        self.started_at = self.engine.now()
+        self.waited_ms = 0
+        self.records: list[AttemptRecord] = []
+        self.skips: list[Skip] = []
+        self.response: Response | None = None
+        self._inflight: Attempt | None = None
+        self.engine.emit(RequestEvent(t=self.started_at, id=request_id, route=route.name))
+        self._routine = self._run()
+        self._next: Step | None = None
+
+    # -- driver interface --------------------------------------------------------------
+
+    def next_step(self) -> Step:
+        """What to do now. After an Attempt, call `record()` before asking again."""
+        if self._next is None:
+            self._next = next(self._routine)
+        step = self._next
+        if isinstance(step, Attempt):
+            self._inflight = step
+        elif isinstance(step, Wait):
+            self._next = None
+            self.waited_ms += step.delay_ms
+        return step
+
+    def record(self, status: int, outcome: Classification) -> None:
+        """Report the in-flight attempt's HTTP status (0 for transport errors) and class."""
+        if self._inflight is None:
+            raise RuntimeError("record() without an attempt in flight")
+        self._inflight = None
+        self._next = self._routine.send((status, outcome))
+
+    def cancel(self) -> Response:
+        """The client gave up: the in-flight attempt counts as `cancelled`."""
+        if self.response is not None:
+            return self.response
+        if self._inflight is not None:
+            attempt = self._inflight
+            self._inflight = None
+            self._note_result(attempt, 0, Classification(FailureKind.CANCELLED))
+        self._routine.close()
+        return self._respond(499, None, {"error": {
+            "type": "cancelled", "code": "client_closed_request",
+            "message": "the client closed the request",
+        }}, None)
+
+    # -- the algorithm -----------------------------------------------------------------
+
+    def _run(self) -> _Routine:
+        for routing_pass in (0, 1):
+            self.skips = []
+            response = yield from self._walk_targets()
+            if response is not None:
+                yield response
+                return
+            if self.records or routing_pass == 1:
+                break
+            wait = self._admission_wait()
+            if wait is None:
+                break
+            yield Wait(wait)
+        yield self._final_response()
+
+    def _walk_targets(self) -> Generator[Step, Any, Response | None]:
+        engine = self.engine
+        for target in self.route.targets:
+            if len(self.records) >= self.router.max_attempts:
+                return None
+            provider, model = target.provider, target.model
+            admission = engine.admit(provider)
+            if not admission.allowed:
+                assert admission.skip is not None
+                self._skip(target, admission.skip, admission.retry_after_ms)
+                continue
+            start = 0
+            if self.route.strategy is Strategy.ROUND_ROBIN:
+                start = self.router.rotation_start(provider)
+            on_provider = 0
+            for connection in engine.candidates(provider, model, start):
+                if len(self.records) >= self.router.max_attempts:
+                    engine.release(provider, admission)
+                    return None
+                if on_provider:
+                    if not engine.spend_retry_budget(provider):
+                        self._skip(target, SkipReason.RETRY_BUDGET, None)
+                        break
+                else:
+                    engine.deposit_retry_budget(provider)
+                probe = admission.probe and on_provider == 0
+                on_provider += 1
+                attempt = self._attempt(provider, connection, model, admission, probe)
+                status, outcome = yield attempt
+                self._note_result(attempt, status, outcome)
+                if outcome.kind is None or outcome.kind is FailureKind.CLIENT_ERROR:
+                    return self._respond(status, attempt, None, None)
+                if outcome.kind in _NEXT_TARGET or not engine.admits_traffic(provider):
+                    break
+            else:
+                if on_provider == 0:
+                    engine.release(provider, admission)
+                    unavailable = engine.unavailable(provider, model)
+                    self._skip(target, unavailable.reason, unavailable.retry_after_ms)
+        return None
+
+    def _attempt(
+        self, provider: str, connection: str, model: str, admission: BreakerAdmission,
+        probe: bool,
+    ) -> Attempt:
+        engine = self.engine
+        now = engine.now()
+        attempt = Attempt(
+            request_id=self.request_id, n=len(self.records) + 1, provider=provider,
+            connection=connection, model=model, probe=probe,
+            timeout_ms=engine.spec(provider).settings.request.timeout_ms,
+            started_at=now, admission=admission,
+        )
+        engine.emit(AttemptEvent(
+            t=now, request=self.request_id, n=attempt.n, provider=provider,
+            connection=connection, model=model, probe=probe,
+        ))
+        return attempt
+
+    def _note_result(self, attempt: Attempt, status: int, outcome: Classification) -> None:
+        engine = self.engine
+        now = engine.now()
+        kind = outcome.kind.value if outcome.kind is not None else None
+        engine.emit(ResultEvent(
+            t=now, request=self.request_id, n=attempt.n, provider=attempt.provider,
+            connection=attempt.connection, model=attempt.model, status=status, kind=kind,
+            latency_ms=now - attempt.started_at,
+        ))
+        self.records.append(AttemptRecord(
+            f"{attempt.provider}/{attempt.model}", attempt.connection, status, kind
+        ))
+        engine.record(attempt.provider, attempt.connection, attempt.model, attempt.admission,
+                      outcome)
+
+    def _skip(self, target: Target, reason: SkipReason, retry_after_ms: int | None) -> None:
+        self.skips.append(Skip(str(target), reason.value, retry_after_ms))
+        self.engine.emit(SkipEvent(
+            t=self.engine.now(), request=self.request_id, provider=target.provider,
+            model=target.model, reason=reason.value, retry_after_ms=retry_after_ms,
+        ))
+
+    def _admission_wait(self) -> int | None:
+        """The wait before routing once more, or None to fail at once (SPEC §6)."""
+        waits = [
+            skip.retry_after_ms for skip in self.skips
+            if skip.retry_after_ms is not None and skip.reason != SkipReason.ALL_DISABLED
+        ]
+        if not waits:
+            return None
+        earliest = min(waits)
+        if earliest > self.router.admission.max_wait_ms:
+            return None
+        return earliest + self.router._jitter.stretch(self.router.admission.margin_ms)
+
+    def _final_response(self) -> Response:
+        if not self.records:
+            return self._unavailable_response()
+        last = self.records[-1]
+        status = last.status or _TRANSPORT_STATUS.get(FailureKind(last.kind or "network"), 502)
+        body = {"error": {
+            "type": "upstream_error",
+            "code": "all_attempts_failed",
+            "message": f"{len(self.records)} attempt(s) failed; the last answered {last.status}"
+                       f" ({last.kind})",
+            "attempts": [record.to_dict() for record in self.records],
+            "skipped": [skip.to_dict() for skip in self.skips],
+        }}
+        retry = self._earliest_retry()
+        return self._respond(status, None, body, retry)
+
+    def _earliest_retry(self) -> int | None:
+        known = [s.retry_after_ms for s in self.skips if s.retry_after_ms is not None]
+        return min(known) if known else None
+
+    def _unavailable_response(self) -> Response:
+        temporary = bool(self.skips) and all(
+            SkipReason(skip.reason).is_temporary_unavailability for skip in self.skips
+        )
+        status = 429 if temporary else 503
+        retry = self._earliest_retry()
+        reasons = ", ".join(f"{s.target}: {s.reason}" for s in self.skips) or "no targets"
+        body = {"error": {
+            "type": "rate_limit_error" if temporary else "service_unavailable",
+            "code": "all_targets_unavailable",
+            "message": f"no target of {self.route.name!r} can take the request now ({reasons})",
+            "retry_after_ms": retry,
+            "skipped": [skip.to_dict() for skip in self.skips],
+        }}
+        return self._respond(status, None, body, retry)
+
+    def _respond(
+        self, status: int, upstream: Attempt | None, body: dict[str, Any] | None,
+        retry_after_ms: int | None,
+    ) -> Response:
+        now = self.engine.now()
+        response = Response(
+            request_id=self.request_id, status=status, upstream=upstream, body=body,
+            retry_after_ms=retry_after_ms, attempts=tuple(self.records),
+            latency_ms=now - self.started_at, waited_ms=self.waited_ms,
+        )
+        self.response = response
+        self.engine.emit(ResponseEvent(
+            t=now, request=self.request_id, status=status, attempts=len(self.records),
+            latency_ms=response.latency_ms, waited_ms=self.waited_ms,
+            served_by=upstream.served_by if upstream is not None else None,
+        ))
+        return response

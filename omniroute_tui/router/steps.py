@@ -1,0 +1,87 @@
+"""What the routing core tells its driver to do next: attempt, wait, or respond."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.breaker import BreakerAdmission
+
+__all__ = ["Attempt", "AttemptRecord", "Response", "Skip", "Step", "Wait"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """Send the request to `provider` with `connection` for `model`, within `timeout_ms`."""
+
+    request_id: str
+    n: int
+    provider: str
+    connection: str
+    model: str
+    probe: bool
+    timeout_ms: int
+    started_at: int
+    admission: BreakerAdmission = field(repr=False)
+
+    @property
+    def served_by(self) -> str:
+        return f"{self.provider}/{self.connection}/{self.model}"
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing can be attempted now, but something will be within the admission window."""
+
+    delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    target: str
+    reason: str
+    retry_after_ms: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "reason": self.reason, "retry_after_ms": self.retry_after_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    target: str
+    connection: str
+    status: int
+    kind: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "connection": self.connection, "status": self.status,
+                "kind": self.kind}
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The request's outcome.
+
+    When `upstream` is set, the driver forwards that attempt's upstream answer (a success,
+    or a client error returned as is); otherwise it sends `status` with `body`.
+    """
+
+    request_id: str
+    status: int
+    upstream: Attempt | None
+    body: dict[str, Any] | None
+    retry_after_ms: int | None
+    attempts: tuple[AttemptRecord, ...]
+    latency_ms: int
+    waited_ms: int
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """`Retry-After` in whole seconds, rounded up, when the core knows when to retry."""
+        if self.retry_after_ms is None:
+            return {}
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_ms / 1000)))}
+
+
+Step = Attempt | Wait | Response
