@@ -13,13 +13,17 @@ from .events import BreakerEvent, Event
 from .jitter import Jitter
 from .kinds import BreakerState, FailureKind, SkipReason
 from .settings import BreakerSettings
+from .values import value
 
 __all__ = ["BreakerAdmission", "BreakerSnapshot", "ProviderBreaker"]
 
-_OPEN_STATES = (BreakerState.OPEN, BreakerState.HALF_OPEN)
+# enum members bound once: attribute access on an Enum class is slow on the hot path
+_CLOSED, _DEGRADED = BreakerState.CLOSED, BreakerState.DEGRADED
+_OPEN, _HALF_OPEN = BreakerState.OPEN, BreakerState.HALF_OPEN
+_OPEN_STATES = (_OPEN, _HALF_OPEN)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class BreakerAdmission:
     """The breaker's answer to "may this request try the provider now?".
 
@@ -73,7 +77,7 @@ class ProviderBreaker:
         self._probe_lease_ms = probe_lease_ms
         self._emit = emit
         self._jitter = jitter or Jitter()
-        self._state = BreakerState.CLOSED
+        self._state = _CLOSED
         self._failures = 0
         self._last_failure_at: int | None = None
         self._opened_at: int | None = None
@@ -94,16 +98,16 @@ class ProviderBreaker:
     def retry_after_ms(self, now: int) -> int | None:
         """How long until the breaker could admit traffic again; None when it admits now."""
         self._refresh(now)
-        if self._state is BreakerState.OPEN:
+        if self._state is _OPEN:
             assert self._opened_at is not None
             return max(0, self._opened_at + self._open_for_ms - now)
-        if self._state is BreakerState.HALF_OPEN and self._free_slots == 0:
+        if self._state is _HALF_OPEN and self._free_slots == 0:
             return max(0, min(self._leases.values()) - now) if self._leases else None
         return None
 
     def admits_traffic(self, now: int) -> bool:
         """True when ordinary (non-probe) attempts may go to the provider."""
-        return self.state(now) in (BreakerState.CLOSED, BreakerState.DEGRADED)
+        return self.state(now) in (_CLOSED, _DEGRADED)
 
     def snapshot(self, now: int) -> BreakerSnapshot:
         retry_after = self.retry_after_ms(now)
@@ -126,12 +130,12 @@ class ProviderBreaker:
     def admit(self, now: int) -> BreakerAdmission:
         """Admit an attempt, claiming a probe slot when HALF_OPEN."""
         self._refresh(now)
-        if self._state is BreakerState.OPEN:
+        if self._state is _OPEN:
             return BreakerAdmission(
                 False, self._epoch, skip=SkipReason.CIRCUIT_OPEN,
                 retry_after_ms=self.retry_after_ms(now),
             )
-        if self._state is BreakerState.HALF_OPEN:
+        if self._state is _HALF_OPEN:
             if self._free_slots == 0:
                 return BreakerAdmission(
                     False, self._epoch, skip=SkipReason.HALF_OPEN_BUSY,
@@ -158,13 +162,13 @@ class ProviderBreaker:
         if self._is_stale(admission):
             self.release(admission)
             return
-        if self._state is BreakerState.HALF_OPEN:
+        if self._state is _HALF_OPEN:
             if not admission.probe:
                 return
             self._leases.pop(admission.probe_token or 0, None)
             self._close(now, "probe_succeeded")
             return
-        if self._state is BreakerState.OPEN:
+        if self._state is _OPEN:
             return
         self._failures = max(0, self._failures - 1)
         self._settle(now, "recovered")
@@ -175,7 +179,7 @@ class ProviderBreaker:
         if self._is_stale(admission):
             self.release(admission)
             return
-        if self._state is BreakerState.HALF_OPEN:
+        if self._state is _HALF_OPEN:
             if not admission.probe:
                 return
             self._leases.pop(admission.probe_token or 0, None)
@@ -184,7 +188,7 @@ class ProviderBreaker:
             self._cycles += 1
             self._open(now, "probe_failed", kind)
             return
-        if self._state is BreakerState.OPEN:
+        if self._state is _OPEN:
             return
         self._failures += 1
         self._last_failure_at = now
@@ -226,7 +230,7 @@ class ProviderBreaker:
         self._forced_until = snapshot.forced_until
         self._leases.clear()
         self._free_slots = (
-            self.settings.half_open_probes if self._state is BreakerState.HALF_OPEN else 0
+            self.settings.half_open_probes if self._state is _HALF_OPEN else 0
         )
 
     # -- internals ---------------------------------------------------------------------
@@ -236,14 +240,14 @@ class ProviderBreaker:
 
     def _refresh(self, now: int) -> None:
         state = self._state
-        if state is BreakerState.OPEN:
+        if state is _OPEN:
             assert self._opened_at is not None
             if now - self._opened_at >= self._open_for_ms:
                 self._forced_until = None
                 self._leases.clear()
                 self._free_slots = self.settings.half_open_probes
-                self._transition(now, BreakerState.HALF_OPEN, "reset_timeout")
-        elif state is BreakerState.HALF_OPEN:
+                self._transition(now, _HALF_OPEN, "reset_timeout")
+        elif state is _HALF_OPEN:
             if self._leases:
                 for token, expiry in tuple(self._leases.items()):
                     if now >= expiry:
@@ -260,9 +264,9 @@ class ProviderBreaker:
     def _settle(self, now: int, reason: str) -> None:
         """Recompute CLOSED/DEGRADED from the failure count."""
         target = (
-            BreakerState.DEGRADED
+            _DEGRADED
             if self._failures >= self.settings.degraded_threshold
-            else BreakerState.CLOSED
+            else _CLOSED
         )
         if target is not self._state:
             self._transition(now, target, reason)
@@ -277,7 +281,7 @@ class ProviderBreaker:
         self._open_for_ms = duration_ms
         self._leases.clear()
         self._free_slots = 0
-        self._transition(now, BreakerState.OPEN, reason)
+        self._transition(now, _OPEN, reason)
 
     def _close(self, now: int, reason: str) -> None:
         self._failures = 0
@@ -287,7 +291,7 @@ class ProviderBreaker:
         self._open_for_ms = 0
         self._leases.clear()
         self._free_slots = 0
-        self._transition(now, BreakerState.CLOSED, reason, force=True)
+        self._transition(now, _CLOSED, reason, force=True)
 
     def _transition(self, now: int, to: BreakerState, reason: str, *, force: bool = False) -> None:
         before = self._state
@@ -295,7 +299,7 @@ class ProviderBreaker:
         if before is to and not force:
             return
         retry_after = None
-        if to is BreakerState.OPEN:
+        if to is _OPEN:
             retry_after = self._open_for_ms
         self._emit(
             BreakerEvent(

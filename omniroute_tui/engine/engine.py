@@ -23,7 +23,9 @@ from .lockout import LockoutSnapshot, ModelLockouts
 from .pool import ConnectionPool, Unavailable
 from .settings import ResilienceSettings
 
-__all__ = ["EngineSnapshot", "ProviderSpec", "ResilienceEngine", "UnknownTarget"]
+__all__ = [
+    "EngineSnapshot", "ProviderLayers", "ProviderSpec", "ResilienceEngine", "UnknownTarget",
+]
 
 _COOLDOWN_KINDS = frozenset(
     {FailureKind.NETWORK, FailureKind.TIMEOUT, FailureKind.SERVER_ERROR}
@@ -59,13 +61,21 @@ class EngineSnapshot:
     lockouts: tuple[LockoutSnapshot, ...]
 
 
-class _ProviderState:
-    __slots__ = ("breaker", "budget", "dedup", "lockouts", "pool", "spec")
+class ProviderLayers:
+    """One provider's breaker, connection pool, lockouts, dedup and retry budget.
+
+    The routing core holds these for the duration of a decision instead of looking the
+    provider up for every question it asks.
+    """
+
+    __slots__ = ("breaker", "budget", "dedup", "lockouts", "name", "pool", "spec", "timeout_ms")
 
     def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random) -> None:
         settings = spec.settings
         jitter = Jitter(settings.jitter, rng)
         self.spec = spec
+        self.name = spec.name
+        self.timeout_ms = settings.request.timeout_ms
         self.breaker = ProviderBreaker(
             spec.name, settings.breaker, probe_lease_ms=settings.request.timeout_ms,
             emit=bus.emit, jitter=jitter,
@@ -76,6 +86,12 @@ class _ProviderState:
         self.lockouts = ModelLockouts(spec.name, settings.lockout, emit=bus.emit, jitter=jitter)
         self.dedup = FailureDedup(settings.dedup)
         self.budget = RetryBudget(settings.retry_budget)
+
+    def candidates(self, now: int, model: str, start: int = 0) -> Iterator[str]:
+        return self.pool.candidates(now, model, self.lockouts, start)
+
+    def unavailable(self, now: int, model: str) -> Unavailable:
+        return self.pool.unavailable(now, model, self.lockouts)
 
 
 class ResilienceEngine:
@@ -92,9 +108,9 @@ class ResilienceEngine:
         self.clock = clock
         self.bus = bus or EventBus()
         rng = random.Random(seed)
-        self._providers: dict[str, _ProviderState] = {}
+        self._providers: dict[str, ProviderLayers] = {}
         for spec in providers:
-            self._providers[spec.name] = _ProviderState(spec, self.bus, rng)
+            self._providers[spec.name] = ProviderLayers(spec, self.bus, rng)
 
     # -- lookup ------------------------------------------------------------------------
 
@@ -110,13 +126,13 @@ class ResilienceEngine:
     def spec(self, provider: str) -> ProviderSpec:
         return self._state(provider).spec
 
-    def _state(self, provider: str) -> _ProviderState:
+    def _state(self, provider: str) -> ProviderLayers:
         try:
             return self._providers[provider]
         except KeyError:
             raise UnknownTarget(f"no provider named {provider!r}") from None
 
-    def _pool_entry(self, provider: str, connection: str) -> tuple[_ProviderState, int]:
+    def _pool_entry(self, provider: str, connection: str) -> tuple[ProviderLayers, int]:
         state = self._state(provider)
         pos = state.pool.position.get(connection)
         if pos is None:
@@ -125,28 +141,15 @@ class ResilienceEngine:
 
     # -- routing hooks -----------------------------------------------------------------
 
+    def layers(self, provider: str) -> ProviderLayers:
+        """The provider's layers, for the routing core's hot path."""
+        return self._state(provider)
+
     def admit(self, provider: str) -> BreakerAdmission:
         return self._state(provider).breaker.admit(self.now())
 
-    def release(self, provider: str, admission: BreakerAdmission) -> None:
-        self._state(provider).breaker.release(admission)
-
-    def admits_traffic(self, provider: str) -> bool:
-        return self._state(provider).breaker.admits_traffic(self.now())
-
     def candidates(self, provider: str, model: str, start: int = 0) -> Iterator[str]:
-        state = self._state(provider)
-        return state.pool.candidates(self.now(), model, state.lockouts, start)
-
-    def unavailable(self, provider: str, model: str) -> Unavailable:
-        state = self._state(provider)
-        return state.pool.unavailable(self.now(), model, state.lockouts)
-
-    def deposit_retry_budget(self, provider: str) -> None:
-        self._state(provider).budget.deposit()
-
-    def spend_retry_budget(self, provider: str) -> bool:
-        return self._state(provider).budget.try_spend()
+        return self._state(provider).candidates(self.now(), model, start)
 
     def record(
         self,

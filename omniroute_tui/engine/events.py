@@ -8,8 +8,10 @@ event stream all consume the same objects.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, ClassVar
+
+from .values import value
 
 __all__ = [
     "AttemptEvent",
@@ -31,7 +33,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@value
 class Event:
     """Base of all events: `t` is the clock's time in ms when it happened."""
 
@@ -54,14 +56,14 @@ class Event:
         return cached
 
 
-@dataclass(frozen=True)
+@value
 class RequestEvent(Event):
     TYPE: ClassVar[str] = "request"
     id: str
     route: str
 
 
-@dataclass(frozen=True)
+@value
 class AttemptEvent(Event):
     TYPE: ClassVar[str] = "attempt"
     request: str
@@ -72,7 +74,7 @@ class AttemptEvent(Event):
     probe: bool
 
 
-@dataclass(frozen=True)
+@value
 class ResultEvent(Event):
     TYPE: ClassVar[str] = "result"
     request: str
@@ -85,7 +87,7 @@ class ResultEvent(Event):
     latency_ms: int
 
 
-@dataclass(frozen=True)
+@value
 class SkipEvent(Event):
     TYPE: ClassVar[str] = "skip"
     request: str
@@ -95,7 +97,7 @@ class SkipEvent(Event):
     retry_after_ms: int | None
 
 
-@dataclass(frozen=True)
+@value
 class ResponseEvent(Event):
     TYPE: ClassVar[str] = "response"
     request: str
@@ -106,7 +108,7 @@ class ResponseEvent(Event):
     served_by: str | None
 
 
-@dataclass(frozen=True)
+@value
 class BreakerEvent(Event):
     TYPE: ClassVar[str] = "breaker"
     provider: str
@@ -117,14 +119,14 @@ class BreakerEvent(Event):
     retry_after_ms: int | None
 
     def to_dict(self) -> dict[str, Any]:
-        data = super().to_dict()
+        data = Event.to_dict(self)  # slotted dataclasses cannot use bare super()
         data["from"] = data.pop("from_")
         # keep the documented field order: provider, from, to, ...
         return {k: data[k] for k in ("t", "type", "provider", "from", "to", "reason",
                                      "failures", "retry_after_ms")}
 
 
-@dataclass(frozen=True)
+@value
 class CooldownEvent(Event):
     """A connection's cooldown changed; `kind` is None when it was lifted (success, operator)."""
 
@@ -137,7 +139,7 @@ class CooldownEvent(Event):
     hint_ms: int | None
 
 
-@dataclass(frozen=True)
+@value
 class DisabledEvent(Event):
     TYPE: ClassVar[str] = "disabled"
     provider: str
@@ -145,7 +147,7 @@ class DisabledEvent(Event):
     reason: str
 
 
-@dataclass(frozen=True)
+@value
 class EnabledEvent(Event):
     TYPE: ClassVar[str] = "enabled"
     provider: str
@@ -153,7 +155,7 @@ class EnabledEvent(Event):
     reason: str
 
 
-@dataclass(frozen=True)
+@value
 class LockoutEvent(Event):
     """A model lockout changed; `kind` is None when failures decayed or it was cleared."""
 
@@ -166,7 +168,7 @@ class LockoutEvent(Event):
     until: int
 
 
-@dataclass(frozen=True)
+@value
 class DedupEvent(Event):
     TYPE: ClassVar[str] = "dedup"
     provider: str
@@ -175,7 +177,7 @@ class DedupEvent(Event):
     window: str
 
 
-@dataclass(frozen=True)
+@value
 class OperatorEvent(Event):
     TYPE: ClassVar[str] = "operator"
     action: str
@@ -184,7 +186,7 @@ class OperatorEvent(Event):
     result: str
 
 
-@dataclass(frozen=True)
+@value
 class FaultEvent(Event):
     TYPE: ClassVar[str] = "fault"
     name: str

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
-from ..engine.engine import ResilienceEngine
+from ..engine.engine import ProviderLayers, ResilienceEngine
 from ..engine.events import AttemptEvent, RequestEvent, ResponseEvent, ResultEvent, SkipEvent
 from ..engine.jitter import Jitter
 from ..engine.kinds import FailureKind, SkipReason
@@ -23,6 +23,9 @@ from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
 __all__ = ["RequestRouting", "Router", "UnknownRoute"]
 
 _NEXT_TARGET = frozenset({FailureKind.SERVER_ERROR, FailureKind.TIMEOUT, FailureKind.NETWORK})
+# enum members bound once: attribute access on an Enum class is slow on the hot path
+_CLIENT_ERROR = FailureKind.CLIENT_ERROR
+_ROUND_ROBIN = Strategy.ROUND_ROBIN
 _TRANSPORT_STATUS = {FailureKind.TIMEOUT: 504, FailureKind.NETWORK: 502}
 
 _Routine = Generator[Step, tuple[int, Classification] | None, None]
@@ -83,11 +86,12 @@ class Router:
         """Begin routing one request; raises UnknownRoute for an unknown `model`."""
         return RequestRouting(self, request_id, self.resolve(model))
 
-    def rotation_start(self, provider: str) -> int:
-        """The connection position a round-robin request starts at on `provider`."""
+    def rotation_start(self, layers: ProviderLayers) -> int:
+        """The connection position a round-robin request starts at on a provider."""
+        provider = layers.name
         rotation = self._rotations.get(provider)
         if rotation is None:
-            spec = self.engine.spec(provider)
+            spec = layers.spec
             weights = spec.weights or (1,) * len(spec.connections)
             rotation = _rotation(tuple(max(1, w) for w in weights)) or (0,)
             self._rotations[provider] = rotation
@@ -98,6 +102,9 @@ class Router:
 
 class RequestRouting:
     """One request's walk over its route's targets."""
+
+    __slots__ = ("_inflight", "_next", "_routine", "engine", "records", "request_id",
+                 "response", "route", "router", "skips", "started_at", "waited_ms")
 
     def __init__(self, router: Router, request_id: str, route: Route) -> None:
         self.router = router
@@ -110,7 +117,7 @@ class RequestRouting:
         self.skips: list[Skip] = []
         self.response: Response | None = None
         self._inflight: Attempt | None = None
-        self.engine.emit(RequestEvent(t=self.started_at, id=request_id, route=route.name))
+        self.engine.bus.emit(RequestEvent(self.started_at, request_id, route.name))
         self._routine = self._run()
         self._next: Step | None = None
 
@@ -168,61 +175,59 @@ class RequestRouting:
 
     def _walk_targets(self) -> Generator[Step, Any, Response | None]:
         engine = self.engine
+        clock = engine.clock
+        records = self.records
+        max_attempts = self.router.max_attempts
+        round_robin = self.route.strategy is _ROUND_ROBIN
         for target in self.route.targets:
-            if len(self.records) >= self.router.max_attempts:
+            if len(records) >= max_attempts:
                 return None
-            provider, model = target.provider, target.model
-            admission = engine.admit(provider)
+            layers = engine.layers(target.provider)
+            model = target.model
+            admission = layers.breaker.admit(clock.now_ms())
             if not admission.allowed:
                 assert admission.skip is not None
                 self._skip(target, admission.skip, admission.retry_after_ms)
                 continue
-            start = 0
-            if self.route.strategy is Strategy.ROUND_ROBIN:
-                start = self.router.rotation_start(provider)
+            start = self.router.rotation_start(layers) if round_robin else 0
             on_provider = 0
-            for connection in engine.candidates(provider, model, start):
-                if len(self.records) >= self.router.max_attempts:
-                    engine.release(provider, admission)
+            for connection in layers.candidates(clock.now_ms(), model, start):
+                if len(records) >= max_attempts:
+                    layers.breaker.release(admission)
                     return None
                 if on_provider:
-                    if not engine.spend_retry_budget(provider):
+                    if not layers.budget.try_spend():
                         self._skip(target, SkipReason.RETRY_BUDGET, None)
                         break
                 else:
-                    engine.deposit_retry_budget(provider)
-                probe = admission.probe and on_provider == 0
+                    layers.budget.deposit()
+                attempt = self._attempt(layers, connection, model, admission,
+                                        admission.probe_token is not None and not on_provider)
                 on_provider += 1
-                attempt = self._attempt(provider, connection, model, admission, probe)
                 status, outcome = yield attempt
                 self._note_result(attempt, status, outcome)
-                if outcome.kind is None or outcome.kind is FailureKind.CLIENT_ERROR:
+                kind = outcome.kind
+                if kind is None or kind is _CLIENT_ERROR:
                     return self._respond(status, attempt, None, None)
-                if outcome.kind in _NEXT_TARGET or not engine.admits_traffic(provider):
+                if kind in _NEXT_TARGET or not layers.breaker.admits_traffic(clock.now_ms()):
                     break
             else:
                 if on_provider == 0:
-                    engine.release(provider, admission)
-                    unavailable = engine.unavailable(provider, model)
+                    layers.breaker.release(admission)
+                    unavailable = layers.unavailable(clock.now_ms(), model)
                     self._skip(target, unavailable.reason, unavailable.retry_after_ms)
         return None
 
     def _attempt(
-        self, provider: str, connection: str, model: str, admission: BreakerAdmission,
+        self, layers: ProviderLayers, connection: str, model: str, admission: BreakerAdmission,
         probe: bool,
     ) -> Attempt:
-        engine = self.engine
-        now = engine.now()
-        attempt = Attempt(
-            request_id=self.request_id, n=len(self.records) + 1, provider=provider,
-            connection=connection, model=model, probe=probe,
-            timeout_ms=engine.spec(provider).settings.request.timeout_ms,
-            started_at=now, admission=admission,
-        )
-        engine.emit(AttemptEvent(
-            t=now, request=self.request_id, n=attempt.n, provider=provider,
-            connection=connection, model=model, probe=probe,
-        ))
+        now = self.engine.clock.now_ms()
+        n = len(self.records) + 1
+        attempt = Attempt(self.request_id, n, layers.name, connection, model, probe,
+                          layers.timeout_ms, now, admission)
+        self.engine.bus.emit(AttemptEvent(now, self.request_id, n, layers.name, connection,
+                                          model, probe))
         return attempt
 
     def _note_result(self, attempt: Attempt, status: int, outcome: Classification) -> None:

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..engine.breaker import BreakerAdmission
+from ..engine.values import value
 
 __all__ = ["Attempt", "AttemptRecord", "Response", "Skip", "Step", "Wait"]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Attempt:
     """Send the request to `provider` with `connection` for `model`, within `timeout_ms`."""
 
@@ -30,14 +31,14 @@ class Attempt:
         return f"{self.provider}/{self.connection}/{self.model}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Wait:
     """Nothing can be attempted now, but something will be within the admission window."""
 
     delay_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Skip:
     target: str
     reason: str
@@ -47,7 +48,7 @@ class Skip:
         return {"target": self.target, "reason": self.reason, "retry_after_ms": self.retry_after_ms}
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class AttemptRecord:
     target: str
     connection: str
@@ -59,7 +60,7 @@ class AttemptRecord:
                 "kind": self.kind}
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Response:
     """The request's outcome.
 

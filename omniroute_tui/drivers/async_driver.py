@@ -1,0 +1,84 @@
+"""Drives the routing core from asyncio with real upstream calls (the live path)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..config.router_config import ProviderConfig
+from ..engine.classify import Classification
+from ..engine.kinds import FailureKind
+from ..router.core import Router
+from ..router.steps import Attempt, Response, Wait
+from .upstream import UpstreamClient, UpstreamReply
+
+__all__ = ["AsyncDriver", "Completion"]
+
+
+@dataclass
+class Completion:
+    """The routing outcome and, when an upstream answer is forwarded, that answer."""
+
+    response: Response
+    reply: UpstreamReply | None
+
+
+class AsyncDriver:
+    def __init__(
+        self, router: Router, providers: Mapping[str, ProviderConfig], client: UpstreamClient
+    ) -> None:
+        self.router = router
+        self.providers = providers
+        self.client = client
+        self._ids = 0
+
+    def next_request_id(self) -> str:
+        self._ids += 1
+        return f"r{self._ids}"
+
+    async def complete(
+        self, body: dict[str, Any], *, request_id: str | None = None, stream: bool = False
+    ) -> Completion:
+        """Route one chat-completions request; raises UnknownRoute for an unknown model.
+
+        Cancelling the task cancels the attempt in flight; it counts as `cancelled`.
+        """
+        routing = self.router.start(request_id or self.next_request_id(), str(body["model"]))
+        clock = self.router.engine.clock
+        last_reply: UpstreamReply | None = None
+        try:
+            while True:
+                step = routing.next_step()
+                if isinstance(step, Response):
+                    reply = last_reply if step.upstream is not None else None
+                    return Completion(step, reply)
+                if isinstance(step, Wait):
+                    await asyncio.sleep(step.delay_ms / 1000)
+                    continue
+                if last_reply is not None and last_reply.stream is not None:
+                    await last_reply.stream.aclose()
+                last_reply = await self._attempt(step, body, stream, clock.now_ms())
+                routing.record(last_reply.status, last_reply.classification)
+        except asyncio.CancelledError:
+            routing.cancel()
+            if last_reply is not None and last_reply.stream is not None:
+                await last_reply.stream.aclose()
+            raise
+
+    async def _attempt(
+        self, attempt: Attempt, body: dict[str, Any], stream: bool, now_ms: int
+    ) -> UpstreamReply:
+        provider = self.providers[attempt.provider]
+        if provider.base_url is None:
+            return UpstreamReply(
+                0, Classification(FailureKind.NETWORK),
+                error=f"provider {attempt.provider!r} has no base_url",
+            )
+        connection = next(c for c in provider.connections if c.id == attempt.connection)
+        upstream_body = dict(body, model=attempt.model)
+        return await self.client.send(
+            provider.base_url, upstream_body, api_key=connection.api_key,
+            timeout_ms=attempt.timeout_ms, stream=stream, now_epoch_ms=now_ms,
+        )

@@ -1,0 +1,154 @@
+"""Router config loading: shape, overrides, secrets, and errors with file:line:field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from omniroute_tui.config import ConfigError, load_router_config, parse_duration_ms
+from omniroute_tui.config.secrets import mask_secret
+from omniroute_tui.engine import FailureKind
+from omniroute_tui.router import Strategy
+
+GOOD = """\
+resilience: {jitter: 0.1, cooldown: {base: 2s}, request: {max_attempts: 4}}
+providers:
+  alpha:
+    auth: apikey
+    base_url: http://127.0.0.1:9/v1
+    models: [m, n]
+    resilience:
+      breaker:
+        failure_threshold: 4
+        kinds: {quota_exhausted: {immediate_open: true, reset_timeout: 10m}}
+    connections:
+      - {id: a, api_key: sk-alpha-secret-0001}
+      - {id: b, api_key: "${ALPHA_KEY}", weight: 3}
+  beta:
+    auth: oauth
+    per_model_quota: true
+    models: [m]
+    connections: [x]
+routes:
+  r: {strategy: round_robin, targets: [alpha/m, beta/m]}
+store: {path: state.db}
+gateway: {listen: "127.0.0.1:4000", token_file: token.txt}
+"""
+
+
+def load(text: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return load_router_config("router.yaml", text=text, env=env or {"ALPHA_KEY": "sk-env-9876"})
+
+
+def test_a_good_file_loads_with_layered_overrides() -> None:
+    config = load(GOOD)
+    alpha, beta = config.providers["alpha"], config.providers["beta"]
+    assert alpha.settings.breaker.failure_threshold == 4
+    assert alpha.settings.cooldown.base_ms == 2000  # global override
+    assert alpha.settings.jitter == 0.1
+    assert alpha.settings.breaker.opens_immediately(FailureKind.QUOTA_EXHAUSTED)
+    assert alpha.settings.breaker.base_reset_ms(FailureKind.QUOTA_EXHAUSTED) == 600_000
+    assert beta.settings.breaker.failure_threshold == 3  # oauth default
+    assert beta.settings.cooldown.base_ms == 2000  # global override over oauth default
+    assert beta.per_model_quota
+    assert alpha.connections[1].api_key is not None
+    assert alpha.connections[1].api_key.reveal() == "sk-env-9876"
+    assert alpha.connections[1].weight == 3
+    assert [c.id for c in beta.connections] == ["x"]
+    assert config.routes["r"].strategy is Strategy.ROUND_ROBIN
+    assert config.settings.request.max_attempts == 4
+    assert (config.store_path, config.gateway_listen) == ("state.db", "127.0.0.1:4000")
+
+
+def test_secrets_never_show_in_full() -> None:
+    config = load(GOOD)
+    key = config.providers["alpha"].connections[0].api_key
+    assert "secret" not in repr(config) and "sk-alpha" not in str(key)
+    assert str(key) == "…0001"
+    assert mask_secret("short") == "…"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("providers: {}\n", "router.yaml:1: providers: no providers: name at least one"),
+        ("providers:\n  a: {models: [m], connections: [k], auth: token}\n",
+         "router.yaml:2: providers.a.auth: expected apikey or oauth, got 'token'"),
+        ("providers:\n  a:\n    models: [m]\n    connections: [k]\n    colour: red\n",
+         "router.yaml:5: providers.a.colour: unknown field"),
+        ("providers:\n  a:\n    models: [m]\n    connections:\n      - {id: k, api_key: "
+         "'${NOPE}'}\n",
+         "router.yaml:5: providers.a.connections[0].api_key: environment variable NOPE is not"),
+        ("providers:\n  a: {models: [m], connections: [k]}\nroutes:\n  r: {targets: [a/zz]}\n",
+         "router.yaml:4: routes.r.targets[0]: provider 'a' has no model 'zz'"),
+        ("providers:\n  a:\n    models: [m]\n    connections: [k]\n    resilience:\n"
+         "      cooldown: {base: fast}\n",
+         "router.yaml:6: providers.a.resilience.cooldown.base: 'fast' is not a duration"),
+        ("providers:\n  a: {models: [m], connections: [k, k]}\n",
+         "router.yaml:2: providers.a.connections[1].id: connection 'k' is listed twice"),
+        ("resilience:\n  breaker: {degraded_threshold: 9}\nproviders:\n  a: {models: [m], "
+         "connections: [k]}\n",
+         "router.yaml:2: resilience.breaker.degraded_threshold: 9 is above failure_threshold 5"),
+        ("providers: [1, 2\n", "router.yaml:2: (syntax): YAML syntax"),
+        ("", "router.yaml:1: (top level): the file is empty"),
+        ("- a\n- b\n", "router.yaml:1: (top level): expected a mapping"),
+    ],
+)
+def test_errors_name_file_line_and_field(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(text)
+    assert expected in str(info.value)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    text = "providers:\n  a: {models: [], connections: []}\nroutes:\n  r: {targets: [b/m]}\n"
+    with pytest.raises(ConfigError) as info:
+        load(text)
+    assert len(info.value.problems) == 3
+
+
+def test_missing_and_binary_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_router_config(tmp_path / "absent.yaml")
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\x00\x01\x02garbage")
+    with pytest.raises(ConfigError, match="binary data"):
+        load_router_config(binary)
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_router_config(tmp_path)
+
+
+def test_alias_bomb_is_refused() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):
+        prev = f"*a{i - 1}"
+        lines.append(f"a{i}: &a{i} [{', '.join([prev] * 10)}]")
+    with pytest.raises(ConfigError, match="too many values"):
+        load("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("250ms", 250), ("3s", 3000), ("1.5s", 1500), ("5m", 300_000), ("1h", 3_600_000),
+     ("1m30s", 90_000), (1200, 1200)],
+)
+def test_durations(text: str | int, ms: int) -> None:
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("bad", ["", "3", "3x", "-1s", True, None, -5, "s"])
+def test_bad_durations(bad: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration_ms(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_loads_or_is_refused_clearly(text: str) -> None:
+    try:
+        load(text)
+    except ConfigError as exc:
+        assert exc.problems and all(p.file == "router.yaml" for p in exc.problems)

@@ -1,0 +1,143 @@
+"""Engine invariants under random results and clock jumps (hypothesis)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from omniroute_tui.clock import ManualClock
+from omniroute_tui.engine import (
+    BreakerState,
+    Classification,
+    CooldownEvent,
+    FailureKind,
+    ProviderSpec,
+    ResilienceEngine,
+    default_settings,
+)
+from omniroute_tui.engine.settings import AuthKind
+from omniroute_tui.router import Attempt, Response, Route, Router, Target, Wait
+
+from .helpers import settings as make_settings
+
+KINDS = [None, *FailureKind]
+CONNS = ("a", "b", "c")
+
+step = st.tuples(
+    st.integers(min_value=0, max_value=120_000),  # clock jump before the request
+    st.lists(  # answers for the attempts of this request
+        st.tuples(
+            st.sampled_from(KINDS),
+            st.one_of(st.none(), st.integers(min_value=1, max_value=600_000)),
+            st.integers(min_value=0, max_value=70_000),  # latency
+        ),
+        max_size=5,
+    ),
+    st.booleans(),  # abandon the request mid-way (a leaked attempt)
+)
+
+
+def build(auth: AuthKind, jitter: float) -> tuple[ResilienceEngine, Router, ManualClock]:
+    clock = ManualClock()
+    config = make_settings(auth, jitter=jitter) if jitter else default_settings(auth)
+    engine = ResilienceEngine(
+        [ProviderSpec("p", CONNS, config), ProviderSpec("q", ("x",), config,
+                                                       per_model_quota=True)],
+        clock, seed=11,
+    )
+    routes = {"r": Route("r", (Target("p", "m"), Target("q", "m"), Target("p", "n")))}
+    return engine, Router(engine, routes), clock
+
+
+def run(ops: list[Any], auth: AuthKind, jitter: float) -> tuple[ResilienceEngine, ManualClock,
+                                                                  list[dict[str, Any]]]:
+    engine, router, clock = build(auth, jitter)
+    events: list[dict[str, Any]] = []
+    deadlines: dict[tuple[str, str], int] = {}
+    max_level = engine.spec("p").settings.cooldown.max_level
+
+    def check(event: Any) -> None:
+        events.append(event.to_dict())
+        if isinstance(event, CooldownEvent) and event.kind is not None:
+            key = (event.provider, event.connection)
+            assert event.until >= deadlines.get(key, 0), "a cooldown deadline moved earlier"
+            deadlines[key] = event.until
+            assert 0 <= event.level <= max_level
+
+    engine.bus.subscribe(check)
+    for n, (jump, answers, abandon) in enumerate(ops):
+        clock.advance(jump)
+        routing = router.start(str(n), "r")
+        pending = list(answers)
+        while True:
+            next_step = routing.next_step()
+            if isinstance(next_step, Response):
+                break
+            if isinstance(next_step, Wait):
+                clock.advance(next_step.delay_ms)
+                continue
+            assert isinstance(next_step, Attempt)
+            if not pending:
+                if abandon:
+                    break  # never answered: a crashed driver
+                routing.cancel()
+                break
+            kind, hint, latency = pending.pop(0)
+            clock.advance(latency)
+            status = 200 if kind is None else 500
+            routing.record(status, Classification(kind, hint))
+        for provider in ("p", "q"):
+            for conn in engine.spec(provider).connections:
+                level = engine.connection_snapshot(provider, conn).level
+                assert 0 <= level <= engine.spec(provider).settings.cooldown.max_level
+    return engine, clock, events
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=st.lists(step, max_size=40), auth=st.sampled_from(list(AuthKind)),
+       jitter=st.sampled_from([0.0, 0.3]))
+def test_invariants_hold_for_any_history(ops: list[Any], auth: AuthKind, jitter: float) -> None:
+    engine, clock, _ = run(ops, auth, jitter)
+    # no probe slot leaks: once request.timeout has passed, every slot is free again
+    clock.advance(engine.spec("p").settings.request.timeout_ms)
+    for provider in ("p", "q"):
+        snap = engine.breaker_snapshot(provider)
+        assert snap.probes_in_flight == 0 or snap.state is not BreakerState.HALF_OPEN
+        # and a breaker never stays stuck: given enough time, it admits a probe or traffic
+        clock.advance(engine.spec(provider).settings.breaker.reset_timeout_ms * 16)
+        assert engine.admit(provider).allowed
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(step, max_size=30), jitter=st.sampled_from([0.0, 0.5]))
+def test_same_inputs_same_events(ops: list[Any], jitter: float) -> None:
+    _, _, first = run(ops, AuthKind.APIKEY, jitter)
+    _, _, second = run(ops, AuthKind.APIKEY, jitter)
+    assert first == second
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    failures=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=50_000),
+                  st.one_of(st.none(), st.integers(min_value=1, max_value=10**7)),
+                  st.sampled_from([FailureKind.RATE_LIMITED, FailureKind.SERVER_ERROR,
+                                   FailureKind.QUOTA_EXHAUSTED, FailureKind.TIMEOUT])),
+        max_size=60,
+    )
+)
+def test_cooldown_never_shortens(failures: list[tuple[int, int | None, FailureKind]]) -> None:
+    clock = ManualClock()
+    engine = ResilienceEngine([ProviderSpec("p", ("c",), default_settings())], clock)
+    from .helpers import ADMIT
+
+    previous = 0
+    for jump, hint, kind in failures:
+        clock.advance(jump)
+        engine.record("p", "c", "m", ADMIT, Classification(kind, hint))
+        snap = engine.connection_snapshot("p", "c")
+        assert snap.cooling_until >= previous
+        assert 0 <= snap.level <= 5
+        previous = snap.cooling_until

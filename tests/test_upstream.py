@@ -1,0 +1,130 @@
+"""The async upstream client and driver against httpx.MockTransport."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from omniroute_tui.clock import ManualClock
+from omniroute_tui.config import load_router_config
+from omniroute_tui.drivers import AsyncDriver, UpstreamClient
+from omniroute_tui.engine import FailureKind, TransportFailure
+
+from .helpers import Recorder
+
+CONFIG = """\
+providers:
+  alpha:
+    base_url: http://alpha.test/v1
+    models: [m]
+    connections: [{id: a, api_key: sk-alpha-key-0001}, {id: b, api_key: sk-alpha-key-0002}]
+  beta:
+    base_url: http://beta.test/v1
+    models: [m]
+    connections: [{id: x, api_key: sk-beta-key-0003}]
+routes:
+  r: {targets: [alpha/m, beta/m]}
+"""
+
+OK_BODY = {"id": "c1", "object": "chat.completion",
+           "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                        "finish_reason": "stop"}]}
+
+
+def client_for(handler) -> UpstreamClient:  # type: ignore[no-untyped-def]
+    return UpstreamClient(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+
+
+@pytest.mark.parametrize(
+    ("exc", "failure", "kind"),
+    [
+        (httpx.ConnectError("Connection refused"), TransportFailure.CONNECT_REFUSED,
+         FailureKind.NETWORK),
+        (httpx.ConnectError("[Errno -2] Name or service not known"),
+         TransportFailure.DNS_FAILURE, FailureKind.NETWORK),
+        (httpx.ConnectTimeout("slow"), TransportFailure.CONNECT_TIMEOUT, FailureKind.TIMEOUT),
+        (httpx.ReadTimeout("slow"), TransportFailure.READ_TIMEOUT, FailureKind.TIMEOUT),
+        (httpx.RemoteProtocolError("peer closed"), TransportFailure.CONNECTION_RESET,
+         FailureKind.NETWORK),
+        (httpx.ReadError("broken"), TransportFailure.READ_ERROR, FailureKind.NETWORK),
+    ],
+)
+async def test_transport_errors_are_classified(
+    exc: Exception, failure: TransportFailure, kind: FailureKind
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise exc
+
+    reply = await client_for(handler).send("http://x.test/v1", {"model": "m"}, api_key=None,
+                                           timeout_ms=1000)
+    assert (reply.status, reply.transport_failure, reply.classification.kind) == (0, failure, kind)
+
+
+async def test_responses_are_classified_with_hints() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/chat/completions"
+        assert request.headers["authorization"] == "Bearer sk-secret-1234"
+        return httpx.Response(429, headers={"Retry-After": "12"},
+                              json={"error": {"message": "Rate limit reached"}})
+
+    from omniroute_tui.config import Secret
+
+    reply = await client_for(handler).send("http://x.test/v1/", {"model": "m"},
+                                           api_key=Secret("sk-secret-1234"), timeout_ms=1000)
+    assert reply.status == 429
+    assert reply.classification.kind is FailureKind.RATE_LIMITED
+    assert reply.classification.hint_ms == 12_000
+
+
+async def test_overall_timeout_bounds_a_slow_upstream() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(5)
+        return httpx.Response(200)
+
+    reply = await client_for(handler).send("http://x.test/v1", {}, api_key=None, timeout_ms=50)
+    assert reply.classification.kind is FailureKind.TIMEOUT
+
+
+async def test_driver_falls_back_and_forwards_the_upstream_answer() -> None:
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, request.headers["authorization"][-4:]))
+        if request.url.host == "alpha.test":
+            return httpx.Response(503, json={"error": {"message": "overloaded"}})
+        body = json.loads(request.content)
+        assert body["model"] == "m"
+        return httpx.Response(200, json=OK_BODY)
+
+    config = load_router_config("r.yaml", text=CONFIG)
+    router = config.build(ManualClock())
+    rec = Recorder(router.engine.bus)
+    driver = AsyncDriver(router, config.providers, client_for(handler))
+    completion = await driver.complete({"model": "r", "messages": []})
+    assert completion.response.status == 200
+    assert completion.reply is not None and completion.reply.json() == OK_BODY
+    assert seen == [("alpha.test", "0001"), ("beta.test", "0003")]
+    assert [e["kind"] for e in rec.of("result")] == ["server_error", None]
+    assert rec.of("cooldown")[0]["connection"] == "a"
+
+
+async def test_driver_cancellation_counts_as_cancelled() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(10)
+        return httpx.Response(200, json=OK_BODY)
+
+    config = load_router_config("r.yaml", text=CONFIG)
+    router = config.build(ManualClock())
+    rec = Recorder(router.engine.bus)
+    driver = AsyncDriver(router, config.providers, client_for(handler))
+    task = asyncio.create_task(driver.complete({"model": "r", "messages": []}))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert rec.of("result")[-1]["kind"] == "cancelled"
+    assert rec.of("response")[-1]["status"] == 499
+    assert router.engine.connection_snapshot("alpha", "a").level == 0
