@@ -179,6 +179,10 @@ def test_kill_9_loses_at_most_the_last_100ms(tmp_path: Path) -> None:
         finally:
             await store.close()
         locked = {s.connection for s in engine.lockout_snapshots("p") if s.model == "n"}
+        # rate limits (less the 401s, which count as answers) opened it early on
+        breaker = engine.breaker_snapshot("p")
+        assert breaker.state is BreakerState.OPEN and breaker.opened_at is not None
+        assert breaker.opened_at <= recorded[20][1]
         for conn, at in recorded:
             if killed_at - at <= 100:
                 continue
