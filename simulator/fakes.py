@@ -1,0 +1,155 @@
+"""Fake OpenAI-compatible providers: what each attempt gets, as a pure function.
+
+`FakeProviders.answer()` decides an attempt's fate from the time, the target, the
+scenario's faults and a seeded RNG. The virtual runner schedules that answer after its
+delay; the HTTP rendering (`simulator.http_fakes`) serves the very same answer over a
+socket, so both modes see the same classification.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+
+from omniroute_tui.engine.classify import (
+    Classification,
+    TransportFailure,
+    classify,
+    classify_transport,
+)
+
+from .scenario import Fault, FaultAction, Scenario
+
+__all__ = ["FakeAnswer", "FakeProviders", "error_body"]
+
+_OK = Classification(None)
+
+
+def error_body(status: int, *, quota: bool = False) -> str:
+    """The OpenAI-style error body a real provider sends with `status`."""
+    if quota:
+        error = {"message": "You exceeded your current quota, please check your plan and "
+                            "billing details.", "type": "insufficient_quota",
+                 "code": "insufficient_quota"}
+    elif status == 429:
+        error = {"message": "Rate limit reached for requests", "type": "requests",
+                 "code": "rate_limit_exceeded"}
+    elif status == 401:
+        error = {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                 "code": "invalid_api_key"}
+    elif status == 403:
+        error = {"message": "You are not allowed to use this model", "type": "forbidden",
+                 "code": "forbidden"}
+    elif status == 404:
+        error = {"message": "The model does not exist", "type": "invalid_request_error",
+                 "code": "model_not_found"}
+    elif status >= 500:
+        error = {"message": "The server had an error while processing your request",
+                 "type": "server_error", "code": None}
+    else:
+        error = {"message": "Invalid request", "type": "invalid_request_error", "code": None}
+    return json.dumps({"error": error})
+
+
+@dataclass(frozen=True, slots=True)
+class FakeAnswer:
+    """An attempt's fate: after `delay_ms`, this status (0: transport failure) or error."""
+
+    delay_ms: int
+    status: int
+    classification: Classification
+    headers: dict[str, str] = field(default_factory=dict)
+    body: str = ""
+    transport: TransportFailure | None = None
+    fault: str | None = None
+    extra_latency_ms: int = 0
+
+
+class FakeProviders:
+    """The scenario's providers with their latencies and faults."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.latencies = dict(scenario.latencies)
+        self.faults = scenario.faults
+        self._rendered: dict[tuple[str | None, int, bool],
+                             tuple[dict[str, str], str, Classification]] = {}
+        self._by_provider: dict[str, tuple[Fault, ...]] = {
+            name: tuple(f for f in scenario.faults
+                        if f.target.provider is None or f.target.provider == name)
+            for name in scenario.providers
+        }
+
+    def fault_for(
+        self, t: int, provider: str, connection: str | None, model: str | None,
+        rng: random.Random,
+    ) -> Fault | None:
+        """The first listed fault active at `t` on the target, if its rate roll hits."""
+        for fault in self._by_provider.get(provider, ()):
+            if fault.at_ms <= t < fault.until_ms and fault.target.matches(
+                provider, connection, model
+            ):
+                if fault.rate >= 1.0 or rng.random() < fault.rate:
+                    return fault
+                return None
+        return None
+
+    def answer(
+        self, t: int, provider: str, connection: str, model: str, timeout_ms: int,
+        rng: random.Random,
+    ) -> FakeAnswer:
+        latency = self.latencies[provider].sample(rng)
+        fault = self.fault_for(t, provider, connection, model, rng)
+        if model not in self.scenario.providers[provider].models:
+            return self._status(404, latency, None, timeout_ms)
+        if fault is None:
+            if latency >= timeout_ms:
+                return _timed_out(timeout_ms, None)
+            return FakeAnswer(latency, 200, _OK)
+        action = fault.action
+        if action is FaultAction.STATUS:
+            assert fault.status is not None
+            return self._status(fault.status, latency, fault, timeout_ms)
+        if action is FaultAction.QUOTA:
+            return self._status(429, latency, fault, timeout_ms, quota=True)
+        if action is FaultAction.REFUSED:
+            return FakeAnswer(0, 0, classify_transport(TransportFailure.CONNECT_REFUSED),
+                              transport=TransportFailure.CONNECT_REFUSED, fault=fault.name)
+        if action is FaultAction.TIMEOUT:
+            return _timed_out(timeout_ms, fault.name)
+        if action is FaultAction.RESET:
+            if latency >= timeout_ms:
+                return _timed_out(timeout_ms, fault.name)
+            return FakeAnswer(latency, 0, classify_transport(TransportFailure.CONNECTION_RESET),
+                              transport=TransportFailure.CONNECTION_RESET, fault=fault.name)
+        # slow: the added latency, then success (or a timeout if that is too slow)
+        total = latency + fault.latency_ms
+        if total >= timeout_ms:
+            return _timed_out(timeout_ms, fault.name)
+        return FakeAnswer(total, 200, _OK, fault=fault.name, extra_latency_ms=fault.latency_ms)
+
+    def _status(
+        self, status: int, latency: int, fault: Fault | None, timeout_ms: int,
+        *, quota: bool = False,
+    ) -> FakeAnswer:
+        if latency >= timeout_ms:
+            return _timed_out(timeout_ms, fault.name if fault else None)
+        name = fault.name if fault else None
+        key = (name, status, quota)
+        rendered = self._rendered.get(key)
+        if rendered is None:  # the same fault always renders the same answer
+            headers = {"content-type": "application/json"}
+            if fault is not None and fault.retry_after_ms is not None:
+                headers["retry-after-ms"] = str(fault.retry_after_ms)
+                headers["retry-after"] = str(max(1, -(-fault.retry_after_ms // 1000)))
+            body = fault.body if fault is not None and fault.body is not None else error_body(
+                status, quota=quota)
+            rendered = self._rendered[key] = (headers, body, classify(status, headers, body))
+        headers, body, outcome = rendered
+        return FakeAnswer(latency, status, outcome, headers, body, fault=name)
+
+
+def _timed_out(timeout_ms: int, fault: str | None) -> FakeAnswer:
+    return FakeAnswer(timeout_ms, 0, classify_transport(TransportFailure.READ_TIMEOUT),
+                      transport=TransportFailure.READ_TIMEOUT, fault=fault)

@@ -1,0 +1,53 @@
+"""The policies a scenario is run under, each built around the same clock and bus."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol
+
+from omniroute_tui.clock import Clock
+from omniroute_tui.config.router_config import RouterConfig
+from omniroute_tui.engine.classify import Classification
+from omniroute_tui.engine.events import EventBus
+from omniroute_tui.router.steps import Step
+
+from .baselines import BaselineRouter
+from .scenario import POLICIES, Scenario
+
+__all__ = ["POLICIES", "PolicyRouter", "Routing", "build_policy"]
+
+
+class Routing(Protocol):
+    def next_step(self) -> Step: ...
+
+    def record(self, status: int, outcome: Classification) -> None: ...
+
+
+class PolicyRouter(Protocol):
+    def start(self, request_id: str, model: str) -> Routing: ...
+
+
+def _without_dedup(config: RouterConfig) -> RouterConfig:
+    providers = {
+        name: replace(p, settings=replace(p.settings, dedup=replace(
+            p.settings.dedup, connection_window_ms=0, network_window_ms=0)))
+        for name, p in config.providers.items()
+    }
+    return replace(config, providers=providers)
+
+
+def build_policy(scenario: Scenario, policy: str, clock: Clock, bus: EventBus) -> PolicyRouter:
+    """A router for `policy`: the engine (`resilient`, `no-dedup`) or a baseline."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    config = scenario.config
+    if policy in ("resilient", "no-dedup"):
+        if policy == "no-dedup":
+            config = _without_dedup(config)
+        return config.build(clock, bus=bus, seed=scenario.seed)
+    return BaselineRouter(
+        config.routes,
+        {name: tuple(c.id for c in p.connections) for name, p in config.providers.items()},
+        {name: p.settings.request.timeout_ms for name, p in config.providers.items()},
+        clock, bus, backoff=policy == "backoff", seed=scenario.seed,
+    )

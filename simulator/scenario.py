@@ -1,0 +1,465 @@
+"""Scenario files (SPEC §11): the router config plus latency, traffic, faults and expects.
+
+Every problem is reported with the file, the line and the field; nothing here raises a
+traceback at a user.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path as FsPath
+from typing import Any
+
+from omniroute_tui.config.durations import parse_rate_per_s
+from omniroute_tui.config.overrides import parse_overrides, validate_settings
+from omniroute_tui.config.problems import Path
+from omniroute_tui.config.readers import (
+    read_duration,
+    read_int,
+    read_mapping,
+    read_number,
+    read_str,
+    reject_unknown,
+)
+from omniroute_tui.config.router_config import (
+    ProviderConfig,
+    RouterConfig,
+    parse_providers,
+    parse_routes,
+)
+from omniroute_tui.config.yaml_source import Source, load_source
+from omniroute_tui.engine.settings import default_settings
+
+__all__ = [
+    "POLICIES",
+    "Expect",
+    "Fault",
+    "FaultAction",
+    "FaultTarget",
+    "Latency",
+    "Scenario",
+    "Traffic",
+    "load_scenario",
+]
+
+POLICIES = ("resilient", "naive", "backoff", "no-dedup")
+TOP_FIELDS = ("name", "description", "seed", "duration", "clock", "resilience", "providers",
+              "routes", "traffic", "faults", "expect")
+RUN_METRICS = frozenset({
+    "requests", "successes", "success_rate", "attempts", "amplification", "p50_ms", "p95_ms",
+    "p99_ms", "dedup_suppressed", "breaker_opens", "open_ms", "max_attempts_per_open",
+    "wall_s", "sim_rps",
+})
+PROVIDER_METRICS = frozenset({"attempts", "successes", "failures", "breaker_opens", "open_ms",
+                              "max_attempts_per_open"})
+FAULT_METRICS = frozenset({"attempts", "attempts_per_s", "ttr_ms", "burst_after"})
+_CHECK = re.compile(r"^\s*(<=|>=|==|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
+_Z99 = 2.3263478740408408  # the 99th percentile of the standard normal
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A provider's response time: fixed, or log-normal through its p50 and p99."""
+
+    p50_ms: int
+    p99_ms: int
+
+    def sample(self, rng: random.Random) -> int:
+        if self.p99_ms <= self.p50_ms:
+            return self.p50_ms
+        sigma = math.log(self.p99_ms / self.p50_ms) / _Z99
+        return max(1, round(self.p50_ms * math.exp(sigma * rng.gauss(0.0, 1.0))))
+
+
+class FaultAction(StrEnum):
+    STATUS = "status"
+    RESET = "reset"
+    REFUSED = "refused"
+    TIMEOUT = "timeout"
+    SLOW = "slow"
+    QUOTA = "quota"
+
+
+@dataclass(frozen=True)
+class FaultTarget:
+    """`*`, `provider`, `provider/connection`, `provider/*/model`, `provider/conn/model`."""
+
+    provider: str | None = None
+    connection: str | None = None
+    model: str | None = None
+
+    def matches(self, provider: str, connection: str | None, model: str | None) -> bool:
+        return (
+            (self.provider is None or self.provider == provider)
+            and (self.connection is None or self.connection == connection)
+            and (self.model is None or self.model == model)
+        )
+
+    def __str__(self) -> str:
+        if self.provider is None:
+            return "*"
+        parts = [self.provider, self.connection or "*", self.model or "*"]
+        while len(parts) > 1 and parts[-1] == "*":
+            parts.pop()
+        return "/".join(parts)
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    at_ms: int
+    until_ms: int
+    target: FaultTarget
+    action: FaultAction
+    status: int | None = None
+    retry_after_ms: int | None = None
+    body: str | None = None
+    rate: float = 1.0
+    latency_ms: int = 0
+
+    def active(self, t: int) -> bool:
+        return self.at_ms <= t < self.until_ms
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """One traffic item; `arrivals()` yields its request times in ms."""
+
+    route: str
+    from_ms: int
+    to_ms: int
+    rate_per_s: float | None = None
+    every_ms: int | None = None
+    at_ms: tuple[int, ...] | None = None
+
+    def arrivals(self, rng: random.Random) -> Iterator[int]:
+        if self.at_ms is not None:
+            yield from sorted(self.at_ms)
+        elif self.every_ms is not None:
+            t = self.from_ms
+            while t < self.to_ms:
+                yield t
+                t += self.every_ms
+        elif self.rate_per_s is not None:
+            mean_gap_ms = 1000.0 / self.rate_per_s
+            t = float(self.from_ms)
+            while True:
+                t += rng.expovariate(1.0) * mean_gap_ms
+                if t >= self.to_ms:
+                    return
+                yield int(t)
+
+
+@dataclass(frozen=True)
+class Expect:
+    metric: str
+    op: str
+    value: float
+    policy: str = "resilient"
+    during: str | None = None
+    provider: str | None = None
+    line: int | None = None
+
+    def holds(self, observed: float | None) -> bool:
+        if observed is None:
+            return False
+        return {
+            "<": observed < self.value, "<=": observed <= self.value,
+            ">": observed > self.value, ">=": observed >= self.value,
+            "==": observed == self.value,
+        }[self.op]
+
+    def __str__(self) -> str:
+        scope = "".join([
+            f" during {self.during}" if self.during else "",
+            f" on {self.provider}" if self.provider else "",
+        ])
+        value = int(self.value) if self.value.is_integer() else self.value
+        return f"{self.metric}{scope} {self.op} {value} ({self.policy})"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    seed: int
+    duration_ms: int
+    config: RouterConfig
+    latencies: Mapping[str, Latency]
+    traffic: tuple[Traffic, ...]
+    faults: tuple[Fault, ...]
+    expect: tuple[Expect, ...]
+    live: bool = False
+    source: str = "<memory>"
+
+    @property
+    def providers(self) -> Mapping[str, ProviderConfig]:
+        return self.config.providers
+
+
+def _read_latency(src: Source, value: Any, path: Path) -> Latency | None:
+    if isinstance(value, dict):
+        reject_unknown(src, value, path, ("p50", "p99"))
+        p50 = read_duration(src, value.get("p50"), path + ("p50",), positive=True)
+        p99 = read_duration(src, value.get("p99", value.get("p50")), path + ("p99",),
+                            positive=True)
+        if p50 is None or p99 is None:
+            return None
+        if p99 < p50:
+            src.problem(path + ("p99",), "p99 is below p50")
+            return None
+        return Latency(p50, p99)
+    ms = read_duration(src, value, path)
+    return None if ms is None else Latency(ms, ms)
+
+
+def _read_target(
+    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig]
+) -> FaultTarget | None:
+    text = read_str(src, value, path)
+    if text is None:
+        return None
+    if text.strip() == "*":
+        return FaultTarget()
+    parts = text.strip().split("/")
+    if len(parts) > 3 or any(not p for p in parts):
+        src.problem(path, f"expected *, provider, provider/connection, provider/*/model or "
+                          f"provider/connection/model, got {text!r}")
+        return None
+    provider = providers.get(parts[0])
+    if provider is None:
+        src.problem(path, f"unknown provider {parts[0]!r} (providers: {', '.join(providers)})")
+        return None
+    connection = parts[1] if len(parts) > 1 and parts[1] != "*" else None
+    model = parts[2] if len(parts) > 2 else None
+    if connection is not None and connection not in {c.id for c in provider.connections}:
+        src.problem(path, f"provider {parts[0]!r} has no connection {connection!r}")
+        return None
+    if model is not None and model not in provider.models:
+        src.problem(path, f"provider {parts[0]!r} has no model {model!r}")
+        return None
+    return FaultTarget(parts[0], connection, model)
+
+
+def _read_fault(
+    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig], end_ms: int
+) -> Fault | None:
+    body = read_mapping(src, value, path)
+    if body is None:
+        return None
+    reject_unknown(src, body, path, ("name", "at", "for", "until", "target", "error",
+                                     "retry_after", "body", "rate", "latency"))
+    name = read_str(src, body.get("name"), path + ("name",))
+    at = read_duration(src, body.get("at", 0), path + ("at",))
+    target = _read_target(src, body.get("target"), path + ("target",), providers)
+    until: int | None = end_ms
+    if "for" in body and "until" in body:
+        src.problem(path + ("until",), "give either `for` or `until`, not both")
+    elif "for" in body:
+        length = read_duration(src, body["for"], path + ("for",), positive=True)
+        until = None if length is None or at is None else at + length
+    elif "until" in body:
+        until = read_duration(src, body["until"], path + ("until",))
+        if until is not None and at is not None and until <= at:
+            src.problem(path + ("until",), "the fault must end after it starts")
+            until = None
+    action, status = _read_error(src, body.get("error"), path + ("error",))
+    retry_after = (read_duration(src, body["retry_after"], path + ("retry_after",))
+                   if "retry_after" in body else None)
+    rate = (read_number(src, body["rate"], path + ("rate",), minimum=0.0, maximum=1.0)
+            if "rate" in body else 1.0)
+    if rate is not None and rate <= 0:
+        src.problem(path + ("rate",), "a fault rate must be above 0 (it is a probability)")
+    latency = (read_duration(src, body["latency"], path + ("latency",))
+               if "latency" in body else 0)
+    if action is FaultAction.SLOW and not latency:
+        src.problem(path + ("latency",), "a slow fault needs the latency it adds")
+    fault_body = body.get("body")
+    if fault_body is not None and not isinstance(fault_body, str | dict):
+        src.problem(path + ("body",), "expected a string or a JSON-like mapping")
+    if None in (name, at, target, until, action, rate, latency):
+        return None
+    assert name is not None and at is not None and target is not None and until is not None
+    assert action is not None and rate is not None and latency is not None
+    import json
+
+    text_body = json.dumps(fault_body) if isinstance(fault_body, dict) else fault_body
+    return Fault(name, at, until, target, action, status, retry_after, text_body, rate, latency)
+
+
+def _read_error(src: Source, value: Any, path: Path) -> tuple[FaultAction | None, int | None]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if 400 <= value <= 599:
+            return FaultAction.STATUS, value
+        src.problem(path, f"an HTTP error status is 400-599, got {value}")
+        return None, None
+    if isinstance(value, str):
+        if value.isdigit():
+            return _read_error(src, int(value), path)
+        try:
+            action = FaultAction(value)
+        except ValueError:
+            action = None
+        if action is not None and action is not FaultAction.STATUS:
+            return action, None
+    src.problem(path, f"expected an HTTP status or one of reset, refused, timeout, slow, "
+                      f"quota; got {value!r}")
+    return None, None
+
+
+def _read_traffic(
+    src: Source, value: Any, path: Path, routes: set[str], providers: Mapping[str, Any],
+    duration_ms: int,
+) -> Traffic | None:
+    body = read_mapping(src, value, path)
+    if body is None:
+        return None
+    reject_unknown(src, body, path, ("route", "rate", "every", "at", "from", "to"))
+    route = read_str(src, body.get("route"), path + ("route",))
+    if route is not None and route not in routes:
+        provider, _, model = route.partition("/")
+        if provider not in providers or model not in providers[provider].models:
+            src.problem(path + ("route",), f"unknown route {route!r} (routes: "
+                                           f"{', '.join(sorted(routes)) or 'none'})")
+            route = None
+    start = read_duration(src, body.get("from", 0), path + ("from",))
+    end = read_duration(src, body.get("to", duration_ms), path + ("to",))
+    if start is not None and end is not None and end <= start and "at" not in body:
+        src.problem(path + ("to",), "`to` must be after `from`")
+        return None
+    forms = [key for key in ("rate", "every", "at") if key in body]
+    if len(forms) != 1:
+        src.problem(path, "give exactly one of rate (20/s), every (500ms) or at ([0s, 1s])")
+        return None
+    if route is None or start is None or end is None:
+        return None
+    form = forms[0]
+    if form == "rate":
+        try:
+            rate = parse_rate_per_s(body["rate"])
+        except ValueError as exc:
+            src.problem(path + ("rate",), str(exc))
+            return None
+        return Traffic(route, start, end, rate_per_s=rate)
+    if form == "every":
+        every = read_duration(src, body["every"], path + ("every",), positive=True)
+        return None if every is None else Traffic(route, start, end, every_ms=every)
+    times = body["at"]
+    if not isinstance(times, list) or not times:
+        src.problem(path + ("at",), "expected a non-empty list of times like [0s, 1.5s]")
+        return None
+    parsed = [read_duration(src, t, path + ("at", i)) for i, t in enumerate(times)]
+    if any(t is None for t in parsed):
+        return None
+    return Traffic(route, start, end, at_ms=tuple(t for t in parsed if t is not None))
+
+
+def _read_expect(
+    src: Source, value: Any, path: Path, faults: set[str], providers: Mapping[str, Any]
+) -> Expect | None:
+    body = read_mapping(src, value, path)
+    if body is None:
+        return None
+    reject_unknown(src, body, path, ("metric", "check", "policy", "during", "provider"))
+    metric = read_str(src, body.get("metric"), path + ("metric",))
+    check = read_str(src, body.get("check"), path + ("check",))
+    policy = body.get("policy", "resilient")
+    during, provider = body.get("during"), body.get("provider")
+    ok = metric is not None and check is not None
+    if policy not in POLICIES:
+        src.problem(path + ("policy",), f"expected one of {', '.join(POLICIES)}, got {policy!r}")
+        ok = False
+    if during is not None and during not in faults:
+        src.problem(path + ("during",), f"no fault named {during!r}")
+        ok = False
+    if provider is not None and provider not in providers:
+        src.problem(path + ("provider",), f"unknown provider {provider!r}")
+        ok = False
+    if metric is not None:
+        allowed = (FAULT_METRICS if during else PROVIDER_METRICS if provider else RUN_METRICS)
+        base = metric.split(".", 1)[0]
+        if base not in allowed or ("." in metric and base != "failures"):
+            scope = "a fault" if during else "a provider" if provider else "a run"
+            src.problem(path + ("metric",), f"{metric!r} is not a metric of {scope}; "
+                                            f"expected one of {', '.join(sorted(allowed))}")
+            ok = False
+    match = _CHECK.match(check) if check is not None else None
+    if check is not None and match is None:
+        src.problem(path + ("check",), f"expected an operator and a number like \"<= 1.3\", "
+                                       f"got {check!r}")
+        ok = False
+    if not ok or match is None or metric is None:
+        return None
+    return Expect(metric, match.group(1), float(match.group(2)), policy, during, provider,
+                  src.line(path))
+
+
+def load_scenario(path: str | FsPath, *, text: str | None = None) -> Scenario:
+    """Load and validate a scenario; raises ConfigError listing every problem."""
+    src = load_source(path, text=text)
+    data = src.data
+    reject_unknown(src, data, (), TOP_FIELDS)
+    name = read_str(src, data.get("name", FsPath(str(path)).stem), ("name",)) or "scenario"
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        src.problem(("description",), "expected text")
+        description = ""
+    seed = read_int(src, data.get("seed", 0), ("seed",)) or 0
+    duration = read_duration(src, data.get("duration"), ("duration",), positive=True) \
+        if "duration" in data else None
+    if duration is None:
+        if "duration" not in data:
+            src.problem(("duration",), "missing: how long the scenario runs, like 5m")
+        duration = 1
+    clock = data.get("clock", "virtual")
+    if clock not in ("virtual", "live"):
+        src.problem(("clock",), f"expected virtual or live, got {clock!r}")
+    patch = parse_overrides(src, data.get("resilience", {}), ("resilience",))
+    settings = patch.apply(default_settings())
+    validate_settings(src, settings, ("resilience",))
+    if "providers" not in data:
+        src.problem((), "missing field: providers")
+    providers = parse_providers(
+        src, data.get("providers", {}), ("providers",), patch, env=os.environ,
+        extra_fields={"latency": _read_latency},
+    )
+    routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
+    traffic = _items(src, data, "traffic", lambda v, p: _read_traffic(
+        src, v, p, set(routes), providers, duration))
+    faults = _items(src, data, "faults", lambda v, p: _read_fault(
+        src, v, p, providers, duration))
+    seen: set[str] = set()
+    for index, fault in enumerate(faults):
+        if fault.name in seen:
+            src.problem(("faults", index, "name"), f"another fault is named {fault.name!r}")
+        seen.add(fault.name)
+    expect = _items(src, data, "expect", lambda v, p: _read_expect(
+        src, v, p, seen, providers))
+    src.raise_if_problems()
+    latencies = {
+        name: provider.extra.get("latency") or Latency(100, 100)
+        for name, provider in providers.items()
+    }
+    config = RouterConfig(providers=providers, routes=routes, settings=settings,
+                          source=src.name)
+    return Scenario(
+        name=name, description=description.strip(), seed=seed, duration_ms=duration,
+        config=config, latencies=latencies, traffic=tuple(traffic), faults=tuple(faults),
+        expect=tuple(expect), live=clock == "live", source=src.name,
+    )
+
+
+def _items(src: Source, data: dict[str, Any], key: str, read: Any) -> list[Any]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        src.problem((key,), "expected a list")
+        return []
+    return [item for i, v in enumerate(value) if (item := read(v, (key, i))) is not None]
