@@ -32,7 +32,8 @@ faults:
 
 def replay(policy: str = "resilient", **fields: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     values = {"duration": "2m", "resilience": "{admission: {max_wait: 0s}}",
-              "per_model": "false", "alpha_conns": "[c]", "targets": "[alpha/m]", "strategy": "priority",
+              "per_model": "false", "alpha_conns": "[c]", "targets": "[alpha/m]",
+              "strategy": "priority",
               "traffic": "  - {route: r, every: 1s}", "faults": "  []"}
     values.update(fields)
     scenario = load_scenario("t.yaml", text=BASE.format(**values))
@@ -46,7 +47,8 @@ def of(events: list[dict[str, Any]], type_: str, *keys: str) -> list[tuple[Any, 
 
 
 def test_cooldown_ladder_and_breaker_times() -> None:
-    events, _ = replay(duration="2m", faults="  - {name: down, target: alpha, error: 500, at: 0s, for: 5m}")
+    events, _ = replay(
+        duration="2m", faults="  - {name: down, target: alpha, error: 500, at: 0s, for: 5m}")
     # each failure lands 100 ms after the attempt; the next attempt is the first
     # request (every 1 s) after the cooldown ends: 3, 6, 12, 24, 48, then 96 s (capped level)
     assert of(events, "cooldown", "level", "until") == [
