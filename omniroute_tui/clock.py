@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["Clock", "ElapsedClock", "ManualClock", "SystemClock"]
 
 
 class Clock(Protocol):
@@ -19,6 +19,20 @@ class SystemClock:
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
+
+
+class ElapsedClock:
+    """Real time in milliseconds since the clock was made: a live run's scenario time."""
+
+    def __init__(self) -> None:
+        self._origin = time.monotonic_ns()
+
+    def now_ms(self) -> int:
+        return (time.monotonic_ns() - self._origin) // 1_000_000
+
+    def restart(self) -> None:
+        """Count from now: a live run restarts its clock once its servers are up."""
+        self._origin = time.monotonic_ns()
 
 
 class ManualClock:

@@ -98,13 +98,27 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
     if args.check:
         policies += [e.policy for e in scenario.expect if e.policy not in policies]
+    if scenario.live:
+        from .live import LIVE_POLICIES
+
+        policies = [p for p in policies if p in LIVE_POLICIES]
+        if not policies:
+            raise ValueError(f"{scenario.name} runs live; live mode runs only "
+                             f"{' and '.join(LIVE_POLICIES)}")
     traced = "resilient" if "resilient" in policies else policies[0]
     results = {}
     for policy in policies:
         update, done = _progress(console, scenario, f"{scenario.name} [{policy}]")
         trace = args.trace.open("w") if args.trace and policy == traced else None
         try:
-            results[policy] = run_virtual(scenario, policy, trace=trace, progress=update)
+            if scenario.live:
+                import asyncio
+
+                from .live import run_live
+
+                results[policy] = asyncio.run(run_live(scenario, policy, trace=trace))
+            else:
+                results[policy] = run_virtual(scenario, policy, trace=trace, progress=update)
         finally:
             done()
             if trace is not None:

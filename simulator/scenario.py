@@ -137,6 +137,7 @@ class Traffic:
     rate_per_s: float | None = None
     every_ms: int | None = None
     at_ms: tuple[int, ...] | None = None
+    stream: bool = False  # live mode: ask for an SSE stream
 
     def arrivals(self, rng: random.Random) -> Iterator[int]:
         if self.at_ms is not None:
@@ -197,6 +198,7 @@ class Scenario:
     expect: tuple[Expect, ...]
     live: bool = False
     source: str = "<memory>"
+    raw: Mapping[str, Any] | None = None  # the file's own mapping, to write router configs
 
     @property
     def providers(self) -> Mapping[str, ProviderConfig]:
@@ -320,7 +322,8 @@ def _read_traffic(
     body = read_mapping(src, value, path)
     if body is None:
         return None
-    reject_unknown(src, body, path, ("route", "rate", "every", "at", "from", "to"))
+    reject_unknown(src, body, path, ("route", "rate", "every", "at", "from", "to", "stream"))
+    stream = bool(body.get("stream", False))
     route = read_str(src, body.get("route"), path + ("route",))
     if route is not None and route not in routes:
         provider, _, model = route.partition("/")
@@ -346,10 +349,11 @@ def _read_traffic(
         except ValueError as exc:
             src.problem(path + ("rate",), str(exc))
             return None
-        return Traffic(route, start, end, rate_per_s=rate)
+        return Traffic(route, start, end, rate_per_s=rate, stream=stream)
     if form == "every":
         every = read_duration(src, body["every"], path + ("every",), positive=True)
-        return None if every is None else Traffic(route, start, end, every_ms=every)
+        return None if every is None else Traffic(route, start, end, every_ms=every,
+                                                  stream=stream)
     times = body["at"]
     if not isinstance(times, list) or not times:
         src.problem(path + ("at",), "expected a non-empty list of times like [0s, 1.5s]")
@@ -357,7 +361,8 @@ def _read_traffic(
     parsed = [read_duration(src, t, path + ("at", i)) for i, t in enumerate(times)]
     if any(t is None for t in parsed):
         return None
-    return Traffic(route, start, end, at_ms=tuple(t for t in parsed if t is not None))
+    return Traffic(route, start, end, at_ms=tuple(t for t in parsed if t is not None),
+                   stream=stream)
 
 
 def _read_expect(
@@ -451,7 +456,7 @@ def load_scenario(path: str | FsPath, *, text: str | None = None) -> Scenario:
     return Scenario(
         name=name, description=description.strip(), seed=seed, duration_ms=duration,
         config=config, latencies=latencies, traffic=tuple(traffic), faults=tuple(faults),
-        expect=tuple(expect), live=clock == "live", source=src.name,
+        expect=tuple(expect), live=clock == "live", source=src.name, raw=data,
     )
 
 

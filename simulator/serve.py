@@ -1,0 +1,98 @@
+"""`omniroute-sim serve`: the scenario's fakes over HTTP, plus a router config for them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from omniroute_tui.clock import ElapsedClock
+from omniroute_tui.engine.events import FaultEvent
+
+from .http_fakes import FakeServer, fake_api_keys, start_fakes, stop_fakes
+from .scenario import Scenario
+
+__all__ = ["router_config_for", "serve_command"]
+
+
+def router_config_for(scenario: Scenario, servers: list[FakeServer]) -> dict[str, Any]:
+    """The scenario's providers and routes as a router config aimed at the fakes."""
+    raw = scenario.raw or {}
+    keys = fake_api_keys(scenario)
+    urls = {s.provider: s.base_url for s in servers}
+    providers: dict[str, Any] = {}
+    for name, provider in scenario.providers.items():
+        raw_provider = (raw.get("providers") or {}).get(name) or {}
+        by_conn = {conn: key for key, conn in keys[name].items()}
+        entry: dict[str, Any] = {
+            "auth": provider.auth.value,
+            "per_model_quota": provider.per_model_quota,
+            "base_url": urls[name],
+            "models": list(provider.models),
+            "connections": [
+                {"id": c.id, "api_key": by_conn[c.id], **({"weight": c.weight}
+                                                          if c.weight != 1 else {})}
+                for c in provider.connections
+            ],
+        }
+        if isinstance(raw_provider, dict) and "resilience" in raw_provider:
+            entry["resilience"] = raw_provider["resilience"]
+        providers[name] = entry
+    config: dict[str, Any] = {"providers": providers, "routes": raw.get("routes", {})}
+    if "resilience" in raw:
+        config["resilience"] = raw["resilience"]
+    return config
+
+
+async def _serve(scenario: Scenario, length_ms: int, config_out: Path,
+                 console: Console) -> None:
+    clock = ElapsedClock()
+    servers = await start_fakes(scenario, clock)
+    clock.restart()  # the faults' timeline starts once every fake is listening
+    try:
+        config_out.write_text(
+            "# written by omniroute-sim serve: the fakes of "
+            f"{scenario.name}; it holds fake keys only\n"
+            + yaml.safe_dump(router_config_for(scenario, servers), sort_keys=False)
+        )
+        for server in servers:
+            console.print(f"[bold]{server.provider:12}[/] {server.base_url}")
+        console.print(f"router config: {config_out}   (Ctrl-C to stop; stops by itself "
+                      f"after {length_ms / 1000:g} s)")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        boundaries = sorted(
+            [(f.at_ms, f, "start") for f in scenario.faults]
+            + [(f.until_ms, f, "end") for f in scenario.faults if f.until_ms <= length_ms],
+            key=lambda item: item[0],
+        )
+        for at, fault, phase in boundaries:
+            if at > length_ms:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0, at - clock.now_ms()) / 1000)
+            if stop.is_set():
+                break
+            event = FaultEvent(clock.now_ms(), fault.name, phase, str(fault.target))
+            console.print(f"{event.t / 1000:8.1f}s  fault {fault.name} {phase} "
+                          f"({fault.target})")
+        if not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0, length_ms - clock.now_ms()) / 1000)
+    finally:
+        await stop_fakes(servers)
+
+
+def serve_command(scenario: Scenario, length_ms: int, config_out: Path,
+                  console: Console) -> int:
+    asyncio.run(_serve(scenario, length_ms, config_out, console))
+    console.print("fakes stopped")
+    return 0
