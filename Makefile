@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python bench/route_decision.py
+	$(BIN)/omniroute-sim run demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -24,6 +24,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/route_decision.py
+	$(BIN)/python bench/sim_throughput.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from omniroute_tui.engine.classify import (
     Classification,
@@ -18,6 +18,7 @@ from omniroute_tui.engine.classify import (
     classify,
     classify_transport,
 )
+from omniroute_tui.engine.values import value
 
 from .scenario import Fault, FaultAction, Scenario
 
@@ -52,7 +53,7 @@ def error_body(status: int, *, quota: bool = False) -> str:
     return json.dumps({"error": error})
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class FakeAnswer:
     """An attempt's fate: after `delay_ms`, this status (0: transport failure) or error."""
 
@@ -73,6 +74,8 @@ class FakeProviders:
         self.scenario = scenario
         self.latencies = dict(scenario.latencies)
         self.faults = scenario.faults
+        self._served = {(name, model) for name, p in scenario.providers.items()
+                        for model in p.models}
         self._rendered: dict[tuple[str | None, int, bool],
                              tuple[dict[str, str], str, Classification]] = {}
         self._by_provider: dict[str, tuple[Fault, ...]] = {
@@ -101,7 +104,7 @@ class FakeProviders:
     ) -> FakeAnswer:
         latency = self.latencies[provider].sample(rng)
         fault = self.fault_for(t, provider, connection, model, rng)
-        if model not in self.scenario.providers[provider].models:
+        if (provider, model) not in self._served:
             return self._status(404, latency, None, timeout_ms)
         if fault is None:
             if latency >= timeout_ms:

@@ -55,8 +55,9 @@ async def run_live(
         bus = EventBus()
         metrics = MetricsCollector(live)
         bus.subscribe(metrics.on_event)
-        if trace is not None:
-            bus.subscribe(TraceWriter(trace))
+        writer = TraceWriter(trace, batch=1) if trace is not None else None
+        if writer is not None:
+            bus.subscribe(writer)
         for subscriber in subscribers:
             bus.subscribe(subscriber)
         router = build_policy(live, policy, clock, bus)

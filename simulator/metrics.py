@@ -31,14 +31,15 @@ class LatencyHistogram:
     """Exact below 1,024 ms, then 1/64-octave buckets (under 1.6% error)."""
 
     def __init__(self) -> None:
-        self._counts: Counter[int] = Counter()
+        self._counts: dict[int, int] = {}
         self.total = 0
 
     def add(self, ms: int) -> None:
         if ms >= 1024:
             shift = ms.bit_length() - 7
             ms = (ms >> shift) << shift
-        self._counts[ms] += 1
+        counts = self._counts
+        counts[ms] = counts.get(ms, 0) + 1
         self.total += 1
 
     def percentile(self, q: float) -> int | None:
@@ -90,6 +91,11 @@ class MetricsCollector:
         self.latency = LatencyHistogram()
         self.providers = {name: _ProviderStats() for name in scenario.providers}
         self.faults = [_FaultStats(f) for f in scenario.faults]
+        self._faults_on = {  # the faults that can touch each provider
+            name: [fs for fs in self.faults
+                   if fs.fault.target.provider in (None, name)]
+            for name in scenario.providers
+        }
         self._handlers = {
             RequestEvent: self._request, AttemptEvent: self._attempt,
             ResultEvent: self._result, ResponseEvent: self._response,
@@ -113,7 +119,7 @@ class MetricsCollector:
             stats.max_attempts_per_open = max(stats.max_attempts_per_open,
                                               stats.episode_attempts)
         t = event.t
-        for fs in self.faults:
+        for fs in self._faults_on[event.provider]:
             fault = fs.fault
             if t < fault.at_ms or t >= fault.until_ms + BURST_WINDOW_MS:
                 continue
@@ -128,7 +134,7 @@ class MetricsCollector:
         stats = self.providers[event.provider]
         if event.kind is None:
             stats.successes += 1
-            for fs in self.faults:
+            for fs in self._faults_on[event.provider]:
                 if (fs.ttr_ms is None and event.t >= fs.fault.until_ms
                         and fs.fault.target.matches(event.provider, event.connection,
                                                     event.model)):

@@ -13,7 +13,9 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path as FsPath
+from statistics import NormalDist
 from typing import Any
 
 from omniroute_tui.config.durations import parse_rate_per_s
@@ -63,9 +65,16 @@ _CHECK = re.compile(r"^\s*(<=|>=|==|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
 _Z99 = 2.3263478740408408  # the 99th percentile of the standard normal
 
 
+_QUANTILES = 4096
+
+
 @dataclass(frozen=True)
 class Latency:
-    """A provider's response time: fixed, or log-normal through its p50 and p99."""
+    """A provider's response time: fixed, or log-normal through its p50 and p99.
+
+    Sampling picks one of 4,096 precomputed quantiles with one uniform draw: the same
+    distribution to within a quantile step, at a fraction of the cost of a normal draw.
+    """
 
     p50_ms: int
     p99_ms: int
@@ -73,8 +82,16 @@ class Latency:
     def sample(self, rng: random.Random) -> int:
         if self.p99_ms <= self.p50_ms:
             return self.p50_ms
+        return self._table[int(rng.random() * _QUANTILES)]
+
+    @cached_property
+    def _table(self) -> tuple[int, ...]:
         sigma = math.log(self.p99_ms / self.p50_ms) / _Z99
-        return max(1, round(self.p50_ms * math.exp(sigma * rng.gauss(0.0, 1.0))))
+        normal = NormalDist()
+        return tuple(
+            max(1, round(self.p50_ms * math.exp(sigma * normal.inv_cdf((i + 0.5) / _QUANTILES))))
+            for i in range(_QUANTILES)
+        )
 
 
 class FaultAction(StrEnum):

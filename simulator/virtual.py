@@ -8,7 +8,6 @@ The same scenario and seed give the same trace, byte for byte.
 from __future__ import annotations
 
 import heapq
-import json
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -30,14 +29,23 @@ _FAULT, _STEP, _ARRIVAL = 0, 1, 2
 
 
 class TraceWriter:
-    """Writes each event as one JSON line."""
+    """Writes each event as one JSON line, in batches; `flush()` writes what is left."""
 
-    def __init__(self, out: IO[str]) -> None:
-        self._write = out.write
-        self._dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    def __init__(self, out: IO[str], batch: int = 2048) -> None:
+        self._out = out
+        self._lines: list[str] = []
+        self._batch = batch
 
     def __call__(self, event: Event) -> None:
-        self._write(self._dumps(event.to_dict()) + "\n")
+        lines = self._lines
+        lines.append(event.to_json())
+        if len(lines) >= self._batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._lines:
+            self._out.write("\n".join(self._lines) + "\n")
+            self._lines.clear()
 
 
 def _arrival_seed(seed: int, index: int) -> int:
@@ -60,8 +68,9 @@ def run_virtual(
     bus = EventBus()
     metrics = MetricsCollector(scenario)
     bus.subscribe(metrics.on_event)
-    if trace is not None:
-        bus.subscribe(TraceWriter(trace))
+    writer = TraceWriter(trace) if trace is not None else None
+    if writer is not None:
+        bus.subscribe(writer)
     for subscriber in subscribers:
         bus.subscribe(subscriber)
     router = build_policy(scenario, policy, clock, bus)
@@ -124,6 +133,8 @@ def run_virtual(
         handled += 1
         if progress is not None and handled % 4096 == 0:
             progress(now)
+    if writer is not None:
+        writer.flush()
     wall = time.perf_counter() - started
     if progress is not None:
         progress(scenario.duration_ms)

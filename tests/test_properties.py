@@ -141,3 +141,34 @@ def test_cooldown_never_shortens(failures: list[tuple[int, int | None, FailureKi
         assert snap.cooling_until >= previous
         assert 0 <= snap.level <= 5
         previous = snap.cooling_until
+
+
+event_text = st.text(max_size=20)
+optional_int = st.one_of(st.none(), st.integers(min_value=-(2**40), max_value=2**40))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    t=st.integers(min_value=0, max_value=2**45), a=event_text, b=event_text, c=event_text,
+    n=st.integers(min_value=0, max_value=10**6), flag=st.booleans(), maybe=optional_int,
+    kind=st.one_of(st.none(), event_text),
+)
+def test_to_json_is_exactly_json_dumps_of_to_dict(
+    t: int, a: str, b: str, c: str, n: int, flag: bool, maybe: int | None, kind: str | None
+) -> None:
+    import json
+
+    from omniroute_tui.engine import events as ev
+
+    samples = [
+        ev.RequestEvent(t, a, b), ev.AttemptEvent(t, a, n, b, c, a, flag),
+        ev.ResultEvent(t, a, n, b, c, a, n, kind, n), ev.SkipEvent(t, a, b, c, a, maybe),
+        ev.ResponseEvent(t, a, n, n, n, n, kind), ev.BreakerEvent(t, a, b, c, a, n, maybe),
+        ev.CooldownEvent(t, a, b, kind, n, n, maybe), ev.DisabledEvent(t, a, b, c),
+        ev.EnabledEvent(t, a, b, c), ev.LockoutEvent(t, a, b, c, kind, n, n),
+        ev.DedupEvent(t, a, b, c, a), ev.OperatorEvent(t, a, b, c, a),
+        ev.FaultEvent(t, a, b, c),
+    ]
+    for event in samples:
+        expected = json.dumps(event.to_dict(), separators=(",", ":"), ensure_ascii=False)
+        assert event.to_json() == expected

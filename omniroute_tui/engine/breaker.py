@@ -158,6 +158,8 @@ class ProviderBreaker:
 
     def record_success(self, now: int, admission: BreakerAdmission) -> None:
         """Any answer that is not a breaker failure: the provider is serving."""
+        if self._state is _CLOSED and not self._failures:
+            return  # the common case: nothing to recover
         self._refresh(now)
         if self._is_stale(admission):
             self.release(admission)

@@ -15,7 +15,7 @@ from ..clock import Clock
 from .breaker import BreakerAdmission, BreakerSnapshot, ProviderBreaker
 from .classify import Classification
 from .cooldown import ConnectionSnapshot
-from .events import DedupEvent, Event, EventBus, OperatorEvent
+from .events import DedupEvent, EventBus, OperatorEvent
 from .herd import FailureDedup, RetryBudget
 from .jitter import Jitter
 from .kinds import FailureKind
@@ -117,9 +117,6 @@ class ResilienceEngine:
     def now(self) -> int:
         return self.clock.now_ms()
 
-    def emit(self, event: Event) -> None:
-        self.bus.emit(event)
-
     def providers(self) -> tuple[str, ...]:
         return tuple(self._providers)
 
@@ -165,11 +162,10 @@ class ResilienceEngine:
         kind = outcome.kind
         breaker = state.breaker
         cooldown = state.pool.cooldowns[pos]
-        if kind is None:
+        if kind is None:  # success never changes whether the connection is selectable
             breaker.record_success(now, admission)
             cooldown.record_success(now)
             state.lockouts.record_success(now, connection, model)
-            state.pool.reindex(connection, now)
             return
         if kind is FailureKind.CANCELLED:
             breaker.record_cancelled(admission)

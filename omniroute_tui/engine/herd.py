@@ -45,12 +45,17 @@ class RetryBudget:
     once the initial burst is spent.
     """
 
+    __slots__ = ("_burst", "_ratio", "settings", "tokens")
+
     def __init__(self, settings: RetryBudgetSettings) -> None:
         self.settings = settings
-        self.tokens = float(settings.burst)
+        self._burst = float(settings.burst)
+        self._ratio = settings.ratio
+        self.tokens = self._burst
 
     def deposit(self) -> None:
-        self.tokens = min(float(self.settings.burst), self.tokens + self.settings.ratio)
+        tokens = self.tokens + self._ratio
+        self.tokens = tokens if tokens < self._burst else self._burst
 
     def try_spend(self) -> bool:
         # a tiny epsilon absorbs float drift from repeated fractional deposits

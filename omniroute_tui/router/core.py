@@ -69,6 +69,7 @@ class Router:
         self._rr_counters: dict[str, int] = {}
         self._rotations: dict[str, tuple[int, ...]] = {}
         self._direct: dict[str, Route] = {}
+        self._plans: dict[str, tuple[tuple[Target, ProviderLayers], ...]] = {}
 
     def resolve(self, model: str) -> Route:
         """The route a client means by `model`: a route name or `provider/model`."""
@@ -85,6 +86,14 @@ class Router:
     def start(self, request_id: str, model: str) -> RequestRouting:
         """Begin routing one request; raises UnknownRoute for an unknown `model`."""
         return RequestRouting(self, request_id, self.resolve(model))
+
+    def plan(self, route: Route) -> tuple[tuple[Target, ProviderLayers], ...]:
+        """The route's targets with their providers' layers, looked up once per route."""
+        plan = self._plans.get(route.name)
+        if plan is None:
+            plan = tuple((t, self.engine.layers(t.provider)) for t in route.targets)
+            self._plans[route.name] = plan
+        return plan
 
     def rotation_start(self, layers: ProviderLayers) -> int:
         """The connection position a round-robin request starts at on a provider."""
@@ -179,10 +188,9 @@ class RequestRouting:
         records = self.records
         max_attempts = self.router.max_attempts
         round_robin = self.route.strategy is _ROUND_ROBIN
-        for target in self.route.targets:
+        for target, layers in self.router.plan(self.route):
             if len(records) >= max_attempts:
                 return None
-            layers = engine.layers(target.provider)
             model = target.model
             admission = layers.breaker.admit(clock.now_ms())
             if not admission.allowed:
@@ -234,7 +242,7 @@ class RequestRouting:
         engine = self.engine
         now = engine.now()
         kind = outcome.kind.value if outcome.kind is not None else None
-        engine.emit(ResultEvent(
+        engine.bus.emit(ResultEvent(
             t=now, request=self.request_id, n=attempt.n, provider=attempt.provider,
             connection=attempt.connection, model=attempt.model, status=status, kind=kind,
             latency_ms=now - attempt.started_at,
@@ -247,7 +255,7 @@ class RequestRouting:
 
     def _skip(self, target: Target, reason: SkipReason, retry_after_ms: int | None) -> None:
         self.skips.append(Skip(str(target), reason.value, retry_after_ms))
-        self.engine.emit(SkipEvent(
+        self.engine.bus.emit(SkipEvent(
             t=self.engine.now(), request=self.request_id, provider=target.provider,
             model=target.model, reason=reason.value, retry_after_ms=retry_after_ms,
         ))
@@ -312,7 +320,7 @@ class RequestRouting:
             latency_ms=now - self.started_at, waited_ms=self.waited_ms,
         )
         self.response = response
-        self.engine.emit(ResponseEvent(
+        self.engine.bus.emit(ResponseEvent(
             t=now, request=self.request_id, status=status, attempts=len(self.records),
             latency_ms=response.latency_ms, waited_ms=self.waited_ms,
             served_by=upstream.served_by if upstream is not None else None,
