@@ -22,7 +22,7 @@ from .metrics import MetricsCollector
 from .policies import Routing, build_policy
 from .scenario import Scenario
 
-__all__ = ["TraceWriter", "run_virtual"]
+__all__ = ["TraceWriter", "VirtualRun", "run_virtual"]
 
 # heap entry phases: at one instant, fault boundaries first, then outcomes, then arrivals
 _FAULT, _STEP, _ARRIVAL = 0, 1, 2
@@ -52,6 +52,122 @@ def _arrival_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index
 
 
+class VirtualRun:
+    """One policy's replay of a scenario, advanced in virtual time on demand.
+
+    `run_virtual()` plays it to the end at once; the console advances it a slice at a
+    time (`advance_to`) to show it unfold at a chosen speed.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: str = "resilient",
+        *,
+        trace: IO[str] | None = None,
+        subscribers: tuple[Callable[[Event], None], ...] = (),
+    ) -> None:
+        self.scenario = scenario
+        self.policy = policy
+        self.clock = ManualClock(0)
+        self.bus = EventBus()
+        self.metrics = MetricsCollector(scenario)
+        self.bus.subscribe(self.metrics.on_event)
+        self._writer = TraceWriter(trace) if trace is not None else None
+        if self._writer is not None:
+            self.bus.subscribe(self._writer)
+        for subscriber in subscribers:
+            self.bus.subscribe(subscriber)
+        self.router = build_policy(scenario, policy, self.clock, self.bus)
+        self._answer = FakeProviders(scenario).answer
+        self._rng = random.Random(scenario.seed)
+        self._heap: list[tuple[int, int, int, int, Any]] = []
+        self._seq = 0
+        self._requests = 0
+        self.wall_s = 0.0
+        heap = self._heap
+        for fault in scenario.faults:
+            for t, phase in ((fault.at_ms, "start"), (fault.until_ms, "end")):
+                if t <= scenario.duration_ms:
+                    heap.append((t, _FAULT, 0, self._next_seq(), (fault, phase)))
+        self._arrivals: list[Iterator[int]] = []
+        for index, item in enumerate(scenario.traffic):
+            stream = item.arrivals(random.Random(_arrival_seed(scenario.seed, index)))
+            self._arrivals.append(stream)
+            first = next(stream, None)
+            if first is not None:
+                heap.append((first, _ARRIVAL, index, self._next_seq(), None))
+        heapq.heapify(heap)
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    @property
+    def done(self) -> bool:
+        return not self._heap
+
+    @property
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    def advance_to(self, until_ms: int, progress: Callable[[int], None] | None = None) -> None:
+        """Handle every event due at or before `until_ms`, then move the clock there."""
+        started = time.perf_counter()
+        heap, clock, scenario = self._heap, self.clock, self.scenario
+        push, pop = heapq.heappush, heapq.heappop
+        answer, rng, router, traffic = self._answer, self._rng, self.router, scenario.traffic
+        arrivals, emit = self._arrivals, self.bus.emit
+        seq = self._seq
+        handled = 0
+
+        def advance(routing: Routing, now: int) -> None:
+            nonlocal seq
+            step = routing.next_step()
+            if isinstance(step, Attempt):
+                fate = answer(now, step.provider, step.connection, step.model, step.timeout_ms,
+                              rng)
+                seq += 1
+                push(heap, (now + fate.delay_ms, _STEP, 0, seq, (routing, fate)))
+            elif isinstance(step, Wait):
+                seq += 1
+                push(heap, (now + step.delay_ms, _STEP, 0, seq, (routing, None)))
+
+        while heap and heap[0][0] <= until_ms:
+            now, phase, index, _, payload = pop(heap)
+            clock.set(now)
+            if phase == _ARRIVAL:
+                self._requests += 1
+                routing = router.start(f"r{self._requests}", traffic[index].route)
+                advance(routing, now)
+                following = next(arrivals[index], None)
+                if following is not None:
+                    seq += 1
+                    push(heap, (following, _ARRIVAL, index, seq, None))
+            elif phase == _STEP:
+                routing, fate = payload
+                if fate is not None:
+                    routing.record(fate.status, fate.classification)
+                advance(routing, now)
+            else:
+                fault, edge = payload
+                emit(FaultEvent(now, fault.name, edge, str(fault.target)))
+            handled += 1
+            if progress is not None and handled % 4096 == 0:
+                progress(now)
+        self._seq = seq
+        if until_ms > clock.now_ms():
+            clock.set(until_ms)
+        self.wall_s += time.perf_counter() - started
+
+    def finish(self) -> dict[str, Any]:
+        """Flush the trace and return the policy's metrics."""
+        if self._writer is not None:
+            self._writer.flush()
+        end = max(self.clock.now_ms(), self.scenario.duration_ms)
+        return self.metrics.report(end, self.wall_s)
+
+
 def run_virtual(
     scenario: Scenario,
     policy: str = "resilient",
@@ -64,78 +180,9 @@ def run_virtual(
 
     `progress` is called with the virtual time (ms) every few thousand events.
     """
-    clock = ManualClock(0)
-    bus = EventBus()
-    metrics = MetricsCollector(scenario)
-    bus.subscribe(metrics.on_event)
-    writer = TraceWriter(trace) if trace is not None else None
-    if writer is not None:
-        bus.subscribe(writer)
-    for subscriber in subscribers:
-        bus.subscribe(subscriber)
-    router = build_policy(scenario, policy, clock, bus)
-    fakes = FakeProviders(scenario)
-    rng = random.Random(scenario.seed)
-    heap: list[tuple[int, int, int, int, Any]] = []
-    seq = 0
-
-    for fault in scenario.faults:
-        for t, phase in ((fault.at_ms, "start"), (fault.until_ms, "end")):
-            if t <= scenario.duration_ms:
-                heap.append((t, _FAULT, 0, seq, (fault, phase)))
-                seq += 1
-    arrivals: list[Iterator[int]] = []
-    for index, item in enumerate(scenario.traffic):
-        stream = item.arrivals(random.Random(_arrival_seed(scenario.seed, index)))
-        arrivals.append(stream)
-        first = next(stream, None)
-        if first is not None:
-            heap.append((first, _ARRIVAL, index, seq, None))
-            seq += 1
-    heapq.heapify(heap)
-
-    push, pop = heapq.heappush, heapq.heappop
-    answer = fakes.answer
-    request_number = 0
-    started = time.perf_counter()
-    handled = 0
-
-    def advance(routing: Routing, now: int) -> None:
-        nonlocal seq
-        step = routing.next_step()
-        if isinstance(step, Attempt):
-            fate = answer(now, step.provider, step.connection, step.model, step.timeout_ms, rng)
-            seq += 1
-            push(heap, (now + fate.delay_ms, _STEP, 0, seq, (routing, fate)))
-        elif isinstance(step, Wait):
-            seq += 1
-            push(heap, (now + step.delay_ms, _STEP, 0, seq, (routing, None)))
-
-    while heap:
-        now, phase, index, _, payload = pop(heap)
-        clock.set(now)
-        if phase == _ARRIVAL:
-            request_number += 1
-            routing = router.start(f"r{request_number}", scenario.traffic[index].route)
-            advance(routing, now)
-            following = next(arrivals[index], None)
-            if following is not None:
-                seq += 1
-                push(heap, (following, _ARRIVAL, index, seq, None))
-        elif phase == _STEP:
-            routing, fate = payload
-            if fate is not None:
-                routing.record(fate.status, fate.classification)
-            advance(routing, now)
-        else:
-            fault, edge = payload
-            bus.emit(FaultEvent(now, fault.name, edge, str(fault.target)))
-        handled += 1
-        if progress is not None and handled % 4096 == 0:
-            progress(now)
-    if writer is not None:
-        writer.flush()
-    wall = time.perf_counter() - started
+    run = VirtualRun(scenario, policy, trace=trace, subscribers=subscribers)
+    # everything left: the outcomes of the last requests may land after the duration
+    run.advance_to(2**62, progress)
     if progress is not None:
         progress(scenario.duration_ms)
-    return metrics.report(max(clock.now_ms(), scenario.duration_ms), wall)
+    return run.finish()

@@ -51,28 +51,29 @@ _json_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _compile_to_json(cls: type[Event]) -> Callable[[Event], str]:
-    """Build a `to_json` for one event class: a concatenation specialised by field type.
+    """Build a `to_json` for one event class: one f-string specialised by field type.
 
     It produces exactly what `json.dumps(to_dict(), separators=(",", ":"),
     ensure_ascii=False)` would, several times faster (the trace writes millions).
     """
     hints = {f.name: str(f.type) for f in fields(cls)}
-    parts = [repr('{"t":') + " + str(e.t)", repr(f',"type":"{cls.TYPE}"')]
+    pieces = ['{{"t":{e.t},"type":"' + cls.TYPE + '"']
     for name in cls._field_names():
         key = "from" if name == "from_" else name
         kind = hints[name]
         if kind == "int":
-            value = f"str(e.{name})"
+            value = f"{{e.{name}}}"
         elif kind == "str":
-            value = f"_s(e.{name})"
+            value = f"{{_s(e.{name})}}"
         elif kind == "bool":
-            value = f"('true' if e.{name} else 'false')"
+            value = f"{{_b[e.{name}]}}"
         else:
-            value = f"_v(e.{name})"
-        parts.append(repr(f',"{key}":') + f" + {value}")
-    parts.append("'}'")
-    source = "def to_json(e):\n    return " + " + ".join(parts) + "\n"
-    namespace: dict[str, Any] = {"_s": encode_basestring, "_v": _json_any}
+            value = f"{{_v(e.{name})}}"
+        pieces.append(f',"{key}":{value}')
+    pieces.append("}}")
+    source = "def to_json(e):\n    return f" + repr("".join(pieces)) + "\n"
+    namespace: dict[str, Any] = {"_s": encode_basestring, "_v": _json_any,
+                                 "_b": ("false", "true")}
     exec(source, namespace)
     function: Callable[[Event], str] = namespace["to_json"]
     return function
