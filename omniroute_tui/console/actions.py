@@ -1,0 +1,65 @@
+"""The console's one action table: key bindings, the footer, the help screen and the
+command palette are all generated from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+__all__ = ["ACTIONS", "ConsoleAction", "bindings"]
+
+
+@dataclass(frozen=True)
+class ConsoleAction:
+    name: str  # the app's action_<name>
+    key: str
+    description: str
+    help: str
+    show: bool = True  # in the footer
+    destructive: bool = False  # needs confirmation; refused in --read-only
+    key_display: str | None = None
+
+
+ACTIONS: tuple[ConsoleAction, ...] = (
+    ConsoleAction("pane('providers')", "1", "Providers", "show the providers pane"),
+    ConsoleAction("pane('connections')", "2", "Conns", "show the connections pane"),
+    ConsoleAction("pane('lockouts')", "3", "Lockouts", "show the model lockouts pane"),
+    ConsoleAction("pane('events')", "4", "Events", "show the events log"),
+    ConsoleAction("pane('scenario')", "5", "Scenario", "show the scenario timeline"),
+    ConsoleAction("filter", "slash", "Filter", "filter the rows of this pane by text",
+                  key_display="/"),
+    ConsoleAction("detail", "enter", "Detail", "transitions and errors of the selected row",
+                  show=False),
+    ConsoleAction("pause", "space", "Pause", "pause or resume the scenario",
+                  key_display="space"),
+    ConsoleAction("faster", "plus", "Faster", "speed the scenario up", show=False,
+                  key_display="+"),
+    ConsoleAction("slower", "minus", "Slower", "slow the scenario down", show=False,
+                  key_display="-"),
+    ConsoleAction("step", "n", "Step", "advance one virtual second while paused", show=False),
+    ConsoleAction("restart", "R", "Restart", "replay the scenario from the start",
+                  show=False, destructive=True),
+    ConsoleAction("reset_breaker", "r", "Reset", "reset the selected provider's breaker",
+                  destructive=True),
+    ConsoleAction("force_open", "o", "Force open", "isolate the selected provider for 5 min",
+                  show=False, destructive=True),
+    ConsoleAction("clear", "c", "Clear", "clear the selected cooldown or lockout",
+                  destructive=True),
+    ConsoleAction("clear_provider_lockouts", "C", "Clear all",
+                  "clear every lockout of the selected provider", show=False,
+                  destructive=True),
+    ConsoleAction("toggle_enabled", "e", "En/disable",
+                  "enable or disable the selected connection", show=False, destructive=True),
+    ConsoleAction("help", "question_mark", "Help", "show every key", key_display="?"),
+    ConsoleAction("quit", "q", "Quit", "leave the console"),
+)
+
+
+def bindings() -> list[Binding]:
+    return [
+        Binding(a.key, a.name, a.description, show=a.show, key_display=a.key_display,
+                tooltip=a.help, id=a.name.split("(")[0] + (
+                    "-" + a.name.split("'")[1] if "'" in a.name else ""))
+        for a in ACTIONS
+    ]

@@ -1,0 +1,398 @@
+"""The operations console: panes over the engine's state, operator actions, scenario
+controls. The engine never touches widgets: its events feed `ConsoleModel`, and a
+one-shot timer re-armed after each paint (at most 4 a second) applies keyed diffs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual.app import App, ComposeResult
+from textual.widgets import Footer, Input, TabbedContent, TabPane
+
+from ..config.durations import format_ms
+from ..engine.engine import UnknownTarget
+from .actions import ACTIONS, bindings
+from .commands import ConsoleCommands
+from .model.backends import Backend, SimulationBackend
+from .model.view_state import ConsoleModel, clock_text
+from .screens.modals import ConfirmScreen, DetailScreen, HelpScreen
+from .widgets.keyed_table import KeyedTable
+from .widgets.panels import EventLog, FaultBanner, ScenarioTimeline, StatusBar, timeline_lines
+
+__all__ = ["ConsoleApp"]
+
+FRAME_S = 0.25  # at most four paints a second
+FORCE_OPEN_MS = 5 * 60_000
+PANES = ("providers", "connections", "lockouts", "events", "scenario")
+_DESTRUCTIVE = {a.name for a in ACTIONS if a.destructive}
+
+
+class ConsoleApp(App[None]):
+    TITLE = "OmniRoute Console"
+    CSS_PATH = Path(__file__).parent / "styles" / "console.tcss"
+    BINDINGS: ClassVar = bindings()
+    COMMANDS = App.COMMANDS | {ConsoleCommands}
+
+    def __init__(
+        self,
+        backend: Backend,
+        model: ConsoleModel,
+        *,
+        operator: str,
+        read_only: bool = False,
+        autoplay: bool = True,
+    ) -> None:
+        super().__init__()
+        self.backend = backend
+        self.model = model
+        self.operator = operator
+        self.read_only = read_only
+        self.autoplay = autoplay
+        self._last_tick = time.monotonic()
+        self._events_shown = 0
+        self.frames = 0
+
+    # -- layout -------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        yield FaultBanner(id="banner")
+        with TabbedContent(initial="providers", id="panes"):
+            with TabPane("1 Providers", id="providers"):
+                yield KeyedTable(("provider", "breaker", "fail/thr", "retry in", "cycles",
+                                  "last error", "attempts", "failures"), id="providers-table")
+            with TabPane("2 Connections", id="connections"):
+                yield KeyedTable(("provider", "connection", "cooldown", "backoff",
+                                  "last error", "key"), id="connections-table")
+            with TabPane("3 Lockouts", id="lockouts"):
+                yield KeyedTable(("provider", "connection", "model", "kind", "failures",
+                                  "remaining"), id="lockouts-table")
+            with TabPane("4 Events", id="events"):
+                yield EventLog(id="events-log")
+            with TabPane("5 Scenario", id="scenario"):
+                yield ScenarioTimeline(id="timeline")
+        yield Input(placeholder="filter rows (enter to apply, escape to clear)", id="filter",
+                    disabled=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_view()
+        self._focus_pane()
+        if self.autoplay:
+            self._last_tick = time.monotonic()
+            self.set_timer(FRAME_S, self._tick)
+
+    # -- the refresh loop -----------------------------------------------------------------
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        elapsed, self._last_tick = now - self._last_tick, now
+        self.backend.tick(min(elapsed, 1.0))
+        if not isinstance(self.screen, ConfirmScreen | HelpScreen | DetailScreen):
+            self.refresh_view()
+        self.set_timer(FRAME_S, self._tick)  # re-armed: a slow paint stretches the interval
+
+    @property
+    def active_pane(self) -> str:
+        return self.query_one(TabbedContent).active or "providers"
+
+    def refresh_view(self) -> None:
+        """Paint the status bar and the visible pane from the model."""
+        model, now = self.model, self.backend.now_ms()
+        model.expire(now)
+        self.frames += 1
+        with self.batch_update():
+            self._paint_status(now)
+            pane = self.active_pane
+            if pane == "providers":
+                self.query_one("#providers-table", KeyedTable).sync(model.provider_rows(now))
+            elif pane == "connections":
+                self.query_one("#connections-table", KeyedTable).sync(
+                    model.connection_rows(now))
+            elif pane == "lockouts":
+                self.query_one("#lockouts-table", KeyedTable).sync(model.lockout_rows(now))
+            elif pane == "events":
+                self._paint_events()
+            else:
+                self._paint_timeline(now)
+
+    def _paint_status(self, now: int) -> None:
+        model, backend = self.model, self.backend
+        rate, ok = model.rates(now)
+        opened, cooling, locked = model.counts(now)
+        age = "–" if model.last_event_at is None else format_ms(max(0, now - model.last_event_at))
+        if backend.mode == "virtual":
+            state = "paused" if backend.paused else f"×{backend.speed:g}"
+            mode = f"virtual {clock_text(now)} {state}"
+        else:
+            mode = "live"
+        success = "–" if ok is None else f"{ok * 100:.1f}%"
+        flags = " read-only" if self.read_only else ""
+        status = self.query_one(StatusBar)
+        status.update(
+            f"{mode} │ {backend.title}{flags} │ {rate:.1f} req/s ok {success} │ "
+            f"open {opened} cooling {cooling} locked {locked} │ age {age}")
+        status.set_class(opened > 0, "-alert")
+        banner = self.query_one(FaultBanner)
+        faults = model.active_faults
+        banner.set_class(bool(faults), "-active")
+        if faults:
+            banner.update("⚠ FAULT ACTIVE: " + ", ".join(f"{n} on {t}" for n, t in faults.items()))
+
+    def _paint_events(self) -> None:
+        log = self.query_one(EventLog)
+        new = self.model.event_serial - self._events_shown
+        if new <= 0:
+            return
+        lines = list(self.model.events)
+        log.show(lines[-min(new, len(lines)):])
+        self._events_shown = self.model.event_serial
+
+    def _paint_timeline(self, now: int) -> None:
+        backend = self.backend
+        timeline = self.query_one(ScenarioTimeline)
+        if not isinstance(backend, SimulationBackend):
+            timeline.update("No scenario: this console shows a router on real time.")
+            return
+        scenario = backend.scenario
+        width = max(20, self.size.width - 40)
+        faults = [(f.name, f.at_ms, f.until_ms, str(f.target)) for f in scenario.faults]
+        share = min(1.0, now / max(1, scenario.duration_ms))
+        state = "paused" if backend.paused else f"playing ×{backend.speed:g}"
+        header = (f"{scenario.name}: {clock_text(now)} of {clock_text(scenario.duration_ms)} "
+                  f"({share:.0%}), {state}; {self.model.total_requests:,} requests")
+        body = "\n".join(timeline_lines(faults, scenario.duration_ms, now, width))
+        description = scenario.description.replace("\n", " ")
+        timeline.update(f"{header}\n\n{body}\n\n{description}")
+
+    # -- panes, filter, detail --------------------------------------------------------------
+
+    def action_pane(self, pane: str) -> None:
+        self.query_one(TabbedContent).active = pane
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if self.active_pane == "events":
+            self._events_shown = 0
+            self.query_one(EventLog).clear()
+        self.refresh_view()
+        self._focus_pane()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.disabled = False
+        box.add_class("-shown")
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._apply_filter(event.value)
+
+    def on_key(self, event: Any) -> None:
+        box = self.query_one("#filter", Input)
+        if event.key == "escape" and box.has_focus:
+            box.value = ""
+            self._apply_filter("")
+            event.stop()
+
+    def _apply_filter(self, text: str) -> None:
+        box = self.query_one("#filter", Input)
+        if not text:
+            box.remove_class("-shown")
+            box.disabled = True
+        for table in self.query(KeyedTable):
+            table.filter_text = text
+        log = self.query_one(EventLog)
+        log.filter_text = text
+        log.clear()
+        self._events_shown = 0
+        self._focus_pane()
+        self.refresh_view()
+
+    def _focus_pane(self) -> None:
+        pane = self.active_pane
+        if pane in ("providers", "connections", "lockouts"):
+            self.query_one(f"#{pane}-table", KeyedTable).focus()
+
+    def jump(self, pane: str, key: str) -> None:
+        self.action_pane(pane)
+        self.refresh_view()
+        table = self.query_one(f"#{pane}-table", KeyedTable)
+        if not table.select_key(key):
+            self.notify(f"{key} is not in the {pane} pane now", severity="warning")
+        table.focus()
+
+    def _selected(self) -> tuple[str, str | None]:
+        pane = self.active_pane
+        if pane not in ("providers", "connections", "lockouts"):
+            return pane, None
+        return pane, self.query_one(f"#{pane}-table", KeyedTable).selected_key
+
+    def on_data_table_row_selected(self, event: KeyedTable.RowSelected) -> None:
+        """Enter on a table row (the table consumes the key itself) opens its detail."""
+        self.action_detail()
+
+    def action_detail(self) -> None:
+        pane, key = self._selected()
+        if key is None:
+            return
+        model, now = self.model, self.backend.now_ms()
+        if pane == "providers":
+            provider = model.providers[key]
+            row = model.provider_rows(now)[key]
+            history = provider.history
+            columns = ("provider", "breaker", "fail/thr", "retry in", "cycles", "last error")
+        elif pane == "connections":
+            provider_name, conn = key.split("/", 1)
+            view = model.connections[(provider_name, conn)]
+            row = model.connection_rows(now)[key]
+            history = view.history
+            columns = ("provider", "connection", "cooldown", "backoff", "last error", "key")
+        else:
+            parts = key.split("/", 2)
+            lockout = model.lockouts.get((parts[0], parts[1], parts[2]))
+            if lockout is None:
+                return
+            row = model.lockout_rows(now).get(key, ())
+            history = lockout.history
+            columns = ("provider", "connection", "model", "kind", "failures", "remaining")
+        self.push_screen(DetailScreen(key, zip(columns, row, strict=False), history))
+
+    # -- scenario controls --------------------------------------------------------------
+
+    def action_pause(self) -> None:
+        self.backend.paused = not self.backend.paused
+        self.refresh_view()
+
+    def action_faster(self) -> None:
+        if isinstance(self.backend, SimulationBackend):
+            self.backend.faster()
+            self.refresh_view()
+
+    def action_slower(self) -> None:
+        if isinstance(self.backend, SimulationBackend):
+            self.backend.slower()
+            self.refresh_view()
+
+    def action_step(self) -> None:
+        self.backend.step(1000)
+        self.refresh_view()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    # -- operator actions ---------------------------------------------------------------
+
+    async def run_action(self, action: str, default_namespace: Any = None) -> bool:
+        """Destructive actions are refused in read-only mode and confirmed otherwise."""
+        if action in _DESTRUCTIVE:
+            if self.read_only:
+                self.notify("read-only console: operator actions are disabled",
+                            title="refused", severity="warning")
+                return True
+            question = self._question(action)
+            if question is None:
+                return True
+
+            def confirmed(answer: bool | None) -> None:
+                if answer:
+                    self.call_later(super(ConsoleApp, self).run_action, action)
+
+            self.push_screen(ConfirmScreen(question), confirmed)
+            return True
+        return await super().run_action(action, default_namespace)
+
+    def _question(self, action: str) -> str | None:
+        pane, key = self._selected()
+        provider = key.split("/", 1)[0] if key else None
+        if action == "restart":
+            return "Replay the scenario from the start?"
+        if provider is None:
+            self.notify("select a row first", severity="warning")
+            return None
+        if action == "reset_breaker":
+            return f"Reset the breaker of {provider} to CLOSED?"
+        if action == "force_open":
+            return f"Force the breaker of {provider} OPEN for {format_ms(FORCE_OPEN_MS)}?"
+        if action == "clear_provider_lockouts":
+            return f"Clear every model lockout of {provider}?"
+        if action == "clear":
+            if pane == "connections":
+                return f"Clear the cooldown of {key}?"
+            if pane == "lockouts":
+                return f"Clear the lockout of {key}?"
+            self.notify("select a connection or a lockout to clear", severity="warning")
+            return None
+        if action == "toggle_enabled":
+            if pane != "connections" or key is None:
+                self.notify("select a connection to enable or disable", severity="warning")
+                return None
+            conn = self.model.connections[tuple(key.split("/", 1))]  # type: ignore[index]
+            return f"{'Enable' if conn.disabled else 'Disable'} {key}?"
+        return None
+
+    def _operate(self, do: Any) -> None:
+        try:
+            do()
+        except (UnknownTarget, ValueError) as exc:
+            self.notify(str(exc), severity="error")
+        self.refresh_view()
+
+    def action_reset_breaker(self) -> None:
+        _, key = self._selected()
+        if key:
+            provider = key.split("/", 1)[0]
+            self._operate(lambda: self.backend.engine.reset_breaker(provider,
+                                                                    actor=self.operator))
+
+    def action_force_open(self) -> None:
+        _, key = self._selected()
+        if key:
+            provider = key.split("/", 1)[0]
+            self._operate(lambda: self.backend.engine.force_open(
+                provider, FORCE_OPEN_MS, actor=self.operator))
+
+    def action_clear(self) -> None:
+        pane, key = self._selected()
+        if key is None:
+            return
+        engine = self.backend.engine
+        if pane == "connections":
+            provider, conn = key.split("/", 1)
+            self._operate(lambda: engine.clear_cooldown(provider, conn, actor=self.operator))
+        elif pane == "lockouts":
+            provider, conn, model = key.split("/", 2)
+            self._operate(lambda: engine.clear_lockouts(provider, conn, model,
+                                                        actor=self.operator))
+
+    def action_clear_provider_lockouts(self) -> None:
+        _, key = self._selected()
+        if key:
+            provider = key.split("/", 1)[0]
+            self._operate(lambda: self.backend.engine.clear_lockouts(provider,
+                                                                     actor=self.operator))
+
+    def action_toggle_enabled(self) -> None:
+        pane, key = self._selected()
+        if pane != "connections" or key is None:
+            return
+        provider, conn = key.split("/", 1)
+        disabled = self.model.connections[(provider, conn)].disabled
+        self._operate(lambda: self.backend.engine.set_enabled(
+            provider, conn, disabled, actor=self.operator))
+
+    def action_restart(self) -> None:
+        backend = self.backend
+        if not isinstance(backend, SimulationBackend):
+            return
+        model = ConsoleModel(backend.providers, backend.now_ms)
+        restarted = SimulationBackend(backend.scenario, speed=backend.speed,
+                                      subscribers=(model.on_event,))
+        model.now = restarted.now_ms
+        self.backend, self.model = restarted, model
+        for table in self.query(KeyedTable):
+            table.clear()
+            table._shown.clear()
+        self.query_one(EventLog).clear()
+        self._events_shown = 0
+        self.refresh_view()

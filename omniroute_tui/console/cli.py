@@ -1,0 +1,124 @@
+"""`omniroute-tui`: the operations console."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..config import ConfigError, load_router_config
+
+__all__ = ["build_app", "main"]
+
+SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="omniroute-tui",
+        description="Watch and operate the resilience engine. With no arguments: the demo "
+                    "scenario in virtual time.",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--scenario", metavar="FILE",
+                        help="a scenario file or shipped scenario name (default: demo)")
+    source.add_argument("--config", metavar="FILE", type=Path,
+                        help="a router config: show and operate that router on real time")
+    parser.add_argument("--speed", type=float, default=2.0,
+                        help="virtual seconds per wall second (default: 2)")
+    parser.add_argument("--read-only", action="store_true",
+                        help="refuse every operator action")
+    parser.add_argument("--operator", default=None,
+                        help="the name written to the audit log (default: your login name)")
+    parser.add_argument("--web", action="store_true",
+                        help="serve the console to a browser (textual-serve), read-only "
+                             "unless --web-write")
+    parser.add_argument("--web-write", action="store_true",
+                        help="with --web: allow operator actions from the browser")
+    parser.add_argument("--port", type=int, default=8000, help="with --web (default 8000)")
+    parser.add_argument("--host", default="127.0.0.1", help="with --web (default 127.0.0.1)")
+    return parser
+
+
+def _operator(name: str | None) -> str:
+    if name:
+        return name
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return os.environ.get("USER", "operator")
+
+
+def build_app(args: argparse.Namespace) -> object:
+    """The console app for parsed arguments; raises ConfigError for bad files."""
+    from ..engine.events import EventBus
+    from .app import ConsoleApp
+    from .model.backends import RouterBackend, SimulationBackend
+    from .model.view_state import ConsoleModel
+
+    if args.speed <= 0:
+        raise ValueError("--speed must be above 0")
+    if args.config is not None:
+        config = load_router_config(args.config)
+        bus = EventBus()
+        backend = RouterBackend(config, bus)
+        model = ConsoleModel(config.providers, backend.now_ms)
+        bus.subscribe(model.on_event)
+        return ConsoleApp(backend, model, operator=_operator(args.operator),
+                          read_only=args.read_only)
+    from simulator.cli import resolve_scenario
+    from simulator.scenario import load_scenario
+
+    scenario = load_scenario(resolve_scenario(args.scenario or "demo"))
+    holder: list[ConsoleModel] = []
+    model = ConsoleModel(scenario.providers, lambda: 0)
+    holder.append(model)
+    sim = SimulationBackend(scenario, speed=args.speed, subscribers=(model.on_event,))
+    model.now = sim.now_ms
+    return ConsoleApp(sim, model, operator=_operator(args.operator), read_only=args.read_only)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.web:
+        return _serve_web(args, argv)
+    try:
+        app = build_app(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    app.run()  # type: ignore[attr-defined]
+    return 0
+
+
+def _serve_web(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    try:
+        from textual_serve.server import Server
+    except ImportError:
+        print("error: --web needs textual-serve (pip install textual-serve)", file=sys.stderr)
+        return 2
+    forwarded = [a for a in (argv if argv is not None else sys.argv[1:])
+                 if a not in ("--web", "--web-write")]
+    cleaned: list[str] = []
+    skip = False
+    for arg in forwarded:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--port", "--host"):
+            skip = True
+            continue
+        if arg.startswith(("--port=", "--host=")):
+            continue
+        cleaned.append(arg)
+    if not args.web_write and "--read-only" not in cleaned:
+        cleaned.append("--read-only")
+    command = " ".join([sys.executable, "-m", "omniroute_tui.console", *cleaned])
+    Server(command, host=args.host, port=args.port, title="OmniRoute Console").serve()
+    return 0

@@ -1,0 +1,377 @@
+"""The console's view state, built from engine events alone (no Textual here).
+
+`ConsoleModel` subscribes to an event bus and keeps, per entity, what the panes show.
+Rows are rendered to plain strings keyed by entity, so widgets can apply keyed diffs:
+only the cells whose text changed are touched.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ...config.durations import format_ms
+from ...config.router_config import ProviderConfig
+from ...engine.events import (
+    AttemptEvent,
+    BreakerEvent,
+    CooldownEvent,
+    DedupEvent,
+    DisabledEvent,
+    EnabledEvent,
+    Event,
+    FaultEvent,
+    LockoutEvent,
+    OperatorEvent,
+    RequestEvent,
+    ResponseEvent,
+    ResultEvent,
+    SkipEvent,
+)
+
+__all__ = [
+    "BREAKER_GLYPHS",
+    "ConnectionView",
+    "ConsoleModel",
+    "LockoutView",
+    "ProviderView",
+    "level_gauge",
+    "sparkline",
+]
+
+BREAKER_GLYPHS = {"CLOSED": "●", "DEGRADED": "◐", "OPEN": "○", "HALF_OPEN": "◌"}
+SPARK = " ▁▂▃▄▅▆▇█"
+HISTORY = 30  # seconds of sparkline
+EVENT_LOG_LINES = 500
+ENTITY_HISTORY = 40
+
+
+def sparkline(values: Iterable[int]) -> str:
+    data = list(values)
+    top = max(data, default=0)
+    if top <= 0:
+        return SPARK[0] * len(data)
+    return "".join(SPARK[min(8, -(-v * 8 // top))] for v in data)
+
+
+def level_gauge(level: int, max_level: int) -> str:
+    """`▰▰▱▱▱ 2/5`: the backoff level as a small gauge with its number."""
+    width = min(max_level, 8)
+    filled = round(level * width / max_level) if max_level else 0
+    return "▰" * filled + "▱" * (width - filled) + f" {level}/{max_level}"
+
+
+@dataclass
+class _Buckets:
+    """Per-second counts over the last HISTORY seconds."""
+
+    counts: deque[int] = field(default_factory=lambda: deque([0] * HISTORY, maxlen=HISTORY))
+    second: int = 0
+
+    def add(self, t_ms: int) -> None:
+        self.roll(t_ms)
+        self.counts[-1] += 1
+
+    def roll(self, t_ms: int) -> None:
+        second = t_ms // 1000
+        if second > self.second:
+            for _ in range(min(HISTORY, second - self.second)):
+                self.counts.append(0)
+            self.second = second
+
+
+@dataclass
+class ProviderView:
+    name: str
+    auth: str
+    threshold: int
+    state: str = "CLOSED"
+    failures: int = 0
+    open_until: int | None = None
+    cycles: int = 0
+    last_error: str = ""
+    attempts: _Buckets = field(default_factory=_Buckets)
+    errors: _Buckets = field(default_factory=_Buckets)
+    history: deque[str] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
+
+
+@dataclass
+class ConnectionView:
+    provider: str
+    connection: str
+    masked_key: str
+    max_level: int
+    level: int = 0
+    cooling_until: int = 0
+    disabled: bool = False
+    last_error: str = ""
+    history: deque[str] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
+
+
+@dataclass
+class LockoutView:
+    provider: str
+    connection: str
+    model: str
+    kind: str
+    failures: int
+    until: int
+    history: deque[str] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
+
+
+class ConsoleModel:
+    """Everything the panes show, updated by `on_event`; `now()` gives the data's clock."""
+
+    def __init__(self, providers: Mapping[str, ProviderConfig], now: Callable[[], int]) -> None:
+        self.now = now
+        self.providers: dict[str, ProviderView] = {}
+        self.connections: dict[tuple[str, str], ConnectionView] = {}
+        self.lockouts: dict[tuple[str, str, str], LockoutView] = {}
+        for name, config in providers.items():
+            self.providers[name] = ProviderView(
+                name, config.auth.value, config.settings.breaker.failure_threshold)
+            for conn in config.connections:
+                masked = conn.api_key.masked if conn.api_key is not None else "(none)"
+                self.connections[(name, conn.id)] = ConnectionView(
+                    name, conn.id, masked, config.settings.cooldown.max_level)
+        self.events: deque[tuple[int, str, str]] = deque(maxlen=EVENT_LOG_LINES)
+        self.event_serial = 0  # grows with every logged event, for "what is new" checks
+        self.active_faults: dict[str, str] = {}
+        self.last_event_at: int | None = None
+        self._requests: deque[int] = deque()
+        self._responses: deque[tuple[int, bool]] = deque()
+        self.total_requests = 0
+        self._handlers: dict[type[Event], Callable[[object], None]] = {
+            RequestEvent: self._request, AttemptEvent: self._attempt,
+            ResultEvent: self._result, ResponseEvent: self._response,
+            BreakerEvent: self._breaker, CooldownEvent: self._cooldown,
+            DisabledEvent: self._disabled, EnabledEvent: self._enabled,
+            LockoutEvent: self._lockout, FaultEvent: self._fault,
+        }
+
+    # -- consuming events ---------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        self.last_event_at = event.t
+        handler = self._handlers.get(type(event))
+        if handler is not None:
+            handler(event)
+        line = describe(event)
+        if line is not None:
+            self.events.append((event.t, event.TYPE, line))
+            self.event_serial += 1
+
+    def _request(self, event: object) -> None:
+        assert isinstance(event, RequestEvent)
+        self.total_requests += 1
+        self._requests.append(event.t)
+
+    def _attempt(self, event: object) -> None:
+        assert isinstance(event, AttemptEvent)
+        view = self.providers.get(event.provider)
+        if view is not None:
+            view.attempts.add(event.t)
+
+    def _result(self, event: object) -> None:
+        assert isinstance(event, ResultEvent)
+        view = self.providers.get(event.provider)
+        conn = self.connections.get((event.provider, event.connection))
+        if event.kind is None:
+            if conn is not None:
+                conn.last_error = ""
+            return
+        text = f"{event.kind} ({event.status})" if event.status else event.kind
+        if view is not None:
+            view.errors.add(event.t)
+            view.last_error = text
+        if conn is not None:
+            conn.last_error = text
+            conn.history.append(f"{clock_text(event.t)} {text} on {event.model}")
+
+    def _response(self, event: object) -> None:
+        assert isinstance(event, ResponseEvent)
+        self._responses.append((event.t, 200 <= event.status < 300))
+
+    def _breaker(self, event: object) -> None:
+        assert isinstance(event, BreakerEvent)
+        view = self.providers.get(event.provider)
+        if view is None:
+            return
+        view.state = event.to
+        view.failures = event.failures
+        if event.to == "OPEN":
+            view.open_until = event.t + (event.retry_after_ms or 0)
+            if event.reason == "probe_failed":
+                view.cycles += 1
+        else:
+            view.open_until = None
+            if event.to == "CLOSED":
+                view.cycles = 0
+        view.history.append(f"{clock_text(event.t)} {event.from_} → {event.to} "
+                            f"({event.reason}, {event.failures} failures)")
+
+    def _cooldown(self, event: object) -> None:
+        assert isinstance(event, CooldownEvent)
+        conn = self.connections.get((event.provider, event.connection))
+        if conn is None:
+            return
+        conn.level = event.level
+        conn.cooling_until = event.until
+        if event.kind is None:
+            conn.history.append(f"{clock_text(event.t)} cooldown lifted, level {event.level}")
+        else:
+            hint = f", server said {format_ms(event.hint_ms)}" if event.hint_ms else ""
+            conn.history.append(
+                f"{clock_text(event.t)} cooling {format_ms(max(0, event.until - event.t))} "
+                f"at level {event.level} ({event.kind}{hint})")
+
+    def _disabled(self, event: object) -> None:
+        assert isinstance(event, DisabledEvent)
+        conn = self.connections.get((event.provider, event.connection))
+        if conn is not None:
+            conn.disabled = True
+            conn.history.append(f"{clock_text(event.t)} disabled: {event.reason}")
+
+    def _enabled(self, event: object) -> None:
+        assert isinstance(event, EnabledEvent)
+        conn = self.connections.get((event.provider, event.connection))
+        if conn is not None:
+            conn.disabled = False
+            conn.history.append(f"{clock_text(event.t)} enabled: {event.reason}")
+
+    def _lockout(self, event: object) -> None:
+        assert isinstance(event, LockoutEvent)
+        key = (event.provider, event.connection, event.model)
+        view = self.lockouts.get(key)
+        if event.kind is None and event.until <= event.t:
+            if view is not None:
+                del self.lockouts[key]
+            return
+        if view is None:
+            view = self.lockouts[key] = LockoutView(
+                event.provider, event.connection, event.model, event.kind or "", 0, 0)
+        view.failures = event.failures
+        view.until = event.until
+        if event.kind is not None:
+            view.kind = event.kind
+        view.history.append(f"{clock_text(event.t)} {event.kind or 'decay'}: "
+                            f"{event.failures} failures, until {clock_text(event.until)}")
+
+    def _fault(self, event: object) -> None:
+        assert isinstance(event, FaultEvent)
+        if event.phase == "start":
+            self.active_faults[event.name] = event.target
+        else:
+            self.active_faults.pop(event.name, None)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def expire(self, now: int) -> None:
+        """Forget lockouts that have run out (nothing announces an expiry: it is lazy)."""
+        for key in [k for k, v in self.lockouts.items() if v.until <= now]:
+            del self.lockouts[key]
+
+    def rates(self, now: int, window_ms: int = 10_000) -> tuple[float, float | None]:
+        """Requests per second and the success share over the last `window_ms`."""
+        while self._requests and self._requests[0] <= now - window_ms:
+            self._requests.popleft()
+        while self._responses and self._responses[0][0] <= now - window_ms:
+            self._responses.popleft()
+        rate = len(self._requests) * 1000 / window_ms
+        if not self._responses:
+            return rate, None
+        ok = sum(1 for _, good in self._responses if good)
+        return rate, ok / len(self._responses)
+
+    def counts(self, now: int) -> tuple[int, int, int]:
+        """Open breakers, cooling connections, locked models."""
+        open_breakers = sum(1 for v in self.providers.values() if v.state == "OPEN")
+        cooling = sum(1 for c in self.connections.values()
+                      if not c.disabled and c.cooling_until > now)
+        locked = sum(1 for v in self.lockouts.values() if v.until > now)
+        return open_breakers, cooling, locked
+
+    def provider_rows(self, now: int) -> dict[str, tuple[str, ...]]:
+        rows = {}
+        for name, v in self.providers.items():
+            v.attempts.roll(now)
+            v.errors.roll(now)
+            if v.open_until is not None:
+                left = v.open_until - now
+                retry = format_ms(left) if left > 0 else "probe due"
+            else:
+                retry = "–"
+            rows[name] = (
+                name, f"{BREAKER_GLYPHS.get(v.state, '?')} {v.state}",
+                f"{v.failures}/{v.threshold}", retry, str(v.cycles), v.last_error or "–",
+                sparkline(v.attempts.counts)[-12:], sparkline(v.errors.counts)[-12:],
+            )
+        return rows
+
+    def connection_rows(self, now: int) -> dict[str, tuple[str, ...]]:
+        rows = {}
+        for (provider, conn), v in self.connections.items():
+            if v.disabled:
+                state = "✗ disabled"
+            elif v.cooling_until > now:
+                state = f"◷ {format_ms(v.cooling_until - now)}"
+            else:
+                state = "✓ ready"
+            rows[f"{provider}/{conn}"] = (
+                provider, conn, state, level_gauge(v.level, v.max_level),
+                v.last_error or "–", v.masked_key,
+            )
+        return rows
+
+    def lockout_rows(self, now: int) -> dict[str, tuple[str, ...]]:
+        rows = {}
+        for (provider, conn, model), v in sorted(self.lockouts.items()):
+            if v.until <= now:
+                continue
+            rows[f"{provider}/{conn}/{model}"] = (
+                provider, conn, model, v.kind, str(v.failures), format_ms(v.until - now))
+        return rows
+
+
+def clock_text(t_ms: int) -> str:
+    """Scenario time as `mm:ss.s`, or epoch milliseconds as wall-clock `HH:MM:SS`."""
+    if t_ms >= 10**12:
+        import time
+
+        return time.strftime("%H:%M:%S", time.localtime(t_ms / 1000))
+    seconds, ms = divmod(t_ms, 1000)
+    minutes, seconds = divmod(seconds, 60)
+    return f"{minutes:02d}:{seconds:02d}.{ms // 100}"
+
+
+def describe(event: Event) -> str | None:
+    """One human line for the events pane; None for the per-request noise."""
+    if isinstance(event, BreakerEvent):
+        return (f"breaker {event.provider}: {event.from_} → {event.to} ({event.reason}, "
+                f"{event.failures} failures)")
+    if isinstance(event, CooldownEvent):
+        if event.kind is None:
+            return f"cooldown {event.provider}/{event.connection}: lifted, level {event.level}"
+        return (f"cooldown {event.provider}/{event.connection}: {event.kind}, level "
+                f"{event.level}, until {clock_text(event.until)}")
+    if isinstance(event, LockoutEvent):
+        target = f"{event.provider}/{event.connection}/{event.model}"
+        if event.kind is None:
+            return f"lockout {target}: {event.failures} failures left"
+        return f"lockout {target}: {event.kind}, until {clock_text(event.until)}"
+    if isinstance(event, DisabledEvent | EnabledEvent):
+        return f"{event.TYPE} {event.provider}/{event.connection}: {event.reason}"
+    if isinstance(event, DedupEvent):
+        return (f"dedup {event.provider}/{event.connection}: {event.kind} inside the "
+                f"{event.window} window")
+    if isinstance(event, OperatorEvent):
+        return f"operator {event.actor}: {event.action} {event.target} → {event.result}"
+    if isinstance(event, FaultEvent):
+        return f"fault {event.name} {event.phase} on {event.target}"
+    if isinstance(event, SkipEvent):
+        return None
+    if isinstance(event, ResultEvent) and event.kind is not None:
+        return (f"failure {event.provider}/{event.connection}/{event.model}: {event.kind} "
+                f"({event.status}) for {event.request}")
+    return None

@@ -1,0 +1,78 @@
+"""Modal screens: confirmation, help, and an entity's detail."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, Static
+
+from ..actions import ACTIONS
+
+__all__ = ["ConfirmScreen", "DetailScreen", "HelpScreen"]
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Asks before a destructive action; `y` confirms, `n` or escape cancels."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes", id="confirm-yes"),
+        Binding("n", "answer(False)", "No", id="confirm-no"),
+        Binding("escape", "answer(False)", "Cancel", id="confirm-cancel"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.question, id="question")
+            with Horizontal(id="buttons"):
+                yield Button("Yes (y)", variant="error", id="yes")
+                yield Button("No (n)", variant="primary", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key of the console, from the action table."""
+
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close", id="help-close")]
+
+    def compose(self) -> ComposeResult:
+        rows = [f"{(a.key_display or a.key):>7}  {a.help}"
+                + ("  (asks first)" if a.destructive else "") for a in ACTIONS]
+        rows.append(f"{'ctrl+p':>7}  command palette: every action, jump to any entity")
+        with Vertical(id="dialog"):
+            yield Label("Keys", id="title")
+            yield Static("\n".join(rows), id="keys")
+            yield Label("escape closes", id="hint")
+
+
+class DetailScreen(ModalScreen[None]):
+    """An entity's current row, transition history and recent errors."""
+
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "Close", id="detail-close")]
+
+    def __init__(self, title: str, current: Iterable[tuple[str, str]],
+                 history: Iterable[str]) -> None:
+        super().__init__()
+        self.heading = title
+        self.current = list(current)
+        self.history = list(history)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.heading, id="title")
+            yield Static("\n".join(f"{k:>12}  {v}" for k, v in self.current), id="current")
+            with VerticalScroll(id="history"):
+                yield Static("\n".join(self.history[-40:]) or "no transitions yet")
+            yield Label("escape closes", id="hint")

@@ -1,0 +1,64 @@
+"""A DataTable that applies keyed diffs: stale rows removed, changed cells updated, new
+rows added; nothing is cleared and refilled."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from textual.widgets import DataTable
+
+__all__ = ["KeyedTable"]
+
+
+class KeyedTable(DataTable[str]):
+    DEFAULT_CSS = """
+    KeyedTable { height: 1fr; }
+    """
+
+    def __init__(self, columns: tuple[str, ...], *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=False)
+        self._column_names = columns
+        self._shown: dict[str, tuple[str, ...]] = {}
+        self.filter_text = ""
+
+    def on_mount(self) -> None:
+        for name in self._column_names:
+            self.add_column(name, key=name)
+
+    @property
+    def selected_key(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:
+            return None
+        return key
+
+    def sync(self, rows: Mapping[str, tuple[str, ...]]) -> None:
+        """Make the table show `rows` (key -> cells), touching only what changed."""
+        needle = self.filter_text.lower()
+        if needle:
+            rows = {k: v for k, v in rows.items()
+                    if needle in k.lower() or any(needle in cell.lower() for cell in v)}
+        shown = self._shown
+        for key in [k for k in shown if k not in rows]:
+            self.remove_row(key)
+            del shown[key]
+        for key, cells in rows.items():
+            before = shown.get(key)
+            if before is None:
+                self.add_row(*cells, key=key)
+            elif before != cells:
+                for name, old, new in zip(self._column_names, before, cells, strict=True):
+                    if old != new:
+                        self.update_cell(key, name, new)
+            else:
+                continue
+            shown[key] = cells
+
+    def select_key(self, key: str) -> bool:
+        if key not in self._shown:
+            return False
+        self.move_cursor(row=self.get_row_index(key))
+        return True

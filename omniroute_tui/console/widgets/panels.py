@@ -1,0 +1,69 @@
+"""The status bar, the fault banner, the scenario timeline and the events log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual.widgets import RichLog, Static
+
+from ..model.view_state import clock_text
+
+__all__ = ["EventLog", "FaultBanner", "ScenarioTimeline", "StatusBar", "timeline_lines"]
+
+
+class StatusBar(Static):
+    DEFAULT_CSS = """
+    StatusBar { height: 1; background: $panel; color: $text; padding: 0 1; }
+    StatusBar.-alert { background: $error 40%; }
+    """
+
+
+class FaultBanner(Static):
+    DEFAULT_CSS = """
+    FaultBanner { height: 1; display: none; padding: 0 1; background: $warning 30%; }
+    FaultBanner.-active { display: block; }
+    """
+
+
+class ScenarioTimeline(Static):
+    DEFAULT_CSS = """
+    ScenarioTimeline { padding: 1 1; height: auto; }
+    """
+
+
+class EventLog(RichLog):
+    DEFAULT_CSS = """
+    EventLog { height: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, max_lines=500, wrap=False, markup=False, highlight=False)
+        self.filter_text = ""
+
+    def show(self, lines: Iterable[tuple[int, str, str]]) -> None:
+        needle = self.filter_text.lower()
+        for t, _, text in lines:
+            if not needle or needle in text.lower():
+                self.write(f"{clock_text(t)}  {text}", scroll_end=False)
+        self.scroll_end(animate=False)
+
+
+def timeline_lines(
+    faults: Iterable[tuple[str, int, int, str]], duration_ms: int, now_ms: int, width: int
+) -> list[str]:
+    """One line per fault: its span over the scenario as a bar, with `│` at now."""
+    width = max(10, width)
+    cursor = min(width - 1, now_ms * width // max(1, duration_ms))
+    lines = []
+    for name, start, end, target in faults:
+        a = start * width // max(1, duration_ms)
+        b = max(a + 1, min(width, -(-min(end, duration_ms) * width // max(1, duration_ms))))
+        bar = ["·"] * width
+        for i in range(a, b):
+            bar[i] = "█"
+        bar[cursor] = "│"
+        lines.append(f"{name[:18]:18} {''.join(bar)} {target}")
+    ruler = ["─"] * width
+    ruler[cursor] = "┼"
+    lines.append(f"{'now ' + clock_text(now_ms):18} {''.join(ruler)}")
+    return lines

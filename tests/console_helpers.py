@@ -1,0 +1,24 @@
+"""A console app on a seeded scenario at a fixed virtual time, for Pilot and snapshots."""
+
+from __future__ import annotations
+
+from omniroute_tui.console.app import ConsoleApp
+from omniroute_tui.console.model.backends import SimulationBackend
+from omniroute_tui.console.model.view_state import ConsoleModel
+from omniroute_tui.engine import Event
+from simulator.cli import SCENARIOS_DIR
+from simulator.scenario import load_scenario
+
+
+def console_app(scenario: str = "demo", at_ms: int = 40_000, *, read_only: bool = False
+                ) -> tuple[ConsoleApp, list[Event]]:
+    """The app paused at `at_ms` with no timers running; also every event it sees."""
+    loaded = load_scenario(SCENARIOS_DIR / f"{scenario}.yaml")
+    seen: list[Event] = []
+    model = ConsoleModel(loaded.providers, lambda: 0)
+    backend = SimulationBackend(loaded, speed=2.0, subscribers=(model.on_event, seen.append))
+    model.now = backend.now_ms
+    backend.step(at_ms)
+    backend.paused = True
+    app = ConsoleApp(backend, model, operator="tester", read_only=read_only, autoplay=False)
+    return app, seen
