@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/omniroute-sim run demo
+	$(BIN)/omniroute-tui
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -25,6 +25,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python bench/route_decision.py
 	$(BIN)/python bench/sim_throughput.py
+	$(BIN)/python bench/console_refresh.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
