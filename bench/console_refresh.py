@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from itertools import pairwise
 
 from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.model.backends import SimulationBackend
@@ -72,7 +73,7 @@ async def with_console(text: str, seconds: float) -> tuple[float, float, int, in
         await asyncio.sleep(seconds)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
     window = paints[paints_before:]
-    gaps = [b - a for a, b in zip(window, window[1:], strict=False)]
+    gaps = [b - a for a, b in pairwise(window)]
     return cpu / wall, max(gaps, default=0.0), counter.events, len(window)
 
 

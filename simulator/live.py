@@ -24,9 +24,77 @@ from .policies import build_policy
 from .scenario import Scenario
 from .virtual import TraceWriter, _arrival_seed
 
-__all__ = ["LIVE_POLICIES", "run_live"]
+__all__ = ["LIVE_POLICIES", "LiveRun", "run_live"]
 
 LIVE_POLICIES = ("resilient", "no-dedup")
+
+
+class LiveRun:
+    """A scenario run in real time: fakes over HTTP, the router calling them with httpx.
+
+    The engine exists from construction (the console shows it before the servers are
+    up); `start()` brings up the fakes and schedules the traffic and faults.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: str = "resilient",
+        *,
+        trace: IO[str] | None = None,
+        subscribers: tuple[Any, ...] = (),
+    ) -> None:
+        if policy not in LIVE_POLICIES:
+            raise ValueError(f"policy {policy!r} runs in virtual time only; live mode runs "
+                             f"{' and '.join(LIVE_POLICIES)}")
+        self.scenario = scenario
+        self.clock = ElapsedClock()
+        self.bus = EventBus()
+        self.metrics = MetricsCollector(scenario)
+        self.bus.subscribe(self.metrics.on_event)
+        if trace is not None:
+            self.bus.subscribe(TraceWriter(trace, batch=1))
+        for subscriber in subscribers:
+            self.bus.subscribe(subscriber)
+        self.router = build_policy(scenario, policy, self.clock, self.bus)
+        self._client = UpstreamClient()
+        self._servers: list[Any] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = 0.0
+
+    async def start(self) -> None:
+        scenario = self.scenario
+        self._servers = await start_fakes(scenario, self.clock)
+        keys = fake_api_keys(scenario)
+        urls = {s.provider: s.base_url for s in self._servers}
+        providers = {}
+        for name, provider in scenario.providers.items():
+            by_conn = {conn: key for key, conn in keys[name].items()}
+            providers[name] = replace(provider, base_url=urls[name], connections=tuple(
+                replace(c, api_key=Secret(by_conn[c.id])) for c in provider.connections))
+        driver = AsyncDriver(self.router, providers, self._client)  # type: ignore[arg-type]
+        self.clock.restart()  # scenario time starts once the fakes are listening
+        self._started = time.perf_counter()
+        self._tasks = [asyncio.create_task(_faults(scenario, self.clock, self.bus.emit))]
+        for index, item in enumerate(scenario.traffic):
+            rng = random.Random(_arrival_seed(scenario.seed, index))
+            for at in item.arrivals(rng):
+                self._tasks.append(asyncio.create_task(
+                    _request(driver, self.clock, at, item.route, item.stream)))
+
+    async def wait(self) -> None:
+        await asyncio.gather(*self._tasks)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._client.aclose()
+        await stop_fakes(self._servers)
+
+    def report(self) -> dict[str, Any]:
+        wall = time.perf_counter() - self._started
+        return self.metrics.report(max(self.clock.now_ms(), self.scenario.duration_ms), wall)
 
 
 async def run_live(
@@ -37,45 +105,13 @@ async def run_live(
     subscribers: tuple[Any, ...] = (),
 ) -> dict[str, Any]:
     """Run `scenario` in real time against HTTP fakes; returns the policy's metrics."""
-    if policy not in LIVE_POLICIES:
-        raise ValueError(f"policy {policy!r} runs in virtual time only; live mode runs "
-                         f"{' and '.join(LIVE_POLICIES)}")
-    clock = ElapsedClock()
-    servers = await start_fakes(scenario, clock)
-    client = UpstreamClient()
+    run = LiveRun(scenario, policy, trace=trace, subscribers=subscribers)
     try:
-        keys = fake_api_keys(scenario)
-        urls = {s.provider: s.base_url for s in servers}
-        providers = {}
-        for name, provider in scenario.providers.items():
-            by_conn = {conn: key for key, conn in keys[name].items()}
-            providers[name] = replace(provider, base_url=urls[name], connections=tuple(
-                replace(c, api_key=Secret(by_conn[c.id])) for c in provider.connections))
-        live = replace(scenario, config=replace(scenario.config, providers=providers))
-        bus = EventBus()
-        metrics = MetricsCollector(live)
-        bus.subscribe(metrics.on_event)
-        writer = TraceWriter(trace, batch=1) if trace is not None else None
-        if writer is not None:
-            bus.subscribe(writer)
-        for subscriber in subscribers:
-            bus.subscribe(subscriber)
-        router = build_policy(live, policy, clock, bus)
-        driver = AsyncDriver(router, providers, client)  # type: ignore[arg-type]
-        clock.restart()  # scenario time starts once the fakes are listening
-        started = time.perf_counter()
-        tasks = [asyncio.create_task(_faults(live, clock, bus.emit))]
-        for index, item in enumerate(live.traffic):
-            rng = random.Random(_arrival_seed(live.seed, index))
-            for at in item.arrivals(rng):
-                tasks.append(asyncio.create_task(_request(driver, clock, at, item.route,
-                                                          item.stream)))
-        await asyncio.gather(*tasks)
-        wall = time.perf_counter() - started
-        return metrics.report(max(clock.now_ms(), live.duration_ms), wall)
+        await run.start()
+        await run.wait()
+        return run.report()
     finally:
-        await client.aclose()
-        await stop_fakes(servers)
+        await run.stop()
 
 
 async def _request(driver: AsyncDriver, clock: ElapsedClock, at: int, route: str,

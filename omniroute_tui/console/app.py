@@ -13,9 +13,10 @@ from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from ..config.durations import format_ms
 from ..engine.engine import UnknownTarget
+from ..store import StoreError, StoreProblem
 from .actions import ACTIONS, bindings
 from .commands import ConsoleCommands
-from .model.backends import Backend, SimulationBackend
+from .model.backends import Backend, RouterBackend, SimulationBackend
 from .model.view_state import ConsoleModel, clock_text
 from .screens.modals import ConfirmScreen, DetailScreen, HelpScreen
 from .widgets.keyed_table import KeyedTable
@@ -62,7 +63,7 @@ class ConsoleApp(App[None]):
         with TabbedContent(initial="providers", id="panes"):
             with TabPane("1 Providers", id="providers"):
                 yield KeyedTable(("provider", "breaker", "fail/thr", "retry in", "cycles",
-                                  "last error", "attempts", "failures"), id="providers-table")
+                                  "last error", "attempts", "fails"), id="providers-table")
             with TabPane("2 Connections", id="connections"):
                 yield KeyedTable(("provider", "connection", "cooldown", "backoff",
                                   "last error", "key"), id="connections-table")
@@ -80,9 +81,47 @@ class ConsoleApp(App[None]):
     def on_mount(self) -> None:
         self.refresh_view()
         self._focus_pane()
+        self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
         if self.autoplay:
             self._last_tick = time.monotonic()
             self.set_timer(FRAME_S, self._tick)
+
+    async def _start_backend(self) -> None:
+        """Bring up what the backend needs (servers, the state database) off the UI path."""
+        try:
+            await self.backend.start()
+        except StoreError as exc:
+            self._store_problem(exc)
+            return
+        except OSError as exc:
+            self.notify(f"could not start: {exc}", severity="error", timeout=30)
+            return
+        if isinstance(self.backend, RouterBackend) and self.backend.store is not None:
+            self.model.load(self.backend.engine.snapshot())  # restored state, silently
+        self.refresh_view()
+
+    def _store_problem(self, exc: StoreError) -> None:
+        """A bad state database: say what is wrong and offer the way out, never a crash."""
+        if exc.problem is not StoreProblem.CORRUPT:
+            self.push_screen(ConfirmScreen(f"{exc}\n\nQuit now?"),
+                             lambda _: self.exit(message=str(exc)))
+            return
+
+        def answered(start_empty: bool | None) -> None:
+            if not start_empty:
+                self.exit(message=str(exc))
+                return
+            backend = self.backend
+            if isinstance(backend, RouterBackend):
+                backend.recover = True
+            self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
+
+        self.push_screen(ConfirmScreen(
+            f"{exc.path}: {exc.detail}.\n\nStart with an empty store and keep the bad file "
+            "beside it (yes), or quit (no)?"), answered)
+
+    async def on_unmount(self) -> None:
+        await self.backend.stop()  # flushes the state database
 
     # -- the refresh loop -----------------------------------------------------------------
 
@@ -125,15 +164,15 @@ class ConsoleApp(App[None]):
         age = "–" if model.last_event_at is None else format_ms(max(0, now - model.last_event_at))
         if backend.mode == "virtual":
             state = "paused" if backend.paused else f"×{backend.speed:g}"
-            mode = f"virtual {clock_text(now)} {state}"
+            mode = f"sim {clock_text(now)} {state}"
         else:
             mode = "live"
-        success = "–" if ok is None else f"{ok * 100:.1f}%"
-        flags = " read-only" if self.read_only else ""
+        success = "–" if ok is None else f"{ok * 100:.0f}%"
+        flags = " (read-only)" if self.read_only else ""
         status = self.query_one(StatusBar)
         status.update(
-            f"{mode} │ {backend.title}{flags} │ {rate:.1f} req/s ok {success} │ "
-            f"open {opened} cooling {cooling} locked {locked} │ age {age}")
+            f"{mode} │ {backend.title}{flags} │ {rate:.1f}/s ok {success} │ "
+            f"open {opened} cool {cooling} lock {locked} │ age {age}")
         status.set_class(opened > 0, "-alert")
         banner = self.query_one(FaultBanner)
         faults = model.active_faults
@@ -153,14 +192,17 @@ class ConsoleApp(App[None]):
     def _paint_timeline(self, now: int) -> None:
         backend = self.backend
         timeline = self.query_one(ScenarioTimeline)
-        if not isinstance(backend, SimulationBackend):
+        scenario = getattr(backend, "scenario", None)
+        if scenario is None:
             timeline.update("No scenario: this console shows a router on real time.")
             return
-        scenario = backend.scenario
         width = max(20, self.size.width - 40)
         faults = [(f.name, f.at_ms, f.until_ms, str(f.target)) for f in scenario.faults]
         share = min(1.0, now / max(1, scenario.duration_ms))
-        state = "paused" if backend.paused else f"playing ×{backend.speed:g}"
+        if backend.mode == "live":
+            state = "live, real time"
+        else:
+            state = "paused" if backend.paused else f"playing ×{backend.speed:g}"
         header = (f"{scenario.name}: {clock_text(now)} of {clock_text(scenario.duration_ms)} "
                   f"({share:.0%}), {state}; {self.model.total_requests:,} requests")
         body = "\n".join(timeline_lines(faults, scenario.duration_ms, now, width))
@@ -261,6 +303,9 @@ class ConsoleApp(App[None]):
     # -- scenario controls --------------------------------------------------------------
 
     def action_pause(self) -> None:
+        if not isinstance(self.backend, SimulationBackend):
+            self.notify("this console runs on real time: nothing to pause", severity="warning")
+            return
         self.backend.paused = not self.backend.paused
         self.refresh_view()
 

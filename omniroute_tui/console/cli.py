@@ -27,6 +27,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="a scenario file or shipped scenario name (default: demo)")
     source.add_argument("--config", metavar="FILE", type=Path,
                         help="a router config: show and operate that router on real time")
+    parser.add_argument("--live", action="store_true",
+                        help="run the scenario in real time against its fakes over HTTP "
+                             "(127.0.0.1), the router calling them with httpx")
+    parser.add_argument("--db", metavar="FILE",
+                        help="with --config: keep the router's state in this SQLite file")
+    parser.add_argument("--db-recover", choices=("ask", "set-aside"), default="ask",
+                        help="a corrupt --db: ask (default) or set it aside and start empty")
     parser.add_argument("--speed", type=float, default=2.0,
                         help="virtual seconds per wall second (default: 2)")
     parser.add_argument("--read-only", action="store_true",
@@ -56,15 +63,21 @@ def build_app(args: argparse.Namespace) -> object:
     """The console app for parsed arguments; raises ConfigError for bad files."""
     from ..engine.events import EventBus
     from .app import ConsoleApp
-    from .model.backends import RouterBackend, SimulationBackend
+    from .model.backends import LiveBackend, RouterBackend, SimulationBackend
     from .model.view_state import ConsoleModel
 
     if args.speed <= 0:
         raise ValueError("--speed must be above 0")
+    if args.db and args.config is None:
+        raise ValueError("--db keeps a router's state: it goes with --config (a scenario "
+                         "always starts fresh)")
     if args.config is not None:
+        if args.live:
+            raise ValueError("--live runs a scenario's fakes; --config runs your own router")
         config = load_router_config(args.config)
         bus = EventBus()
-        backend = RouterBackend(config, bus)
+        backend = RouterBackend(config, bus, db=args.db or config.store_path,
+                                recover=args.db_recover == "set-aside")
         model = ConsoleModel(config.providers, backend.now_ms)
         bus.subscribe(model.on_event)
         return ConsoleApp(backend, model, operator=_operator(args.operator),
@@ -73,12 +86,15 @@ def build_app(args: argparse.Namespace) -> object:
     from simulator.scenario import load_scenario
 
     scenario = load_scenario(resolve_scenario(args.scenario or "demo"))
-    holder: list[ConsoleModel] = []
     model = ConsoleModel(scenario.providers, lambda: 0)
-    holder.append(model)
-    sim = SimulationBackend(scenario, speed=args.speed, subscribers=(model.on_event,))
-    model.now = sim.now_ms
-    return ConsoleApp(sim, model, operator=_operator(args.operator), read_only=args.read_only)
+    backend: LiveBackend | SimulationBackend
+    if args.live or scenario.live:
+        backend = LiveBackend(scenario, subscribers=(model.on_event,))
+    else:
+        backend = SimulationBackend(scenario, speed=args.speed, subscribers=(model.on_event,))
+    model.now = backend.now_ms
+    return ConsoleApp(backend, model, operator=_operator(args.operator),
+                      read_only=args.read_only)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from ...config.router_config import ProviderConfig, RouterConfig
 from ...engine.engine import ResilienceEngine
 from ...engine.events import Event, EventBus
 
-__all__ = ["SPEEDS", "Backend", "RouterBackend", "SimulationBackend"]
+__all__ = ["SPEEDS", "Backend", "LiveBackend", "RouterBackend", "SimulationBackend"]
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 
@@ -28,6 +28,10 @@ class Backend(Protocol):
     def tick(self, wall_s: float) -> None: ...
 
     def step(self, virtual_ms: int = 1000) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class SimulationBackend:
@@ -77,6 +81,12 @@ class SimulationBackend:
     def step(self, virtual_ms: int = 1000) -> None:
         self.advance(virtual_ms)
 
+    async def start(self) -> None:
+        """A replay needs nothing started: it advances on the console's ticks."""
+
+    async def stop(self) -> None:
+        """Nothing to stop."""
+
     def faster(self) -> None:
         self.speed = next((s for s in SPEEDS if s > self.speed), self.speed)
 
@@ -84,18 +94,65 @@ class SimulationBackend:
         self.speed = next((s for s in reversed(SPEEDS) if s < self.speed), self.speed)
 
 
+class LiveBackend:
+    """A scenario in real time: its fakes over HTTP, the router calling them with httpx."""
+
+    mode = "live"
+    paused = False
+    speed = 1.0
+
+    def __init__(self, scenario: object, *,
+                 subscribers: tuple[Callable[[Event], None], ...] = ()) -> None:
+        from simulator.live import LiveRun
+        from simulator.scenario import Scenario
+
+        assert isinstance(scenario, Scenario)
+        self.scenario = scenario
+        self.title = f"{scenario.name} (live)"
+        self.providers = scenario.providers
+        self.run = LiveRun(scenario, subscribers=subscribers)
+        self.engine: ResilienceEngine = self.run.router.engine  # type: ignore[attr-defined]
+
+    @property
+    def duration_ms(self) -> int:
+        return self.scenario.duration_ms
+
+    def now_ms(self) -> int:
+        return self.run.clock.now_ms()
+
+    def tick(self, wall_s: float) -> None:
+        """Real time passes by itself."""
+
+    def step(self, virtual_ms: int = 1000) -> None:
+        """Nothing to step on real time."""
+
+    async def start(self) -> None:
+        await self.run.start()
+
+    async def stop(self) -> None:
+        await self.run.stop()
+
+
 class RouterBackend:
-    """A router from a config file on real time: state and operator actions, no replay."""
+    """A router from a config file on real time: state and operator actions, no replay.
+
+    With a state database, the engine is restored from it on start and every change is
+    written back; `stop()` flushes.
+    """
 
     mode = "router"
     paused = False
     speed = 1.0
 
-    def __init__(self, config: RouterConfig, bus: EventBus) -> None:
+    def __init__(self, config: RouterConfig, bus: EventBus, *, db: str | None = None,
+                 recover: bool = False) -> None:
         self.title = config.source
         self.providers = config.providers
         self.router = config.build(SystemClock(), bus=bus)
         self.engine = self.router.engine
+        self.db = db
+        self.recover = recover
+        self.store: object | None = None
 
     def now_ms(self) -> int:
         return self.engine.now()
@@ -105,3 +162,20 @@ class RouterBackend:
 
     def step(self, virtual_ms: int = 1000) -> None:
         """Nothing to step on real time."""
+
+    async def start(self) -> None:
+        """Open the state database (raises StoreError for a locked or corrupt file)."""
+        if self.db is None:
+            return
+        from ...store import Recovery, SqliteStore
+
+        store = await SqliteStore.open(
+            self.db, recover=Recovery.SET_ASIDE if self.recover else Recovery.FAIL)
+        await store.attach(self.engine)
+        self.store = store
+
+    async def stop(self) -> None:
+        from ...store import SqliteStore
+
+        if isinstance(self.store, SqliteStore):
+            await self.store.close()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ...config.durations import format_ms
 from ...config.router_config import ProviderConfig
+from ...engine.engine import EngineSnapshot
 from ...engine.events import (
     AttemptEvent,
     BreakerEvent,
@@ -265,6 +266,27 @@ class ConsoleModel:
         else:
             self.active_faults.pop(event.name, None)
 
+    def load(self, snapshot: EngineSnapshot) -> None:
+        """Take over restored state (a restore is silent: it emits no events)."""
+        for breaker in snapshot.breakers:
+            view = self.providers.get(breaker.provider)
+            if view is None:
+                continue
+            view.state, view.failures, view.cycles = (breaker.state.value, breaker.failures,
+                                                      breaker.cycles)
+            view.open_until = (breaker.opened_at + breaker.open_for_ms
+                               if breaker.opened_at is not None and breaker.state.value == "OPEN"
+                               else None)
+        for conn in snapshot.connections:
+            cview = self.connections.get((conn.provider, conn.connection))
+            if cview is not None:
+                cview.level, cview.cooling_until = conn.level, conn.cooling_until
+                cview.disabled, cview.last_error = conn.disabled, conn.last_error or ""
+        for lockout in snapshot.lockouts:
+            self.lockouts[lockout.key] = LockoutView(
+                lockout.provider, lockout.connection, lockout.model, lockout.kind or "",
+                lockout.failures, lockout.until)
+
     # -- reading ------------------------------------------------------------------------
 
     def expire(self, now: int) -> None:
@@ -305,7 +327,7 @@ class ConsoleModel:
             rows[name] = (
                 name, f"{BREAKER_GLYPHS.get(v.state, '?')} {v.state}",
                 f"{v.failures}/{v.threshold}", retry, str(v.cycles), v.last_error or "–",
-                sparkline(v.attempts.counts)[-12:], sparkline(v.errors.counts)[-12:],
+                sparkline(v.attempts.counts)[-10:], sparkline(v.errors.counts)[-10:],
             )
         return rows
 
