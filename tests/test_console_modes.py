@@ -139,3 +139,14 @@ def test_cli_errors_are_sentences(argv: list[str], message: str,
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_web_sessions_run_read_only_unless_asked() -> None:
+    import sys
+
+    from omniroute_tui.console.cli import web_command
+
+    assert web_command(["--web", "--port", "9000", "--scenario", "demo"], writable=False) == [
+        sys.executable, "-m", "omniroute_tui.console", "--scenario", "demo", "--read-only"]
+    assert web_command(["--web", "--web-write", "--host=0.0.0.0"], writable=True) == [
+        sys.executable, "-m", "omniroute_tui.console"]

@@ -113,28 +113,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def web_command(argv: Sequence[str], *, writable: bool) -> list[str]:
+    """The console command a browser session runs: the same options, minus the web ones,
+    read-only unless `writable`."""
+    cleaned: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--port", "--host"):
+            skip = True
+        elif arg not in ("--web", "--web-write") and not arg.startswith(("--port=", "--host=")):
+            cleaned.append(arg)
+    if not writable and "--read-only" not in cleaned:
+        cleaned.append("--read-only")
+    return [sys.executable, "-m", "omniroute_tui.console", *cleaned]
+
+
 def _serve_web(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     try:
         from textual_serve.server import Server
     except ImportError:
         print("error: --web needs textual-serve (pip install textual-serve)", file=sys.stderr)
         return 2
-    forwarded = [a for a in (argv if argv is not None else sys.argv[1:])
-                 if a not in ("--web", "--web-write")]
-    cleaned: list[str] = []
-    skip = False
-    for arg in forwarded:
-        if skip:
-            skip = False
-            continue
-        if arg in ("--port", "--host"):
-            skip = True
-            continue
-        if arg.startswith(("--port=", "--host=")):
-            continue
-        cleaned.append(arg)
-    if not args.web_write and "--read-only" not in cleaned:
-        cleaned.append("--read-only")
-    command = " ".join([sys.executable, "-m", "omniroute_tui.console", *cleaned])
-    Server(command, host=args.host, port=args.port, title="OmniRoute Console").serve()
+    import shlex
+
+    command = web_command(argv if argv is not None else sys.argv[1:],
+                          writable=args.web_write)
+    print(f"serving the console on http://{args.host}:{args.port} "
+          f"({'operator actions allowed' if args.web_write else 'read-only'})")
+    Server(shlex.join(command), host=args.host, port=args.port,
+           title="OmniRoute Console").serve()
     return 0
