@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,12 @@ class UpstreamReply:
     transport_failure: TransportFailure | None = None
     error: str | None = None
     stream: httpx.Response | None = None
+    first_chunk: bytes = b""  # a stream's first bytes, read before success is declared
+    chunks: AsyncIterator[bytes] | None = None  # the rest of the stream
+
+    async def aclose(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
 
     def json(self) -> Any:
         import json
@@ -92,8 +99,13 @@ class UpstreamClient:
                 reply_headers = dict(response.headers)
                 ok = 200 <= response.status_code < 300
                 if stream and ok:
+                    # the first bytes decide: a stream that breaks before them is a failed
+                    # attempt, and the router can still fall back
+                    chunks = response.aiter_raw()
+                    first = await anext(chunks, b"")
                     return UpstreamReply(response.status_code, Classification(None),
-                                         reply_headers, stream=response)
+                                         reply_headers, stream=response, first_chunk=first,
+                                         chunks=chunks)
                 content = await response.aread()
         except (httpx.HTTPError, OSError, TimeoutError) as exc:
             if response is not None:

@@ -76,6 +76,7 @@ class SqliteStore:
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
+        self._flush_lock = asyncio.Lock()
         self.flushes = 0
 
     # -- opening -----------------------------------------------------------------------
@@ -184,7 +185,14 @@ class SqliteStore:
             await self.flush()
 
     async def flush(self) -> None:
-        """Write everything dirty now, in one transaction."""
+        """Write everything dirty now, in one transaction.
+
+        Flushes run one at a time, so a read that flushes first sees every earlier write.
+        """
+        async with self._flush_lock:
+            await self._flush()
+
+    async def _flush(self) -> None:
         self._wake.clear()
         engine = self._engine
         breakers, connections, lockouts = [], [], []

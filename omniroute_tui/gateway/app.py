@@ -1,0 +1,309 @@
+"""The gateway: an OpenAI-compatible proxy over the router, plus the management API.
+
+`Gateway.asgi()` is a starlette app; `omniroute-gateway` serves it with uvicorn, and the
+console can serve it from its own in-process router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..config.durations import parse_duration_ms
+from ..config.router_config import ProviderConfig
+from ..drivers import AsyncDriver, UpstreamClient
+from ..drivers.async_driver import Completion
+from ..engine.engine import UnknownTarget
+from ..engine.events import Event, OperatorEvent
+from ..router.core import Router, UnknownRoute
+from ..store import SqliteStore
+from .auth import bearer_matches
+from .events_stream import EventBroadcaster
+from .views import state_view
+
+__all__ = ["Gateway", "error_response"]
+
+_FORWARDED_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
+OPERATOR_HEADER = "x-omniroute-operator"
+
+
+def error_response(status: int, message: str, *, type_: str = "invalid_request_error",
+                   code: str | None = None, headers: Mapping[str, str] | None = None
+                   ) -> JSONResponse:
+    """An OpenAI-style error body."""
+    return JSONResponse({"error": {"message": message, "type": type_, "param": None,
+                                   "code": code}}, status, headers=dict(headers or {}))
+
+
+class Gateway:
+    def __init__(
+        self,
+        router: Router,
+        providers: Mapping[str, ProviderConfig],
+        *,
+        token: str | None,
+        store: SqliteStore | None = None,
+        client: UpstreamClient | None = None,
+    ) -> None:
+        self.router = router
+        self.engine = router.engine
+        self.providers = providers
+        self.token = token
+        self.store = store
+        self.client = client or UpstreamClient()
+        self.driver = AsyncDriver(router, providers, self.client)
+        self.events = EventBroadcaster(router.engine.bus)
+        self._audit: deque[OperatorEvent] = deque(maxlen=1000)
+        router.engine.bus.subscribe(self._remember_operator)
+        self.requests_served = 0
+
+    def _remember_operator(self, event: Event) -> None:
+        if isinstance(event, OperatorEvent):
+            self._audit.append(event)
+
+    def asgi(self) -> Starlette:
+        routes = [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+        ]
+        if self.token is not None:  # no token, no management API
+            routes += [
+                Route("/api/resilience/state", self.state, methods=["GET"]),
+                Route("/api/resilience/events", self.event_stream, methods=["GET"]),
+                Route("/api/resilience/audit", self.audit, methods=["GET"]),
+                Route("/api/resilience/breakers/{provider}/reset", self.reset_breaker,
+                      methods=["POST"]),
+                Route("/api/resilience/breakers/{provider}/force-open", self.force_open,
+                      methods=["POST"]),
+                Route("/api/resilience/connections/{provider}/{connection}/{action}",
+                      self.connection_action, methods=["POST"]),
+                Route("/api/resilience/lockouts", self.clear_lockouts, methods=["DELETE"]),
+            ]
+        return Starlette(routes=routes)
+
+    async def aclose(self) -> None:
+        self.events.close()
+        await self.client.aclose()
+
+    # -- the proxy ------------------------------------------------------------------------
+
+    async def chat_completions(self, request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError):
+            return error_response(400, "the request body is not valid JSON")
+        if not isinstance(body, dict):
+            return error_response(400, "the request body must be a JSON object")
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return error_response(400, "missing `model`: a route or provider/model name")
+        if not isinstance(body.get("messages"), list):
+            return error_response(400, "missing `messages`: a list of chat messages")
+        stream = bool(body.get("stream"))
+        try:
+            completion = await self._complete_unless_disconnected(request, body, stream)
+        except UnknownRoute:
+            return error_response(404, f"the model {model!r} does not exist here: ask for a "
+                                       "route or provider/model (GET /v1/models lists them)",
+                                  code="model_not_found")
+        if completion is None:  # the client went away; the attempt was cancelled
+            return Response(status_code=499)
+        self.requests_served += 1
+        return self._respond(completion)
+
+    async def _complete_unless_disconnected(
+        self, request: Request, body: dict[str, Any], stream: bool
+    ) -> Completion | None:
+        work = asyncio.ensure_future(self.driver.complete(body, stream=stream))
+        watcher = asyncio.ensure_future(_disconnected(request))
+        try:
+            done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+        if work in done:
+            return work.result()
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        return None
+
+    def _respond(self, completion: Completion) -> Response:
+        response, reply = completion.response, completion.reply
+        if reply is None:
+            return JSONResponse(response.body, response.status, headers=response.headers)
+        headers = {k: v for k, v in reply.headers.items() if k.lower() in _FORWARDED_HEADERS}
+        headers["x-omniroute-served-by"] = (response.upstream.served_by
+                                            if response.upstream else "")
+        if reply.stream is not None:
+            return StreamingResponse(_passthrough(reply), reply.status, headers=headers)
+        return Response(reply.content, reply.status, headers=headers)
+
+    async def models(self, request: Request) -> Response:
+        names = list(self.router.routes)
+        names += [f"{p}/{m}" for p, config in self.providers.items() for m in config.models]
+        return JSONResponse({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "omniroute"}
+            for name in names]})
+
+    async def health(self, request: Request) -> Response:
+        states = {b.provider: b.state.value for b in self.engine.snapshot().breakers}
+        return JSONResponse({"status": "ok", "providers": states})
+
+    # -- the management API ----------------------------------------------------------------
+
+    def _authorized(self, request: Request) -> bool:
+        assert self.token is not None
+        return bearer_matches(request.headers.get("authorization"), self.token)
+
+    def _denied(self) -> Response:
+        return error_response(401, "the management API needs `Authorization: Bearer <token>`",
+                              type_="authentication_error",
+                              headers={"WWW-Authenticate": "Bearer"})
+
+    @staticmethod
+    def _actor(request: Request) -> str:
+        return (request.headers.get(OPERATOR_HEADER) or "api").strip()[:64] or "api"
+
+    async def state(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return self._denied()
+        return JSONResponse(state_view(self.engine, self.providers))
+
+    async def event_stream(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return self._denied()
+        return StreamingResponse(self.events.stream(), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache"})
+
+    async def audit(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return self._denied()
+        if self.store is not None:
+            entries = [{"t": a.t, "actor": a.actor, "action": a.action, "target": a.target,
+                        "result": a.result} for a in await self.store.audit_log(1000)]
+        else:
+            entries = [{"t": e.t, "actor": e.actor, "action": e.action, "target": e.target,
+                        "result": e.result} for e in self._audit]
+        return JSONResponse({"entries": entries})
+
+    async def _json_body(self, request: Request) -> dict[str, Any] | Response:
+        raw = await request.body()
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return error_response(400, "the request body is not valid JSON")
+        if not isinstance(body, dict):
+            return error_response(400, "the request body must be a JSON object")
+        return body
+
+    def _done(self, **extra: Any) -> Response:
+        return JSONResponse({"ok": True, **extra, **state_view(self.engine, self.providers)})
+
+    async def reset_breaker(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return self._denied()
+        try:
+            self.engine.reset_breaker(request.path_params["provider"],
+                                      actor=self._actor(request))
+        except UnknownTarget as exc:
+            return error_response(404, str(exc), code="not_found")
+        return self._done()
+
+    async def force_open(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return self._denied()
+        body = await self._json_body(request)
+        if isinstance(body, Response):
+            return body
+        unknown = set(body) - {"for"}
+        if unknown:
+            return error_response(400, f"unknown field(s): {', '.join(sorted(unknown))}; "
+                                       "expected {\"for\": \"5m\"}")
+        try:
+            duration = parse_duration_ms(body.get("for", "5m"))
+            if duration <= 0:
+                raise ValueError("`for` must be longer than 0")
+            self.engine.force_open(request.path_params["provider"], duration,
+                                   actor=self._actor(request))
+        except UnknownTarget as exc:
+            return error_response(404, str(exc), code="not_found")
+        except ValueError as exc:
+            return error_response(400, f"`for`: {exc}")
+        return self._done()
+
+    async def connection_action(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return self._denied()
+        provider = request.path_params["provider"]
+        connection = request.path_params["connection"]
+        action = request.path_params["action"]
+        actor = self._actor(request)
+        try:
+            if action == "clear":
+                self.engine.clear_cooldown(provider, connection, actor=actor)
+            elif action in ("enable", "disable"):
+                self.engine.set_enabled(provider, connection, action == "enable", actor=actor)
+            else:
+                return error_response(404, f"unknown action {action!r}: clear, enable or "
+                                           "disable", code="not_found")
+        except UnknownTarget as exc:
+            return error_response(404, str(exc), code="not_found")
+        return self._done()
+
+    async def clear_lockouts(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return self._denied()
+        body = await self._json_body(request)
+        if isinstance(body, Response):
+            return body
+        unknown = set(body) - {"provider", "connection", "model", "all"}
+        if unknown:
+            return error_response(400, f"unknown field(s): {', '.join(sorted(unknown))}")
+        if not body:
+            return error_response(400, "say what to clear: any of provider, connection, "
+                                       "model, or {\"all\": true}")
+        if "all" in body and (body["all"] is not True or len(body) > 1):
+            return error_response(400, "`all` must be true, and alone")
+        for key in ("provider", "connection", "model"):
+            if key in body and not isinstance(body[key], str):
+                return error_response(400, f"`{key}` must be a string")
+        try:
+            cleared = self.engine.clear_lockouts(
+                body.get("provider"), body.get("connection"), body.get("model"),
+                actor=self._actor(request))
+        except UnknownTarget as exc:
+            return error_response(404, str(exc), code="not_found")
+        except ValueError as exc:
+            return error_response(400, str(exc))
+        return self._done(cleared=cleared)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes the connection."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _passthrough(reply: Any) -> AsyncIterator[bytes]:
+    try:
+        if reply.first_chunk:
+            yield reply.first_chunk
+        if reply.chunks is not None:
+            async for chunk in reply.chunks:
+                yield chunk
+    finally:
+        await reply.aclose()

@@ -1,0 +1,88 @@
+"""`omniroute-gateway`: the router and its gateway, headless, for production and tests."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..clock import SystemClock
+from ..config import ConfigError, load_router_config
+from ..store import Recovery, SqliteStore, StoreError
+from .app import Gateway
+from .auth import TOKEN_ENV, TokenError, load_token
+from .server import GatewayServer, parse_listen
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="omniroute-gateway",
+        description="Serve the router as an OpenAI-compatible gateway with a management API.")
+    parser.add_argument("--config", type=Path, required=True, help="the router config file")
+    parser.add_argument("--listen", default=None,
+                        help="HOST:PORT (default: the config's gateway.listen, else "
+                             "127.0.0.1:4000)")
+    parser.add_argument("--db", default=None,
+                        help="the state database (default: the config's store.path; none: "
+                             "state lives in memory)")
+    parser.add_argument("--db-recover", choices=("fail", "set-aside"), default="fail",
+                        help="a corrupt database: refuse (default) or set it aside and "
+                             "start empty")
+    parser.add_argument("--token-file", default=None,
+                        help=f"the management API's bearer token (or ${TOKEN_ENV}); without "
+                             "one the management API is not served")
+    return parser
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    config = load_router_config(args.config)
+    host, port = parse_listen(args.listen or config.gateway_listen or "127.0.0.1:4000")
+    token = load_token(args.token_file or config.gateway_token_file)
+    router = config.build(SystemClock())
+    db = args.db or config.store_path
+    store = None
+    if db:
+        store = await SqliteStore.open(
+            db, recover=Recovery.SET_ASIDE if args.db_recover == "set-aside" else Recovery.FAIL)
+        if store.set_aside_from is not None:
+            print(f"the bad database was kept as {store.set_aside_from}", file=sys.stderr)
+        await store.attach(router.engine)
+    gateway = Gateway(router, config.providers, token=token, store=store)
+    server = GatewayServer(gateway, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+        management = "with the management API" if token else (
+            f"WITHOUT the management API (no token: give --token-file or ${TOKEN_ENV})")
+        print(f"omniroute-gateway on {server.url} {management}", flush=True)
+        await stop.wait()
+    finally:
+        await server.stop()
+        if store is not None:
+            await store.close()  # graceful: everything flushed
+    print("omniroute-gateway stopped", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return asyncio.run(_serve(args))
+    except (ConfigError, StoreError, TokenError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,59 @@
+"""Serving a Gateway with uvicorn inside a running event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import uvicorn
+
+from .app import Gateway
+
+__all__ = ["GatewayServer", "parse_listen"]
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`127.0.0.1:4000` → ("127.0.0.1", 4000); a clear ValueError otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--listen wants HOST:PORT like 127.0.0.1:4000, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+class GatewayServer:
+    """uvicorn serving a Gateway; `start()` returns once it listens (port 0 picks one)."""
+
+    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 4000) -> None:
+        self.gateway = gateway
+        config = uvicorn.Config(gateway.asgi(), host=host, port=port, log_level="warning",
+                                lifespan="off", access_log=False, timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        self._task: asyncio.Task[None] | None = None
+        self.host = host
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self, timeout_s: float = 10.0) -> None:
+        self._task = asyncio.create_task(self.server.serve(), name="omniroute-gateway")
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if self._task.done():
+                self._task.result()  # raises the reason (port in use, ...)
+                raise OSError(f"the gateway did not start on {self.host}:{self.port}")
+            if time.monotonic() > deadline:
+                raise OSError(f"the gateway did not start within {timeout_s:g} s")
+            await asyncio.sleep(0.01)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        self.gateway.events.close()  # end event streams so the shutdown is not held up
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, timeout=10)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+        await self.gateway.aclose()

@@ -1,0 +1,70 @@
+"""A gateway on 127.0.0.1 in front of scenario fakes, started and stopped by the tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from omniroute_tui.clock import SystemClock
+from omniroute_tui.config import load_router_config
+from omniroute_tui.gateway import Gateway, GatewayServer
+from omniroute_tui.store import SqliteStore
+from simulator.http_fakes import start_fakes, stop_fakes
+from simulator.scenario import load_scenario
+from simulator.serve import router_config_for
+
+TOKEN = "test-token-0123456789abcdef"
+
+SCENARIO = """\
+name: gateway
+duration: 30m
+resilience: {request: {timeout: 3s}}
+providers:
+  healthy: {models: [m], latency: 5ms, connections: [{id: h1, api_key: sk-healthy-key-0001}]}
+  broken: {models: [m], latency: 5ms, connections: [x1, x2]}
+  throttled: {models: [m], latency: 5ms, connections: [t1]}
+routes:
+  chat: {targets: [healthy/m]}
+  fallback: {targets: [broken/m, healthy/m]}
+  busy: {targets: [throttled/m]}
+faults:
+  - {name: broken, target: broken, error: 503, at: 0s, for: 30m}
+  - {name: throttled, target: throttled, error: 429, retry_after: 30s, at: 0s, for: 30m}
+"""
+
+
+@dataclass
+class Running:
+    url: str
+    gateway: Gateway
+    config_text: str
+
+
+@asynccontextmanager
+async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = SCENARIO
+                          ) -> AsyncIterator[Running]:
+    loaded = load_scenario("gateway.yaml", text=scenario)
+    fakes = await start_fakes(loaded)
+    store = None
+    server = None
+    try:
+        text = yaml.safe_dump(router_config_for(loaded, fakes))
+        config = load_router_config("router.yaml", text=text)
+        router = config.build(SystemClock())
+        if db:
+            store = await SqliteStore.open(tmp_path / "state.db")
+            await store.attach(router.engine)
+        gateway = Gateway(router, config.providers, token=TOKEN, store=store)
+        server = GatewayServer(gateway, "127.0.0.1", 0)
+        await server.start()
+        yield Running(server.url, gateway, text)
+    finally:
+        if server is not None:
+            await server.stop()
+        if store is not None:
+            await store.close()
+        await stop_fakes(fakes)

@@ -1,0 +1,81 @@
+"""End to end: the official openai client against the gateway, fakes behind it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from .gateway_helpers import running_gateway
+
+
+def client(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="any", max_retries=0, timeout=10)
+
+
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+async def test_plain_and_streaming_completions_and_models(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        api = client(gw.url)
+        reply = await api.chat.completions.create(model="chat", messages=MESSAGES)
+        assert reply.choices[0].message.content
+        direct = await api.chat.completions.create(model="healthy/m", messages=MESSAGES)
+        assert direct.choices[0].message.content
+        pieces = []
+        stream = await api.chat.completions.create(model="chat", messages=MESSAGES,
+                                                   stream=True)
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+        assert len(pieces) > 3
+        models = {m.id for m in (await api.models.list()).data}
+        assert {"chat", "fallback", "busy", "healthy/m", "broken/m"} <= models
+
+
+async def test_fallback_when_a_provider_fails(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        async with httpx.AsyncClient(timeout=10) as http:
+            reply = await http.post(f"{gw.url}/v1/chat/completions",
+                                    json={"model": "fallback", "messages": MESSAGES})
+        assert reply.status_code == 200
+        assert reply.headers["x-omniroute-served-by"] == "healthy/h1/m"
+        state = gw.gateway.engine.connection_snapshot("broken", "x1")
+        assert state.last_error == "server_error" and state.level == 1
+
+
+async def test_aggregated_error_when_everything_is_down(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        api = client(gw.url)
+        with pytest.raises(openai.RateLimitError):  # the upstream 429, passed on
+            await api.chat.completions.create(model="busy", messages=MESSAGES)
+        with pytest.raises(openai.RateLimitError) as info:  # now the key is cooling
+            await api.chat.completions.create(model="busy", messages=MESSAGES)
+        response = info.value.response
+        assert response.headers["retry-after"] in ("29", "30")
+        error = response.json()["error"]
+        assert error["code"] == "all_targets_unavailable"
+        assert error["skipped"][0]["target"] == "throttled/m"
+        assert error["skipped"][0]["reason"] == "all_cooling"
+        assert 29_000 <= error["skipped"][0]["retry_after_ms"] <= 30_000
+
+
+async def test_unknown_model_and_malformed_bodies(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw:
+        api = client(gw.url)
+        with pytest.raises(openai.NotFoundError) as info:
+            await api.chat.completions.create(model="no-such-model", messages=MESSAGES)
+        assert info.value.response.json()["error"]["code"] == "model_not_found"
+        async with httpx.AsyncClient(timeout=10) as http:
+            for body, reason in [(b"{not json", "not valid JSON"),
+                                 (b"[1, 2]", "JSON object"),
+                                 (b'{"messages": []}', "missing `model`"),
+                                 (b'{"model": "chat"}', "missing `messages`")]:
+                reply = await http.post(f"{gw.url}/v1/chat/completions", content=body)
+                assert reply.status_code == 400
+                assert reason in reply.json()["error"]["message"]
+            health = await http.get(f"{gw.url}/health")
+            assert health.json()["status"] == "ok"
