@@ -4,10 +4,12 @@ one-shot timer re-armed after each paint (at most 4 a second) applies keyed diff
 
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+import httpx
 from textual.app import App, ComposeResult
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
@@ -44,8 +46,13 @@ class ConsoleApp(App[None]):
         operator: str,
         read_only: bool = False,
         autoplay: bool = True,
+        listen: tuple[str, int] | None = None,
+        token: str | None = None,
     ) -> None:
         super().__init__()
+        self.listen = listen
+        self.token = token
+        self.gateway_server: Any = None
         self.backend = backend
         self.model = model
         self.operator = operator
@@ -98,7 +105,28 @@ class ConsoleApp(App[None]):
             return
         if isinstance(self.backend, RouterBackend) and self.backend.store is not None:
             self.model.load(self.backend.engine.snapshot())  # restored state, silently
+        if self.listen is not None:
+            await self._serve_gateway(*self.listen)
         self.refresh_view()
+
+    async def _serve_gateway(self, host: str, port: int) -> None:
+        """Serve the gateway from this console's own router (`--listen`)."""
+        from ..gateway import Gateway, GatewayServer
+
+        router = getattr(self.backend, "router", None) or getattr(
+            getattr(self.backend, "run", None), "router", None)
+        store = getattr(self.backend, "store", None)
+        gateway = Gateway(router, self.backend.providers, token=self.token,  # type: ignore[arg-type]
+                          store=store)
+        server = GatewayServer(gateway, host, port)
+        try:
+            await server.start()
+        except (OSError, SystemExit) as exc:
+            self.notify(f"could not serve the gateway on {host}:{port}: {exc}",
+                        severity="error", timeout=30)
+            return
+        self.gateway_server = server
+        self.notify(f"gateway on {server.url}", timeout=5)
 
     def _store_problem(self, exc: StoreError) -> None:
         """A bad state database: say what is wrong and offer the way out, never a crash."""
@@ -121,6 +149,8 @@ class ConsoleApp(App[None]):
             "beside it (yes), or quit (no)?"), answered)
 
     async def on_unmount(self) -> None:
+        if self.gateway_server is not None:
+            await self.gateway_server.stop()
         await self.backend.stop()  # flushes the state database
 
     # -- the refresh loop -----------------------------------------------------------------
@@ -165,6 +195,11 @@ class ConsoleApp(App[None]):
         if backend.mode == "virtual":
             state = "paused" if backend.paused else f"×{backend.speed:g}"
             mode = f"sim {clock_text(now)} {state}"
+        elif backend.mode == "attached":
+            connected = getattr(backend, "connected", False)
+            retry = getattr(backend, "retry_in_s", None)
+            mode = "attached" if connected else (
+                f"DISCONNECTED, retry in {retry:g}s" if retry else "connecting")
         else:
             mode = "live"
         success = "–" if ok is None else f"{ok * 100:.0f}%"
@@ -377,11 +412,22 @@ class ConsoleApp(App[None]):
         return None
 
     def _operate(self, do: Any) -> None:
+        """Run an operator action: at once on an in-process engine, in a worker when the
+        engine is a gateway's (the action is then an HTTP call)."""
         try:
-            do()
+            outcome = do()
         except (UnknownTarget, ValueError) as exc:
             self.notify(str(exc), severity="error")
+            return
+        if inspect.isawaitable(outcome):
+            self.run_worker(self._await_action(outcome), group="operator")
         self.refresh_view()
+
+    async def _await_action(self, outcome: Any) -> None:
+        try:
+            await outcome
+        except (ValueError, OSError, httpx.HTTPError) as exc:
+            self.notify(str(exc), severity="error")
 
     def action_reset_breaker(self) -> None:
         _, key = self._selected()

@@ -8,8 +8,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..config import ConfigError, load_router_config
+from .model.attach import AttachError
 
 __all__ = ["build_app", "main"]
 
@@ -27,6 +29,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="a scenario file or shipped scenario name (default: demo)")
     source.add_argument("--config", metavar="FILE", type=Path,
                         help="a router config: show and operate that router on real time")
+    source.add_argument("--attach", metavar="URL",
+                        help="attach to a running omniroute-gateway's management API")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="with --attach: the management API token (or $OMNIROUTE_TOKEN)")
     parser.add_argument("--live", action="store_true",
                         help="run the scenario in real time against its fakes over HTTP "
                              "(127.0.0.1), the router calling them with httpx")
@@ -34,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="with --config: keep the router's state in this SQLite file")
     parser.add_argument("--db-recover", choices=("ask", "set-aside"), default="ask",
                         help="a corrupt --db: ask (default) or set it aside and start empty")
+    parser.add_argument("--listen", metavar="HOST:PORT",
+                        help="also serve the gateway from this console's router (with "
+                             "--config or --live)")
     parser.add_argument("--speed", type=float, default=2.0,
                         help="virtual seconds per wall second (default: 2)")
     parser.add_argument("--read-only", action="store_true",
@@ -59,8 +68,12 @@ def _operator(name: str | None) -> str:
         return os.environ.get("USER", "operator")
 
 
-def build_app(args: argparse.Namespace) -> object:
-    """The console app for parsed arguments; raises ConfigError for bad files."""
+def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None = None
+              ) -> object:
+    """The console app for parsed arguments; raises ConfigError for bad files.
+
+    `attach_state` is the gateway's state when the caller fetched it already.
+    """
     from ..engine.events import EventBus
     from .app import ConsoleApp
     from .model.backends import LiveBackend, RouterBackend, SimulationBackend
@@ -68,9 +81,21 @@ def build_app(args: argparse.Namespace) -> object:
 
     if args.speed <= 0:
         raise ValueError("--speed must be above 0")
+    if getattr(args, "attach", None):
+        return _attach_app(args, attach_state)
     if args.db and args.config is None:
         raise ValueError("--db keeps a router's state: it goes with --config (a scenario "
                          "always starts fresh)")
+    listen = token = None
+    if getattr(args, "listen", None):
+        from ..gateway import parse_listen
+        from ..gateway.auth import load_token
+
+        listen = parse_listen(args.listen)
+        token = load_token(getattr(args, "token_file", None))
+        if args.config is None and not args.live:
+            raise ValueError("--listen serves a router on real time: use it with --config or "
+                             "--live (a replay runs on virtual time)")
     if args.config is not None:
         if args.live:
             raise ValueError("--live runs a scenario's fakes; --config runs your own router")
@@ -81,7 +106,7 @@ def build_app(args: argparse.Namespace) -> object:
         model = ConsoleModel(config.providers, backend.now_ms)
         bus.subscribe(model.on_event)
         return ConsoleApp(backend, model, operator=_operator(args.operator),
-                          read_only=args.read_only)
+                          read_only=args.read_only, listen=listen, token=token)
     from simulator.cli import resolve_scenario
     from simulator.scenario import load_scenario
 
@@ -94,6 +119,27 @@ def build_app(args: argparse.Namespace) -> object:
         backend = SimulationBackend(scenario, speed=args.speed, subscribers=(model.on_event,))
     model.now = backend.now_ms
     return ConsoleApp(backend, model, operator=_operator(args.operator),
+                      read_only=args.read_only, listen=listen, token=token)
+
+
+def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None) -> object:
+    from ..gateway.auth import load_token
+    from .app import ConsoleApp
+    from .model.attach import AttachBackend, fetch_state
+    from .model.view_state import ConsoleModel
+
+    token = load_token(args.token_file)
+    if token is None:
+        raise ValueError("--attach needs the management API token: --token-file FILE or "
+                         "$OMNIROUTE_TOKEN")
+    if state is None:
+        state = fetch_state(args.attach, token)
+    model = ConsoleModel({}, lambda: 0)
+    model.load_state_view(state)
+    backend = AttachBackend(args.attach, token, on_event=model.on_event,
+                            on_state=model.load_state_view)
+    model.now = backend.now_ms
+    return ConsoleApp(backend, model, operator=_operator(args.operator),  # type: ignore[arg-type]
                       read_only=args.read_only)
 
 
@@ -106,7 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:
+    except ValueError as exc:  # TokenError and AttachError read the same way
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except AttachError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     app.run()  # type: ignore[attr-defined]

@@ -33,6 +33,7 @@ __all__ = [
     "ResultEvent",
     "SkipEvent",
     "Subscriber",
+    "event_from_dict",
 ]
 
 
@@ -245,6 +246,32 @@ class FaultEvent(Event):
 
 
 Subscriber = Callable[[Event], None]
+
+_EVENT_TYPES: dict[str, type[Event]] = {}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """The event a trace line or an event-stream frame describes (its inverse: to_dict).
+
+    Raises ValueError for an unknown type or fields that do not fit it.
+    """
+    if not _EVENT_TYPES:
+        known: tuple[type[Event], ...] = (
+            RequestEvent, AttemptEvent, ResultEvent, SkipEvent, ResponseEvent, BreakerEvent,
+            CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent,
+            OperatorEvent, FaultEvent,
+        )
+        _EVENT_TYPES.update((kind.TYPE, kind) for kind in known)
+    fields_ = dict(data)
+    cls = _EVENT_TYPES.get(str(fields_.pop("type", "")))
+    if cls is None:
+        raise ValueError(f"unknown event type {data.get('type')!r}")
+    if "from" in fields_:
+        fields_["from_"] = fields_.pop("from")
+    try:
+        return cls(**fields_)
+    except TypeError as exc:
+        raise ValueError(f"a {cls.TYPE} event with the wrong fields: {exc}") from None
 
 
 class EventBus:

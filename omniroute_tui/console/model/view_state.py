@@ -287,6 +287,35 @@ class ConsoleModel:
                 lockout.provider, lockout.connection, lockout.model, lockout.kind or "",
                 lockout.failures, lockout.until)
 
+    def load_state_view(self, state: Mapping[str, object]) -> None:
+        """Take over a gateway's state (`GET /api/resilience/state`), as an attach does."""
+        breakers = state.get("breakers", [])
+        connections = state.get("connections", [])
+        lockouts = state.get("lockouts", [])
+        assert isinstance(breakers, list) and isinstance(connections, list)
+        assert isinstance(lockouts, list)
+        for b in breakers:
+            view = self.providers.get(b["provider"])
+            if view is None:
+                view = self.providers[b["provider"]] = ProviderView(b["provider"], "?",
+                                                                   b["threshold"])
+            view.state, view.failures, view.cycles = b["state"], b["failures"], b["cycles"]
+            view.open_until = (b["opened_at"] + b["open_for_ms"]
+                               if b["state"] == "OPEN" and b["opened_at"] is not None else None)
+        for c in connections:
+            key = (c["provider"], c["connection"])
+            cview = self.connections.get(key)
+            if cview is None:
+                cview = self.connections[key] = ConnectionView(
+                    c["provider"], c["connection"], c["key"] or "(none)", c["max_level"])
+            cview.level, cview.cooling_until = c["level"], c["cooling_until"]
+            cview.disabled, cview.last_error = c["disabled"], c["last_error"] or ""
+        self.lockouts.clear()
+        for lk in lockouts:
+            key3 = (lk["provider"], lk["connection"], lk["model"])
+            self.lockouts[key3] = LockoutView(*key3, lk["kind"] or "", lk["failures"],
+                                              lk["until"])
+
     # -- reading ------------------------------------------------------------------------
 
     def expire(self, now: int) -> None:

@@ -1,0 +1,146 @@
+"""Attaching the console to a running gateway: state and events over the management API,
+operator actions as HTTP calls, reconnection with backoff when the gateway goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from ...clock import SystemClock
+from ...engine.events import Event, event_from_dict
+
+__all__ = ["AttachBackend", "AttachError", "RemoteOperator", "fetch_state"]
+
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+class AttachError(Exception):
+    """The gateway cannot be attached to; the message says why."""
+
+
+def fetch_state(url: str, token: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """The gateway's state, synchronously: the console needs it before it can draw."""
+    try:
+        reply = httpx.get(f"{url.rstrip('/')}/api/resilience/state",
+                          headers={"authorization": f"Bearer {token}"}, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise AttachError(f"cannot reach {url}: {exc}") from None
+    if reply.status_code == 401:
+        raise AttachError(f"{url} refused the token (401)")
+    if reply.status_code == 404:
+        raise AttachError(f"{url} serves no management API (was it started with a token?)")
+    if reply.status_code != 200:
+        raise AttachError(f"{url} answered {reply.status_code}")
+    data: dict[str, Any] = reply.json()
+    return data
+
+
+class RemoteOperator:
+    """The engine's operator actions, carried out by the gateway (each returns a coroutine)."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
+                    actor: str = "console") -> None:
+        reply = await self._client.request(method, path, json=body,
+                                           headers={"x-omniroute-operator": actor})
+        if reply.status_code >= 400:
+            try:
+                message = reply.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = reply.text[:200]
+            raise ValueError(f"the gateway refused: {message}")
+
+    def reset_breaker(self, provider: str, *, actor: str) -> Any:
+        return self._call("POST", f"/api/resilience/breakers/{provider}/reset", actor=actor)
+
+    def force_open(self, provider: str, duration_ms: int, *, actor: str) -> Any:
+        return self._call("POST", f"/api/resilience/breakers/{provider}/force-open",
+                          {"for": duration_ms}, actor=actor)
+
+    def clear_cooldown(self, provider: str, connection: str, *, actor: str) -> Any:
+        return self._call("POST", f"/api/resilience/connections/{provider}/{connection}/clear",
+                          actor=actor)
+
+    def set_enabled(self, provider: str, connection: str, enabled: bool, *, actor: str) -> Any:
+        action = "enable" if enabled else "disable"
+        return self._call("POST",
+                          f"/api/resilience/connections/{provider}/{connection}/{action}",
+                          actor=actor)
+
+    def clear_lockouts(self, provider: str | None = None, connection: str | None = None,
+                       model: str | None = None, *, actor: str) -> Any:
+        body = {k: v for k, v in (("provider", provider), ("connection", connection),
+                                  ("model", model)) if v is not None} or {"all": True}
+        return self._call("DELETE", "/api/resilience/lockouts", body, actor=actor)
+
+
+class AttachBackend:
+    """The console's backend when attached to a gateway."""
+
+    mode = "attached"
+    paused = False
+    speed = 1.0
+
+    def __init__(self, url: str, token: str, *, on_event: Callable[[Event], None],
+                 on_state: Callable[[dict[str, Any]], None]) -> None:
+        self.url = url.rstrip("/")
+        self.title = self.url
+        self.providers: dict[str, Any] = {}
+        self._client = httpx.AsyncClient(base_url=self.url, timeout=10,
+                                         headers={"authorization": f"Bearer {token}"})
+        self.engine = RemoteOperator(self._client)
+        self._on_event = on_event
+        self._on_state = on_state
+        self._clock = SystemClock()
+        self._task: asyncio.Task[None] | None = None
+        self.connected = False
+        self.retry_in_s: float | None = None
+
+    def now_ms(self) -> int:
+        return self._clock.now_ms()
+
+    def tick(self, wall_s: float) -> None:
+        """Real time passes by itself."""
+
+    def step(self, virtual_ms: int = 1000) -> None:
+        """Nothing to step on real time."""
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._follow(), name="omniroute-attach")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._client.aclose()
+
+    async def _follow(self) -> None:
+        """Read the event stream; on any break, wait (backing off) and reconnect."""
+        failures = 0
+        while True:
+            try:
+                state = await self._client.get("/api/resilience/state")
+                state.raise_for_status()
+                self._on_state(state.json())
+                async with self._client.stream("GET", "/api/resilience/events",
+                                               timeout=httpx.Timeout(10, read=60)) as stream:
+                    stream.raise_for_status()
+                    self.connected, self.retry_in_s, failures = True, None, 0
+                    async for line in stream.aiter_lines():
+                        if line.startswith("data: "):
+                            try:
+                                self._on_event(event_from_dict(json.loads(line[6:])))
+                            except ValueError:
+                                continue  # a frame from a newer gateway: skip it
+            except (httpx.HTTPError, ValueError):
+                pass
+            self.connected = False
+            self.retry_in_s = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+            failures += 1
+            await asyncio.sleep(self.retry_in_s)

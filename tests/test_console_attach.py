@@ -1,0 +1,127 @@
+"""The console attached to a running gateway, and serving one with --listen."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+import httpx
+
+from omniroute_tui.console.cli import build_app
+from omniroute_tui.console.model.attach import fetch_state
+from omniroute_tui.console.widgets.keyed_table import KeyedTable
+
+from .gateway_helpers import SCENARIO, TOKEN, running_gateway
+
+ATTACH_SCENARIO = SCENARIO.replace(
+    "  broken: {models: [m], latency: 5ms, connections: [x1, x2]}",
+    "  broken:\n    models: [m]\n    latency: 5ms\n    connections: [x1, x2]\n"
+    "    resilience: {breaker: {failure_threshold: 2, degraded_threshold: 1},"
+    " dedup: {connection_window: 0s}, cooldown: {base: 1ms, max: 1ms}}\n"
+    "  forbidden: {models: [m], latency: 5ms, connections: [f1]}",
+).replace(
+    "  busy: {targets: [throttled/m]}",
+    "  busy: {targets: [throttled/m]}\n  locked: {targets: [forbidden/m, healthy/m]}",
+).replace(
+    "faults:\n",
+    "faults:\n  - {name: forbidden, target: forbidden, error: 403, at: 0s, for: 30m}\n",
+)
+
+
+def attach_args(url: str, token_file: Path) -> argparse.Namespace:
+    return argparse.Namespace(
+        attach=url, token_file=str(token_file), scenario=None, config=None, live=False,
+        db=None, db_recover="ask", speed=2.0, read_only=False, operator="carol", web=False,
+        listen=None)
+
+
+async def test_attached_console_sees_breakers_and_clears_lockouts(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    async with running_gateway(tmp_path, scenario=ATTACH_SCENARIO) as gw:
+        # the CLI fetches the state before the app's loop exists: off this test's loop
+        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
+        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        async with app.run_test() as pilot, httpx.AsyncClient(base_url=gw.url,
+                                                               timeout=10) as http:
+            for _ in range(100):
+                if app.backend.connected:  # type: ignore[attr-defined]
+                    break
+                await pilot.pause(0.05)
+            for _ in range(3):
+                await http.post("/v1/chat/completions",
+                                json={"model": "fallback", "messages": []})
+            await http.post("/v1/chat/completions", json={"model": "locked", "messages": []})
+            for _ in range(100):
+                if app.model.providers["broken"].state == "OPEN":  # type: ignore[attr-defined]
+                    break
+                await pilot.pause(0.05)
+            app.refresh_view()  # type: ignore[attr-defined]
+            table = app.query_one("#providers-table", KeyedTable)  # type: ignore[attr-defined]
+            assert table.get_row("broken")[1] == "○ OPEN"
+            assert ("forbidden", "f1", "m") in app.model.lockouts  # type: ignore[attr-defined]
+            await pilot.press("3")
+            await pilot.press("c", "y")
+            for _ in range(100):
+                if not gw.gateway.engine.lockout_snapshots("forbidden"):
+                    break
+                await pilot.pause(0.05)
+            assert gw.gateway.engine.lockout_snapshots("forbidden") == ()
+            audit = (await http.get("/api/resilience/audit",
+                                    headers={"authorization": f"Bearer {TOKEN}"})).json()
+            assert [(e["action"], e["actor"]) for e in audit["entries"]] == [
+                ("clear_lockouts", "carol")]
+
+
+async def test_attached_console_says_when_the_gateway_is_gone(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    async with running_gateway(tmp_path) as gw:
+        # the CLI fetches the state before the app's loop exists: off this test's loop
+        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
+        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        async with app.run_test() as pilot:
+            for _ in range(100):
+                if app.backend.connected:  # type: ignore[attr-defined]
+                    break
+                await pilot.pause(0.05)
+            await gw_stop(gw)
+            for _ in range(100):
+                if not app.backend.connected:  # type: ignore[attr-defined]
+                    break
+                await pilot.pause(0.05)
+            app.refresh_view()  # type: ignore[attr-defined]
+            status = str(app.query_one("#status").render())  # type: ignore[attr-defined]
+            assert "DISCONNECTED" in status or "connecting" in status
+
+
+async def gw_stop(gw: object) -> None:
+    """Stop the gateway's event streams: what a gateway restart looks like to the console."""
+    gw.gateway.events.close()  # type: ignore[attr-defined]
+
+
+async def test_console_listen_serves_its_own_router(tmp_path: Path) -> None:
+    config = tmp_path / "router.yaml"
+    async with running_gateway(tmp_path) as gw:
+        config.write_text(gw.config_text)
+        args = argparse.Namespace(
+            attach=None, token_file=None, scenario=None, config=config, live=False, db=None,
+            db_recover="ask", speed=2.0, read_only=False, operator="dave", web=False,
+            listen="127.0.0.1:0")
+        app = build_app(args)
+        async with app.run_test() as pilot:
+            for _ in range(100):
+                if app.gateway_server is not None:  # type: ignore[attr-defined]
+                    break
+                await pilot.pause(0.05)
+            url = app.gateway_server.url  # type: ignore[attr-defined]
+            async with httpx.AsyncClient(timeout=10) as http:
+                reply = await http.post(f"{url}/v1/chat/completions",
+                                        json={"model": "chat", "messages": []})
+            assert reply.status_code == 200
+            for _ in range(50):
+                if app.model.total_requests:  # type: ignore[attr-defined]
+                    break
+                await pilot.pause(0.05)
+            assert app.model.total_requests == 1  # type: ignore[attr-defined]
