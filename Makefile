@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/route_decision.py
 	$(BIN)/python bench/sim_throughput.py
 	$(BIN)/python bench/console_refresh.py
+	$(BIN)/python bench/gateway_overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

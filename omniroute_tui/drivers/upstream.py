@@ -67,7 +67,7 @@ class UpstreamClient:
 
     def __init__(self, client: httpx.AsyncClient | None = None) -> None:
         self._client = client or httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
         )
 
     async def aclose(self) -> None:

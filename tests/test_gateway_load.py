@@ -1,0 +1,144 @@
+"""Load on loopback (bounded): concurrent clients through the gateway; nothing lost or
+duplicated, the store consistent afterwards; disconnects count as cancelled; the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from omniroute_tui.engine import Event, RequestEvent, ResponseEvent, ResultEvent
+
+from .gateway_helpers import TOKEN, running_gateway
+
+CLIENTS, PER_CLIENT = 32, 20
+
+
+async def test_concurrent_clients_lose_nothing(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, db=True) as gw:
+        seen: list[Event] = []
+        gw.gateway.engine.bus.subscribe(seen.append)
+
+        async def client(n: int, http: httpx.AsyncClient) -> list[int]:
+            statuses = []
+            for i in range(PER_CLIENT):
+                model = "fallback" if (n + i) % 4 == 0 else "chat"
+                reply = await http.post("/v1/chat/completions",
+                                        json={"model": model, "messages": [], "n": i})
+                statuses.append(reply.status_code)
+            return statuses
+
+        limits = httpx.Limits(max_connections=CLIENTS)
+        async with httpx.AsyncClient(base_url=gw.url, timeout=20, limits=limits) as http:
+            results = await asyncio.wait_for(
+                asyncio.gather(*(client(n, http) for n in range(CLIENTS))), timeout=120)
+        statuses = [s for r in results for s in r]
+        assert len(statuses) == CLIENTS * PER_CLIENT
+        assert statuses.count(200) == len(statuses)
+        requests = [e.id for e in seen if isinstance(e, RequestEvent)]
+        responses = [e.request for e in seen if isinstance(e, ResponseEvent)]
+        assert len(requests) == len(set(requests)) == CLIENTS * PER_CLIENT
+        assert sorted(responses) == sorted(requests)
+        assert all(isinstance(e, ResultEvent) for e in seen if e.TYPE == "result")
+        store = gw.gateway.store
+        assert store is not None
+        await store.flush()
+        persisted = await store.load()
+        live = gw.gateway.engine.snapshot()
+        assert {(c.provider, c.connection, c.level, c.cooling_until, c.disabled)
+                for c in persisted.connections} == {
+            (c.provider, c.connection, c.level, c.cooling_until, c.disabled)
+            for c in live.connections}
+        assert {(b.provider, b.state, b.failures) for b in persisted.breakers} == {
+            (b.provider, b.state, b.failures) for b in live.breakers}
+
+
+SLOW = """\
+name: slow
+duration: 30m
+resilience: {request: {timeout: 20s}}
+providers:
+  slowpoke: {models: [m], latency: 5ms, connections: [s1]}
+routes:
+  chat: {targets: [slowpoke/m]}
+faults:
+  - {name: slow, target: slowpoke, error: slow, latency: 10s, at: 0s, for: 30m}
+"""
+
+
+async def test_a_client_that_hangs_up_cancels_the_attempt(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, scenario=SLOW) as gw:
+        seen: list[Event] = []
+        gw.gateway.engine.bus.subscribe(seen.append)
+        async with httpx.AsyncClient(base_url=gw.url, timeout=0.5) as http:
+            try:
+                await http.post("/v1/chat/completions", json={"model": "chat", "messages": []})
+            except httpx.ReadTimeout:
+                pass
+        for _ in range(100):
+            if any(isinstance(e, ResponseEvent) for e in seen):
+                break
+            await asyncio.sleep(0.05)
+        results = [e for e in seen if isinstance(e, ResultEvent)]
+        assert [r.kind for r in results] == ["cancelled"]
+        assert [e.status for e in seen if isinstance(e, ResponseEvent)] == [499]
+
+
+def test_gateway_cli_serves_and_shuts_down_gracefully(tmp_path: Path) -> None:
+    config = tmp_path / "router.yaml"
+    config.write_text(
+        "providers:\n  p: {base_url: 'http://127.0.0.1:9/v1', models: [m], connections: [k]}\n"
+        "routes:\n  r: {targets: [p/m]}\n")
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    db = tmp_path / "state.db"
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "omniroute_tui.gateway", "--config", str(config), "--listen",
+         f"127.0.0.1:{port}", "--db", str(db), "--token-file", str(token)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        auth = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "erin"}
+        assert httpx.get(f"http://127.0.0.1:{port}/api/resilience/state").status_code == 401
+        reply = httpx.post(f"http://127.0.0.1:{port}/api/resilience/connections/p/k/disable",
+                           headers=auth)
+        assert reply.status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert "stopped" in out and "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    import sqlite3
+
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT disabled FROM connections WHERE connection='k'").fetchone() \
+            == (1,)
+        assert raw.execute("SELECT actor, action FROM audit").fetchall() == [("erin", "disable")]
+
+
+def test_gateway_cli_errors(tmp_path: Path) -> None:
+    bad = subprocess.run([sys.executable, "-m", "omniroute_tui.gateway", "--config",
+                          str(tmp_path / "none.yaml")], capture_output=True, text=True,
+                         timeout=30)
+    assert bad.returncode == 2 and "no such file" in bad.stderr
+    assert "Traceback" not in bad.stderr
