@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, ScreenStackError
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from ..config.durations import format_ms
@@ -156,10 +156,14 @@ class ConsoleApp(App[None]):
     # -- the refresh loop -----------------------------------------------------------------
 
     def _tick(self) -> None:
+        try:
+            screen = self.screen
+        except ScreenStackError:  # shutting down: a last tick after the screens are gone
+            return
         now = time.monotonic()
         elapsed, self._last_tick = now - self._last_tick, now
         self.backend.tick(min(elapsed, 1.0))
-        if not isinstance(self.screen, ConfirmScreen | HelpScreen | DetailScreen):
+        if not isinstance(screen, ConfirmScreen | HelpScreen | DetailScreen):
             self.refresh_view()
         self.set_timer(FRAME_S, self._tick)  # re-armed: a slow paint stretches the interval
 
