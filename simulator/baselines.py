@@ -10,12 +10,10 @@ result and response events.
 from __future__ import annotations
 
 import random
-from collections.abc import Generator, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from omniroute_tui.clock import Clock
 from omniroute_tui.engine.breaker import BreakerAdmission
-from omniroute_tui.engine.classify import Classification
 from omniroute_tui.engine.events import (
     AttemptEvent,
     EventBus,
@@ -25,7 +23,14 @@ from omniroute_tui.engine.events import (
 )
 from omniroute_tui.engine.kinds import FailureKind
 from omniroute_tui.router.routes import Route, Strategy, Target
-from omniroute_tui.router.steps import Attempt, AttemptRecord, Response, Step, Wait
+from omniroute_tui.router.steps import (
+    Attempt,
+    AttemptRecord,
+    Response,
+    Routine,
+    StepMachine,
+    Wait,
+)
 
 __all__ = ["BaselineRouter"]
 
@@ -82,31 +87,17 @@ class BaselineRouter:
         return int(self._rng.uniform(0, min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2**retry)))
 
 
-class BaselineRouting:
+class BaselineRouting(StepMachine):
     def __init__(self, router: BaselineRouter, request_id: str, route: Route) -> None:
         self.router = router
         self.request_id = request_id
         self.route = route
         self.started_at = router.clock.now_ms()
-        self.waited_ms = 0
         self.records: list[AttemptRecord] = []
         router.bus.emit(RequestEvent(self.started_at, request_id, route.name))
-        self._routine = self._run()
-        self._next: Step | None = None
+        super().__init__(self._run())
 
-    def next_step(self) -> Step:
-        if self._next is None:
-            self._next = next(self._routine)
-        step = self._next
-        if isinstance(step, Wait):
-            self._next = None
-            self.waited_ms += step.delay_ms
-        return step
-
-    def record(self, status: int, outcome: Classification) -> None:
-        self._next = self._routine.send((status, outcome))
-
-    def _run(self) -> Generator[Step, Any, None]:
+    def _run(self) -> Routine:
         router = self.router
         status, kind = 503, None
         for target in self.route.targets:

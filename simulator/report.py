@@ -57,22 +57,24 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _policy_table(title: str, first: str, policies: list[str]) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column(first)
+    for policy in policies:
+        table.add_column(policy, justify="right")
+    return table
+
+
 def render(console: Console, scenario: Scenario, results: dict[str, dict[str, Any]],
            checks: list[dict[str, Any]]) -> None:
     """Print the policies side by side, then per provider and per fault, then the checks."""
     policies = list(results)
-    summary = Table(title=f"{scenario.name} (seed {scenario.seed})", title_justify="left")
-    summary.add_column("metric")
-    for policy in policies:
-        summary.add_column(policy, justify="right")
+    summary = _policy_table(f"{scenario.name} (seed {scenario.seed})", "metric", policies)
     for row in _ROWS:
         summary.add_row(row, *(_fmt(results[p].get(row)) for p in policies))
     parts: list[Any] = [summary]
-    providers = Table(title="per provider: attempts / failures / breaker opens / ms open",
-                      title_justify="left")
-    providers.add_column("provider")
-    for policy in policies:
-        providers.add_column(policy, justify="right")
+    providers = _policy_table("per provider: attempts / failures / breaker opens / ms open",
+                              "provider", policies)
     for name in scenario.providers:
         cells = []
         for policy in policies:
@@ -83,11 +85,8 @@ def render(console: Console, scenario: Scenario, results: dict[str, dict[str, An
         providers.add_row(name, *cells)
     parts.append(providers)
     if scenario.faults:
-        faults = Table(title="per fault: attempts on target (/s) / ttr ms / burst after",
-                       title_justify="left")
-        faults.add_column("fault")
-        for policy in policies:
-            faults.add_column(policy, justify="right")
+        faults = _policy_table("per fault: attempts on target (/s) / ttr ms / burst after",
+                               "fault", policies)
         for fault in scenario.faults:
             cells = []
             for policy in policies:

@@ -160,46 +160,46 @@ class ProviderBreaker:
         """Any answer that is not a breaker failure: the provider is serving."""
         if self._state is _CLOSED and not self._failures:
             return  # the common case: nothing to recover
-        self._refresh(now)
-        if self._is_stale(admission):
-            self.release(admission)
+        if not self._accepts(now, admission):
             return
         if self._state is _HALF_OPEN:
-            if not admission.probe:
-                return
-            self._leases.pop(admission.probe_token or 0, None)
             self._close(now, "probe_succeeded")
-            return
-        if self._state is _OPEN:
             return
         self._failures = max(0, self._failures - 1)
         self._settle(now, "recovered")
 
     def record_failure(self, now: int, kind: FailureKind, admission: BreakerAdmission) -> None:
         """A breaker failure that passed deduplication."""
-        self._refresh(now)
-        if self._is_stale(admission):
-            self.release(admission)
-            return
-        if self._state is _HALF_OPEN:
-            if not admission.probe:
-                return
-            self._leases.pop(admission.probe_token or 0, None)
-            self._failures += 1
-            self._last_failure_at = now
-            self._cycles += 1
-            self._open(now, "probe_failed", kind)
-            return
-        if self._state is _OPEN:
+        if not self._accepts(now, admission):
             return
         self._failures += 1
         self._last_failure_at = now
-        if self.settings.opens_immediately(kind):
+        if self._state is _HALF_OPEN:
+            self._cycles += 1
+            self._open(now, "probe_failed", kind)
+        elif self.settings.opens_immediately(kind):
             self._open(now, f"immediate_{kind.value}", kind)
         elif self._failures >= self.settings.failure_threshold:
             self._open(now, "threshold", kind)
         else:
             self._settle(now, "failures")
+
+    def _accepts(self, now: int, admission: BreakerAdmission) -> bool:
+        """Whether an outcome may change the breaker now (SPEC §3).
+
+        Not when it is stale (admitted before the breaker last opened) nor while OPEN;
+        while HALF_OPEN only a probe's outcome counts, and its slot is taken back.
+        """
+        self._refresh(now)
+        if self._is_stale(admission):
+            self.release(admission)
+            return False
+        if self._state is _HALF_OPEN:
+            if not admission.probe:
+                return False
+            self._leases.pop(admission.probe_token or 0, None)
+            return True
+        return self._state is not _OPEN
 
     def record_cancelled(self, admission: BreakerAdmission) -> None:
         """An outcome that never arrived: neither success nor failure; the slot goes back."""

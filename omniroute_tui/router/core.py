@@ -18,7 +18,7 @@ from ..engine.jitter import Jitter
 from ..engine.kinds import FailureKind, SkipReason
 from ..engine.settings import AdmissionSettings
 from .routes import Route, Strategy, Target
-from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
+from .steps import Attempt, AttemptRecord, Response, Routine, Skip, Step, StepMachine, Wait
 
 __all__ = ["RequestRouting", "Router", "UnknownRoute"]
 
@@ -27,8 +27,6 @@ _NEXT_TARGET = frozenset({FailureKind.SERVER_ERROR, FailureKind.TIMEOUT, Failure
 _CLIENT_ERROR = FailureKind.CLIENT_ERROR
 _ROUND_ROBIN = Strategy.ROUND_ROBIN
 _TRANSPORT_STATUS = {FailureKind.TIMEOUT: 504, FailureKind.NETWORK: 502}
-
-_Routine = Generator[Step, tuple[int, Classification] | None, None]
 
 
 class UnknownRoute(LookupError):
@@ -109,11 +107,11 @@ class Router:
         return rotation[count % len(rotation)]
 
 
-class RequestRouting:
+class RequestRouting(StepMachine):
     """One request's walk over its route's targets."""
 
-    __slots__ = ("_inflight", "_next", "_routine", "engine", "records", "request_id",
-                 "response", "route", "router", "skips", "started_at", "waited_ms")
+    __slots__ = ("_inflight", "engine", "records", "request_id", "response", "route",
+                 "router", "skips", "started_at")
 
     def __init__(self, router: Router, request_id: str, route: Route) -> None:
         self.router = router
@@ -121,35 +119,26 @@ class RequestRouting:
         self.request_id = request_id
         self.route = route
         self.started_at = self.engine.now()
-        self.waited_ms = 0
         self.records: list[AttemptRecord] = []
         self.skips: list[Skip] = []
         self.response: Response | None = None
         self._inflight: Attempt | None = None
         self.engine.bus.emit(RequestEvent(self.started_at, request_id, route.name))
-        self._routine = self._run()
-        self._next: Step | None = None
+        super().__init__(self._run())
 
     # -- driver interface --------------------------------------------------------------
 
     def next_step(self) -> Step:
-        """What to do now. After an Attempt, call `record()` before asking again."""
-        if self._next is None:
-            self._next = next(self._routine)
-        step = self._next
+        step = super().next_step()
         if isinstance(step, Attempt):
             self._inflight = step
-        elif isinstance(step, Wait):
-            self._next = None
-            self.waited_ms += step.delay_ms
         return step
 
     def record(self, status: int, outcome: Classification) -> None:
-        """Report the in-flight attempt's HTTP status (0 for transport errors) and class."""
         if self._inflight is None:
             raise RuntimeError("record() without an attempt in flight")
         self._inflight = None
-        self._next = self._routine.send((status, outcome))
+        super().record(status, outcome)
 
     def cancel(self) -> Response:
         """The client gave up: the in-flight attempt counts as `cancelled`."""
@@ -167,7 +156,7 @@ class RequestRouting:
 
     # -- the algorithm -----------------------------------------------------------------
 
-    def _run(self) -> _Routine:
+    def _run(self) -> Routine:
         for routing_pass in (0, 1):
             self.skips = []
             response = yield from self._walk_targets()

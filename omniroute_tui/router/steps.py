@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from dataclasses import field
 from typing import Any
 
 from ..engine.breaker import BreakerAdmission
+from ..engine.classify import Classification
 from ..engine.values import value
 
-__all__ = ["Attempt", "AttemptRecord", "Response", "Skip", "Step", "Wait"]
+__all__ = ["Attempt", "AttemptRecord", "Response", "Routine", "Skip", "Step", "StepMachine",
+           "Wait"]
 
 
 @value
@@ -86,3 +89,34 @@ class Response:
 
 
 Step = Attempt | Wait | Response
+
+Routine = Generator[Step, tuple[int, Classification] | None, None]
+
+
+class StepMachine:
+    """The step protocol over a generator: `next_step()` says what to do, `record()`
+    reports an attempt's result, and waits are added up in `waited_ms`.
+
+    The routing core and the simulator's baseline policies both speak it.
+    """
+
+    __slots__ = ("_next", "_routine", "waited_ms")
+
+    def __init__(self, routine: Routine) -> None:
+        self._routine = routine
+        self._next: Step | None = None
+        self.waited_ms = 0
+
+    def next_step(self) -> Step:
+        """What to do now. After an Attempt, call `record()` before asking again."""
+        if self._next is None:
+            self._next = next(self._routine)
+        step = self._next
+        if isinstance(step, Wait):
+            self._next = None
+            self.waited_ms += step.delay_ms
+        return step
+
+    def record(self, status: int, outcome: Classification) -> None:
+        """Report the attempt's HTTP status (0 for transport errors) and its class."""
+        self._next = self._routine.send((status, outcome))
