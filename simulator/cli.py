@@ -128,7 +128,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if args.report:
         args.report.write_text(json.dumps(build_report(scenario, results, checks), indent=2)
                                + "\n")
-    failed = [c for c in checks if not c["ok"]]
+    failed = [c for c in checks if c["ok"] is False]
     if args.check and failed:
         for check in failed:
             console.print(f"[red]expectation failed:[/] {check['expect']} "

@@ -34,7 +34,11 @@ def evaluate(scenario: Scenario, results: dict[str, dict[str, Any]]) -> list[dic
     checks = []
     for expect in scenario.expect:
         metrics = results.get(expect.policy)
-        value = metric_value(metrics, expect) if metrics is not None else None
+        if metrics is None:  # that policy was not run: neither pass nor fail
+            checks.append({"expect": str(expect), "policy": expect.policy, "value": None,
+                           "ok": None})
+            continue
+        value = metric_value(metrics, expect)
         checks.append({"expect": str(expect), "policy": expect.policy, "value": value,
                        "ok": expect.holds(value)})
     return checks
@@ -97,5 +101,8 @@ def render(console: Console, scenario: Scenario, results: dict[str, dict[str, An
         parts.append(faults)
     console.print(Group(*parts))
     for check in checks:
+        if check["ok"] is None:
+            console.print(f"[dim]SKIP {check['expect']}: {check['policy']} was not run[/]")
+            continue
         mark = "[green]PASS[/]" if check["ok"] else "[red]FAIL[/]"
         console.print(f"{mark} {check['expect']}: observed {_fmt(check['value'])}")
