@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +13,7 @@ import httpx
 
 from ..config.secrets import Secret
 from ..engine.classify import Classification, TransportFailure, classify, classify_transport
+from .http1 import ConnectTimeout, Http1Pool, Http1Response, ProtocolError
 
 __all__ = ["UpstreamClient", "UpstreamReply", "transport_failure_of"]
 
@@ -32,7 +35,7 @@ class UpstreamReply:
     content: bytes = b""
     transport_failure: TransportFailure | None = None
     error: str | None = None
-    stream: httpx.Response | None = None
+    stream: Http1Response | _HttpxBody | None = None
     first_chunk: bytes = b""  # a stream's first bytes, read before success is declared
     chunks: AsyncIterator[bytes] | None = None  # the rest of the stream
 
@@ -46,32 +49,70 @@ class UpstreamReply:
         return json.loads(self.content)
 
 
-def transport_failure_of(exc: Exception) -> TransportFailure:
-    """Map an httpx (or OS) exception to the transport failure it means."""
-    if isinstance(exc, httpx.ConnectTimeout):
+def transport_failure_of(exc: BaseException) -> TransportFailure:
+    """Map an httpx, HTTP/1.1 client or OS exception to the transport failure it means."""
+    if isinstance(exc, httpx.ConnectTimeout | ConnectTimeout):
         return TransportFailure.CONNECT_TIMEOUT
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return TransportFailure.READ_TIMEOUT
+    if isinstance(exc, socket.gaierror):
+        return TransportFailure.DNS_FAILURE
+    if isinstance(exc, ConnectionRefusedError):
+        return TransportFailure.CONNECT_REFUSED
     if isinstance(exc, httpx.ConnectError):
         text = str(exc).lower()
         if any(hint in text for hint in _DNS_HINTS):
             return TransportFailure.DNS_FAILURE
         return TransportFailure.CONNECT_REFUSED
-    if isinstance(exc, httpx.RemoteProtocolError):
+    if isinstance(exc, httpx.RemoteProtocolError | ProtocolError | ConnectionResetError
+                  | BrokenPipeError | asyncio.IncompleteReadError):
         return TransportFailure.CONNECTION_RESET
     return TransportFailure.READ_ERROR
 
 
-class UpstreamClient:
-    """Performs single attempts; retries and fallback are the router's business."""
+class _HttpxBody:
+    """An httpx response seen through the same small interface as Http1Response."""
 
-    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
-        self._client = client or httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
-        )
+    def __init__(self, response: httpx.Response) -> None:
+        self.status = response.status_code
+        self.headers = dict(response.headers)
+        self._response = response
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        return self._response.aiter_raw()
+
+    async def aread(self) -> bytes:
+        return await self._response.aread()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._response.aclose()
+
+
+class UpstreamClient:
+    """Performs single attempts; retries and fallback are the router's business.
+
+    By default it speaks HTTP/1.1 itself (`Http1Pool`); given an `httpx.AsyncClient`
+    (for instance one on `httpx.MockTransport`) it sends through that instead.
+    """
+
+    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
+        self._httpx = client
+        self._pool = Http1Pool() if client is None else None
+
+    async def aclose(self) -> None:
+        if self._httpx is not None:
+            await self._httpx.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
+
+    async def _open(self, url: str, headers: dict[str, str], payload: bytes,
+                    seconds: float) -> Http1Response | _HttpxBody:
+        if self._pool is not None:
+            return await self._pool.post(url, headers, payload, seconds)
+        assert self._httpx is not None
+        request = self._httpx.build_request("POST", url, content=payload, headers=headers,
+                                            timeout=httpx.Timeout(seconds))
+        return _HttpxBody(await self._httpx.send(request, stream=True))
 
     async def send(
         self,
@@ -88,32 +129,30 @@ class UpstreamClient:
         if api_key is not None:
             headers["authorization"] = f"Bearer {api_key.reveal()}"
         url = base_url.rstrip("/") + "/chat/completions"
+        payload = json.dumps(body, separators=(",", ":")).encode()
         seconds = timeout_ms / 1000
-        request = self._client.build_request(
-            "POST", url, json=body, headers=headers, timeout=httpx.Timeout(seconds)
-        )
-        response: httpx.Response | None = None
+        response: Http1Response | _HttpxBody | None = None
         try:
             async with asyncio.timeout(seconds):
-                response = await self._client.send(request, stream=True)
-                reply_headers = dict(response.headers)
-                ok = 200 <= response.status_code < 300
+                response = await self._open(url, headers, payload, seconds)
+                ok = 200 <= response.status < 300
                 if stream and ok:
                     # the first bytes decide: a stream that breaks before them is a failed
                     # attempt, and the router can still fall back
                     chunks = response.aiter_raw()
                     first = await anext(chunks, b"")
-                    return UpstreamReply(response.status_code, Classification(None),
-                                         reply_headers, stream=response, first_chunk=first,
-                                         chunks=chunks)
+                    return UpstreamReply(response.status, Classification(None),
+                                         response.headers, stream=response,
+                                         first_chunk=first, chunks=chunks)
                 content = await response.aread()
-        except (httpx.HTTPError, OSError, TimeoutError) as exc:
+        except (httpx.HTTPError, OSError, TimeoutError, ProtocolError,
+                asyncio.IncompleteReadError, ValueError) as exc:
             if response is not None:
                 await response.aclose()
             failure = transport_failure_of(exc)
             return UpstreamReply(0, classify_transport(failure), transport_failure=failure,
                                  error=f"{type(exc).__name__}: {exc}"[:300])
         await response.aclose()
-        outcome = classify(response.status_code, reply_headers, content,
+        outcome = classify(response.status, response.headers, content,
                            now_epoch_ms=now_epoch_ms)
-        return UpstreamReply(response.status_code, outcome, reply_headers, content)
+        return UpstreamReply(response.status, outcome, response.headers, content)
