@@ -12,6 +12,7 @@ import httpx
 
 from ...clock import SystemClock
 from ...engine.events import Event, event_from_dict
+from .backends import RealTimeBackend
 
 __all__ = ["AttachBackend", "AttachError", "RemoteOperator", "fetch_state"]
 
@@ -80,12 +81,10 @@ class RemoteOperator:
         return self._call("DELETE", "/api/resilience/lockouts", body, actor=actor)
 
 
-class AttachBackend:
+class AttachBackend(RealTimeBackend):
     """The console's backend when attached to a gateway."""
 
     mode = "attached"
-    paused = False
-    speed = 1.0
 
     def __init__(self, url: str, token: str, *, on_event: Callable[[Event], None],
                  on_state: Callable[[dict[str, Any]], None]) -> None:
@@ -104,12 +103,6 @@ class AttachBackend:
 
     def now_ms(self) -> int:
         return self._clock.now_ms()
-
-    def tick(self, wall_s: float) -> None:
-        """Real time passes by itself."""
-
-    def step(self, virtual_ms: int = 1000) -> None:
-        """Nothing to step on real time."""
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._follow(), name="omniroute-attach")

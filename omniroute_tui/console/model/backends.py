@@ -10,7 +10,9 @@ from ...config.router_config import ProviderConfig, RouterConfig
 from ...engine.engine import ResilienceEngine
 from ...engine.events import Event, EventBus
 
-__all__ = ["SPEEDS", "Backend", "LiveBackend", "RouterBackend", "SimulationBackend"]
+__all__ = [
+    "SPEEDS", "Backend", "LiveBackend", "RealTimeBackend", "RouterBackend", "SimulationBackend",
+]
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 
@@ -94,12 +96,23 @@ class SimulationBackend:
         self.speed = next((s for s in reversed(SPEEDS) if s < self.speed), self.speed)
 
 
-class LiveBackend:
+class RealTimeBackend:
+    """What every real-time backend shares: time passes by itself, nothing to step."""
+
+    paused = False
+    speed = 1.0
+
+    def tick(self, wall_s: float) -> None:
+        """Real time passes by itself."""
+
+    def step(self, virtual_ms: int = 1000) -> None:
+        """Nothing to step on real time."""
+
+
+class LiveBackend(RealTimeBackend):
     """A scenario in real time: its fakes over HTTP, the router calling them with httpx."""
 
     mode = "live"
-    paused = False
-    speed = 1.0
 
     def __init__(self, scenario: object, *,
                  subscribers: tuple[Callable[[Event], None], ...] = ()) -> None:
@@ -120,12 +133,6 @@ class LiveBackend:
     def now_ms(self) -> int:
         return self.run.clock.now_ms()
 
-    def tick(self, wall_s: float) -> None:
-        """Real time passes by itself."""
-
-    def step(self, virtual_ms: int = 1000) -> None:
-        """Nothing to step on real time."""
-
     async def start(self) -> None:
         await self.run.start()
 
@@ -133,7 +140,7 @@ class LiveBackend:
         await self.run.stop()
 
 
-class RouterBackend:
+class RouterBackend(RealTimeBackend):
     """A router from a config file on real time: state and operator actions, no replay.
 
     With a state database, the engine is restored from it on start and every change is
@@ -141,8 +148,6 @@ class RouterBackend:
     """
 
     mode = "router"
-    paused = False
-    speed = 1.0
 
     def __init__(self, config: RouterConfig, bus: EventBus, *, db: str | None = None,
                  recover: bool = False) -> None:
@@ -156,12 +161,6 @@ class RouterBackend:
 
     def now_ms(self) -> int:
         return self.engine.now()
-
-    def tick(self, wall_s: float) -> None:
-        """Real time passes by itself."""
-
-    def step(self, virtual_ms: int = 1000) -> None:
-        """Nothing to step on real time."""
 
     async def start(self) -> None:
         """Open the state database (raises StoreError for a locked or corrupt file)."""
