@@ -42,6 +42,7 @@ class Running:
     url: str
     gateway: Gateway
     config_text: str
+    server: GatewayServer
 
 
 @asynccontextmanager
@@ -61,7 +62,7 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
         gateway = Gateway(router, config.providers, token=TOKEN, store=store)
         server = GatewayServer(gateway, "127.0.0.1", 0)
         await server.start()
-        yield Running(server.url, gateway, text)
+        yield Running(server.url, gateway, text, server)
     finally:
         if server is not None:
             await server.stop()

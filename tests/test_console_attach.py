@@ -125,3 +125,46 @@ async def test_console_listen_serves_its_own_router(tmp_path: Path) -> None:
                     break
                 await pilot.pause(0.05)
             assert app.model.total_requests == 1  # type: ignore[attr-defined]
+
+
+async def test_attached_console_reconnects_after_a_gateway_restart(tmp_path: Path) -> None:
+    from omniroute_tui.gateway import Gateway, GatewayServer
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    async with running_gateway(tmp_path) as gw:
+        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
+        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        port = int(gw.url.rsplit(":", 1)[1])
+        first = gw.gateway
+        async with app.run_test() as pilot:
+            for _ in range(100):
+                if app.backend.connected:  # type: ignore[attr-defined]
+                    break
+                await pilot.pause(0.05)
+            await gw.server.stop()  # the gateway goes away; then serve again on its port
+            for _ in range(100):
+                if not app.backend.connected:  # type: ignore[attr-defined]
+                    break
+                await pilot.pause(0.05)
+            assert not app.backend.connected  # type: ignore[attr-defined]
+            again = GatewayServer(Gateway(first.router, first.providers, token=TOKEN),
+                                  "127.0.0.1", port)
+            await again.start()
+            try:
+                for _ in range(200):
+                    if app.backend.connected:  # type: ignore[attr-defined]
+                        break
+                    await pilot.pause(0.05)
+                assert app.backend.connected  # type: ignore[attr-defined]
+                async with httpx.AsyncClient(base_url=again.url, timeout=10) as http:
+                    await http.post("/api/resilience/breakers/healthy/force-open",
+                                    json={"for": "1m"},
+                                    headers={"authorization": f"Bearer {TOKEN}"})
+                for _ in range(100):
+                    if app.model.providers["healthy"].state == "OPEN":  # type: ignore[attr-defined]
+                        break
+                    await pilot.pause(0.05)
+                assert app.model.providers["healthy"].state == "OPEN"  # type: ignore[attr-defined]
+            finally:
+                await again.stop()

@@ -141,3 +141,20 @@ def test_gateway_cli_errors(tmp_path: Path) -> None:
                          timeout=30)
     assert bad.returncode == 2 and "no such file" in bad.stderr
     assert "Traceback" not in bad.stderr
+    import socket
+
+    config = tmp_path / "router.yaml"
+    config.write_text("providers:\n  p: {models: [m], connections: [k]}\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run([sys.executable, "-m", "omniroute_tui.gateway", "--config",
+                               str(config), "--listen", f"127.0.0.1:{port}"],
+                              capture_output=True, text=True, timeout=30)
+    assert busy.returncode == 2 and "could not listen" in busy.stderr
+    assert "Traceback" not in busy.stderr
+    listen = subprocess.run([sys.executable, "-m", "omniroute_tui.gateway", "--config",
+                             str(config), "--listen", "nowhere"], capture_output=True,
+                            text=True, timeout=30)
+    assert listen.returncode == 2 and "HOST:PORT" in listen.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import uvicorn
@@ -37,18 +38,27 @@ class GatewayServer:
         return f"http://{self.host}:{self.port}"
 
     async def start(self, timeout_s: float = 10.0) -> None:
-        self._task = asyncio.create_task(self.server.serve(), name="omniroute-gateway")
+        self._task = asyncio.create_task(self._serve(), name="omniroute-gateway")
         deadline = time.monotonic() + timeout_s
         while not self.server.started:
             if self._task.done():
-                self._task.result()  # raises the reason (port in use, ...)
-                raise OSError(f"the gateway did not start on {self.host}:{self.port}")
+                raise OSError(f"the gateway could not listen on {self.host}:{self.port} "
+                              "(is the port taken?)")
             if time.monotonic() > deadline:
                 raise OSError(f"the gateway did not start within {timeout_s:g} s")
             await asyncio.sleep(0.01)
         self.port = self.server.servers[0].sockets[0].getsockname()[1]
 
+    async def _serve(self) -> None:
+        """uvicorn says why it cannot start (port taken, ...) and exits with SystemExit;
+        that must not take the whole process down with it."""
+        with contextlib.suppress(SystemExit):
+            await self.server.serve()
+
     async def stop(self) -> None:
+        if self._task is None or self._task.done():
+            await self.gateway.aclose()
+            return
         self.server.should_exit = True
         self.gateway.events.close()  # end event streams so the shutdown is not held up
         if self._task is not None:
