@@ -60,7 +60,6 @@ class ConsoleApp(App[None]):
         self.autoplay = autoplay
         self._last_tick = time.monotonic()
         self._events_shown = 0
-        self.frames = 0
 
     # -- layout -------------------------------------------------------------------------
 
@@ -175,7 +174,6 @@ class ConsoleApp(App[None]):
         """Paint the status bar and the visible pane from the model."""
         model, now = self.model, self.backend.now_ms()
         model.expire(now)
-        self.frames += 1
         with self.batch_update():
             self._paint_status(now)
             pane = self.active_pane

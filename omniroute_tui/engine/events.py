@@ -287,11 +287,6 @@ class EventBus:
         self._pending: deque[Event] = deque()
         self._delivering = False
 
-    @property
-    def active(self) -> bool:
-        """True when someone listens: producers may skip building events otherwise."""
-        return bool(self._subscribers)
-
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Add a subscriber; returns a function that removes it."""
         self._subscribers = (*self._subscribers, subscriber)

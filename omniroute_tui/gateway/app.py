@@ -65,7 +65,6 @@ class Gateway:
         self.events = EventBroadcaster(router.engine.bus)
         self._audit: deque[OperatorEvent] = deque(maxlen=1000)
         router.engine.bus.subscribe(self._remember_operator)
-        self.requests_served = 0
 
     def _remember_operator(self, event: Event) -> None:
         if isinstance(event, OperatorEvent):
@@ -131,7 +130,6 @@ class Gateway:
                                   code="model_not_found")
         if completion is None:  # the client went away; the attempt was cancelled
             return Response(status_code=499)
-        self.requests_served += 1
         return self._respond(completion)
 
     async def _complete_unless_disconnected(

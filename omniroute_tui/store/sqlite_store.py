@@ -77,7 +77,6 @@ class SqliteStore:
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
         self._flush_lock = asyncio.Lock()
-        self.flushes = 0
 
     # -- opening -----------------------------------------------------------------------
 
@@ -246,7 +245,6 @@ class SqliteStore:
                 (self.max_events,),
             )
         await db.commit()
-        self.flushes += 1
 
     async def close(self) -> None:
         """Flush everything and release the file."""
