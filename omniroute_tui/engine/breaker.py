@@ -88,6 +88,7 @@ class ProviderBreaker:
         self._free_slots = 0
         self._leases: dict[int, int] = {}  # probe token -> lease expiry
         self._next_token = 1
+        self._admitted = BreakerAdmission(True, 0)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -146,7 +147,10 @@ class ProviderBreaker:
             self._next_token += 1
             self._leases[token] = now + self._probe_lease_ms
             return BreakerAdmission(True, self._epoch, probe_token=token)
-        return BreakerAdmission(True, self._epoch)
+        admitted = self._admitted
+        if admitted.epoch != self._epoch:  # one value per epoch: admissions are immutable
+            admitted = self._admitted = BreakerAdmission(True, self._epoch)
+        return admitted
 
     def release(self, admission: BreakerAdmission) -> None:
         """Give back a probe slot that was claimed but not used (or whose outcome is moot)."""
