@@ -183,3 +183,23 @@ def test_generated_scenarios_load_and_run_or_are_refused(text: str) -> None:
     run_virtual(scenario, "resilient", trace=first)
     run_virtual(scenario, "resilient", trace=second)
     assert first.getvalue() == second.getvalue()
+
+
+def test_traces_are_byte_identical_across_processes(tmp_path: Path) -> None:
+    """No hash ordering leaks in: two interpreters with different hash seeds agree."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    digests = []
+    for seed in ("1", "2"):
+        trace = tmp_path / f"trace{seed}.jsonl"
+        subprocess.run(
+            [sys.executable, "-m", "simulator.cli", "run", "vpn-blip", "--policy", "resilient",
+             "--trace", str(trace)],
+            check=True, capture_output=True, timeout=120,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        digests.append(hashlib.sha256(trace.read_bytes()).hexdigest())
+    assert digests[0] == digests[1]
