@@ -50,14 +50,12 @@ class _ResetResponse(Response):
 
 
 def fake_api_keys(scenario: Scenario) -> dict[str, dict[str, str]]:
-    """provider -> api key -> connection id; keys the scenario leaves out are made up."""
-    keys: dict[str, dict[str, str]] = {}
-    for name, provider in scenario.providers.items():
-        keys[name] = {}
-        for conn in provider.connections:
-            key = conn.api_key.reveal() if conn.api_key else f"sk-fake-{name}-{conn.id}"
-            keys[name][key] = conn.id
-    return keys
+    """provider -> connection id -> api key; keys the scenario leaves out are made up."""
+    return {
+        name: {c.id: c.api_key.reveal() if c.api_key else f"sk-fake-{name}-{c.id}"
+               for c in provider.connections}
+        for name, provider in scenario.providers.items()
+    }
 
 
 def _completion(model: str, text: str) -> dict[str, Any]:
@@ -173,7 +171,8 @@ async def start_fakes(
     servers: list[FakeServer] = []
     try:
         for index, provider in enumerate(scenario.providers):
-            app = provider_app(scenario, provider, keys[provider], clock,
+            connection_of = {key: conn for conn, key in keys[provider].items()}
+            app = provider_app(scenario, provider, connection_of, clock,
                                seed=scenario.seed + index)
             config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical",
                                     lifespan="off", access_log=False)

@@ -8,7 +8,6 @@ compared in virtual time.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from dataclasses import replace
 from typing import IO, Any
@@ -22,7 +21,7 @@ from .http_fakes import fake_api_keys, start_fakes, stop_fakes
 from .metrics import MetricsCollector
 from .policies import build_policy
 from .scenario import Scenario
-from .virtual import TraceWriter, _arrival_seed
+from .virtual import TraceWriter
 
 __all__ = ["LIVE_POLICIES", "LiveRun", "run_live"]
 
@@ -67,18 +66,17 @@ class LiveRun:
         self._servers = await start_fakes(scenario, self.clock)
         keys = fake_api_keys(scenario)
         urls = {s.provider: s.base_url for s in self._servers}
-        providers = {}
-        for name, provider in scenario.providers.items():
-            by_conn = {conn: key for key, conn in keys[name].items()}
-            providers[name] = replace(provider, base_url=urls[name], connections=tuple(
-                replace(c, api_key=Secret(by_conn[c.id])) for c in provider.connections))
+        providers = {
+            name: replace(provider, base_url=urls[name], connections=tuple(
+                replace(c, api_key=Secret(keys[name][c.id])) for c in provider.connections))
+            for name, provider in scenario.providers.items()
+        }
         driver = AsyncDriver(self.router, providers, self._client)  # type: ignore[arg-type]
         self.clock.restart()  # scenario time starts once the fakes are listening
         self._started = time.perf_counter()
         self._tasks = [asyncio.create_task(_faults(scenario, self.clock, self.bus.emit))]
         for index, item in enumerate(scenario.traffic):
-            rng = random.Random(_arrival_seed(scenario.seed, index))
-            for at in item.arrivals(rng):
+            for at in scenario.arrivals(index):
                 self._tasks.append(asyncio.create_task(
                     _request(driver, self.clock, at, item.route, item.stream)))
 
@@ -124,10 +122,7 @@ async def _request(driver: AsyncDriver, clock: ElapsedClock, at: int, route: str
 
 
 async def _faults(scenario: Scenario, clock: ElapsedClock, emit: Any) -> None:
-    edges = sorted([(f.at_ms, 0, f, "start") for f in scenario.faults]
-                   + [(f.until_ms, 1, f, "end") for f in scenario.faults
-                      if f.until_ms <= scenario.duration_ms], key=lambda e: e[:2])
-    for at, _, fault, phase in edges:
+    for at, fault, phase in scenario.fault_edges(scenario.duration_ms):
         await asyncio.sleep(max(0, at - clock.now_ms()) / 1000)
         event: Event = FaultEvent(clock.now_ms(), fault.name, phase, str(fault.target))
         emit(event)

@@ -221,6 +221,19 @@ class Scenario:
     def providers(self) -> Mapping[str, ProviderConfig]:
         return self.config.providers
 
+    def fault_edges(self, end_ms: int) -> list[tuple[int, Fault, str]]:
+        """Every fault's start and end up to `end_ms`, in time order (file order, start
+        before end, at the same instant): the one timeline every runner follows."""
+        edges = [(t, fault, phase) for fault in self.faults
+                 for t, phase in ((fault.at_ms, "start"), (fault.until_ms, "end"))
+                 if t <= end_ms]
+        return sorted(edges, key=lambda edge: edge[0])
+
+    def arrivals(self, index: int) -> Iterator[int]:
+        """The request times of traffic item `index`, from its own seeded generator, so
+        every policy and every mode sees the same arrivals."""
+        return self.traffic[index].arrivals(random.Random(self.seed * 1_000_003 + index))
+
 
 def _read_latency(src: Source, value: Any, path: Path) -> Latency | None:
     if isinstance(value, dict):

@@ -28,14 +28,13 @@ def router_config_for(scenario: Scenario, servers: list[FakeServer]) -> dict[str
     providers: dict[str, Any] = {}
     for name, provider in scenario.providers.items():
         raw_provider = (raw.get("providers") or {}).get(name) or {}
-        by_conn = {conn: key for key, conn in keys[name].items()}
         entry: dict[str, Any] = {
             "auth": provider.auth.value,
             "per_model_quota": provider.per_model_quota,
             "base_url": urls[name],
             "models": list(provider.models),
             "connections": [
-                {"id": c.id, "api_key": by_conn[c.id], **({"weight": c.weight}
+                {"id": c.id, "api_key": keys[name][c.id], **({"weight": c.weight}
                                                           if c.weight != 1 else {})}
                 for c in provider.connections
             ],
@@ -69,14 +68,7 @@ async def _serve(scenario: Scenario, length_ms: int, config_out: Path,
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
-        boundaries = sorted(
-            [(f.at_ms, f, "start") for f in scenario.faults]
-            + [(f.until_ms, f, "end") for f in scenario.faults if f.until_ms <= length_ms],
-            key=lambda item: item[0],
-        )
-        for at, fault, phase in boundaries:
-            if at > length_ms:
-                break
+        for at, fault, phase in scenario.fault_edges(length_ms):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0, at - clock.now_ms()) / 1000)
             if stop.is_set():

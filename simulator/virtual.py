@@ -48,10 +48,6 @@ class TraceWriter:
             self._lines.clear()
 
 
-def _arrival_seed(seed: int, index: int) -> int:
-    return seed * 1_000_003 + index
-
-
 class VirtualRun:
     """One policy's replay of a scenario, advanced in virtual time on demand.
 
@@ -86,13 +82,11 @@ class VirtualRun:
         self._requests = 0
         self.wall_s = 0.0
         heap = self._heap
-        for fault in scenario.faults:
-            for t, phase in ((fault.at_ms, "start"), (fault.until_ms, "end")):
-                if t <= scenario.duration_ms:
-                    heap.append((t, _FAULT, 0, self._next_seq(), (fault, phase)))
+        for t, fault, phase in scenario.fault_edges(scenario.duration_ms):
+            heap.append((t, _FAULT, 0, self._next_seq(), (fault, phase)))
         self._arrivals: list[Iterator[int]] = []
-        for index, item in enumerate(scenario.traffic):
-            stream = item.arrivals(random.Random(_arrival_seed(scenario.seed, index)))
+        for index in range(len(scenario.traffic)):
+            stream = scenario.arrivals(index)
             self._arrivals.append(stream)
             first = next(stream, None)
             if first is not None:
