@@ -15,6 +15,7 @@ from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from ..config.durations import format_ms
 from ..engine.engine import UnknownTarget
+from ..gateway.views import state_view
 from ..store import StoreError, StoreProblem
 from .actions import ACTIONS, bindings
 from .commands import ConsoleCommands
@@ -103,7 +104,8 @@ class ConsoleApp(App[None]):
             self.notify(f"could not start: {exc}", severity="error", timeout=30)
             return
         if isinstance(self.backend, RouterBackend) and self.backend.store is not None:
-            self.model.load(self.backend.engine.snapshot())  # restored state, silently
+            # a restore is silent (no events): take the restored state over as a whole
+            self.model.load_state_view(state_view(self.backend.engine, self.backend.providers))
         if self.listen is not None:
             await self._serve_gateway(*self.listen)
         self.refresh_view()
@@ -386,7 +388,7 @@ class ConsoleApp(App[None]):
 
     def _question(self, action: str) -> str | None:
         pane, key = self._selected()
-        provider = key.split("/", 1)[0] if key else None
+        provider = self._selected_provider()
         if action == "restart":
             return "Replay the scenario from the start?"
         if provider is None:
@@ -431,17 +433,18 @@ class ConsoleApp(App[None]):
         except (ValueError, OSError, httpx.HTTPError) as exc:
             self.notify(str(exc), severity="error")
 
-    def action_reset_breaker(self) -> None:
+    def _selected_provider(self) -> str | None:
+        """The provider of the selected row, whichever pane it is in."""
         _, key = self._selected()
-        if key:
-            provider = key.split("/", 1)[0]
+        return key.split("/", 1)[0] if key else None
+
+    def action_reset_breaker(self) -> None:
+        if provider := self._selected_provider():
             self._operate(lambda: self.backend.engine.reset_breaker(provider,
                                                                     actor=self.operator))
 
     def action_force_open(self) -> None:
-        _, key = self._selected()
-        if key:
-            provider = key.split("/", 1)[0]
+        if provider := self._selected_provider():
             self._operate(lambda: self.backend.engine.force_open(
                 provider, FORCE_OPEN_MS, actor=self.operator))
 
@@ -459,9 +462,7 @@ class ConsoleApp(App[None]):
                                                         actor=self.operator))
 
     def action_clear_provider_lockouts(self) -> None:
-        _, key = self._selected()
-        if key:
-            provider = key.split("/", 1)[0]
+        if provider := self._selected_provider():
             self._operate(lambda: self.backend.engine.clear_lockouts(provider,
                                                                      actor=self.operator))
 

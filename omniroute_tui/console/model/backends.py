@@ -54,9 +54,7 @@ class SimulationBackend:
         self.providers = scenario.providers
         self.speed = speed
         self.paused = False
-        self._subscribers = subscribers
-        self._make_run = lambda: VirtualRun(scenario, "resilient", subscribers=subscribers)
-        self.run = self._make_run()
+        self.run = VirtualRun(scenario, "resilient", subscribers=subscribers)
         self.engine: ResilienceEngine = self.run.router.engine  # type: ignore[attr-defined]
 
     @property

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from ...config.durations import format_ms
 from ...config.router_config import ProviderConfig
-from ...engine.engine import EngineSnapshot
 from ...engine.events import (
     AttemptEvent,
     BreakerEvent,
@@ -147,7 +146,7 @@ class ConsoleModel:
             RequestEvent: self._request, AttemptEvent: self._attempt,
             ResultEvent: self._result, ResponseEvent: self._response,
             BreakerEvent: self._breaker, CooldownEvent: self._cooldown,
-            DisabledEvent: self._disabled, EnabledEvent: self._enabled,
+            DisabledEvent: self._enabled_changed, EnabledEvent: self._enabled_changed,
             LockoutEvent: self._lockout, FaultEvent: self._fault,
         }
 
@@ -227,19 +226,12 @@ class ConsoleModel:
                 f"{clock_text(event.t)} cooling {format_ms(max(0, event.until - event.t))} "
                 f"at level {event.level} ({event.kind}{hint})")
 
-    def _disabled(self, event: object) -> None:
-        assert isinstance(event, DisabledEvent)
+    def _enabled_changed(self, event: object) -> None:
+        assert isinstance(event, DisabledEvent | EnabledEvent)
         conn = self.connections.get((event.provider, event.connection))
         if conn is not None:
-            conn.disabled = True
-            conn.history.append(f"{clock_text(event.t)} disabled: {event.reason}")
-
-    def _enabled(self, event: object) -> None:
-        assert isinstance(event, EnabledEvent)
-        conn = self.connections.get((event.provider, event.connection))
-        if conn is not None:
-            conn.disabled = False
-            conn.history.append(f"{clock_text(event.t)} enabled: {event.reason}")
+            conn.disabled = isinstance(event, DisabledEvent)
+            conn.history.append(f"{clock_text(event.t)} {event.TYPE}: {event.reason}")
 
     def _lockout(self, event: object) -> None:
         assert isinstance(event, LockoutEvent)
@@ -266,29 +258,9 @@ class ConsoleModel:
         else:
             self.active_faults.pop(event.name, None)
 
-    def load(self, snapshot: EngineSnapshot) -> None:
-        """Take over restored state (a restore is silent: it emits no events)."""
-        for breaker in snapshot.breakers:
-            view = self.providers.get(breaker.provider)
-            if view is None:
-                continue
-            view.state, view.failures, view.cycles = (breaker.state.value, breaker.failures,
-                                                      breaker.cycles)
-            view.open_until = (breaker.opened_at + breaker.open_for_ms
-                               if breaker.opened_at is not None and breaker.state.value == "OPEN"
-                               else None)
-        for conn in snapshot.connections:
-            cview = self.connections.get((conn.provider, conn.connection))
-            if cview is not None:
-                cview.level, cview.cooling_until = conn.level, conn.cooling_until
-                cview.disabled, cview.last_error = conn.disabled, conn.last_error or ""
-        for lockout in snapshot.lockouts:
-            self.lockouts[lockout.key] = LockoutView(
-                lockout.provider, lockout.connection, lockout.model, lockout.kind or "",
-                lockout.failures, lockout.until)
-
     def load_state_view(self, state: Mapping[str, object]) -> None:
-        """Take over a gateway's state (`GET /api/resilience/state`), as an attach does."""
+        """Take over whole state in the management API's shape (`gateway.views.state_view`):
+        a gateway's when attaching, the engine's own after a restore."""
         breakers = state.get("breakers", [])
         connections = state.get("connections", [])
         lockouts = state.get("lockouts", [])
