@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -35,6 +35,7 @@ __all__ = ["Gateway", "error_response"]
 
 _FORWARDED_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
 OPERATOR_HEADER = "x-omniroute-operator"
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 def error_response(status: int, message: str, *, type_: str = "invalid_request_error",
@@ -77,17 +78,19 @@ class Gateway:
             Route("/health", self.health, methods=["GET"]),
         ]
         if self.token is not None:  # no token, no management API
+            managed = self._managed
             routes += [
-                Route("/api/resilience/state", self.state, methods=["GET"]),
-                Route("/api/resilience/events", self.event_stream, methods=["GET"]),
-                Route("/api/resilience/audit", self.audit, methods=["GET"]),
-                Route("/api/resilience/breakers/{provider}/reset", self.reset_breaker,
-                      methods=["POST"]),
-                Route("/api/resilience/breakers/{provider}/force-open", self.force_open,
-                      methods=["POST"]),
+                Route("/api/resilience/state", managed(self.state), methods=["GET"]),
+                Route("/api/resilience/events", managed(self.event_stream), methods=["GET"]),
+                Route("/api/resilience/audit", managed(self.audit), methods=["GET"]),
+                Route("/api/resilience/breakers/{provider}/reset",
+                      managed(self.reset_breaker), methods=["POST"]),
+                Route("/api/resilience/breakers/{provider}/force-open",
+                      managed(self.force_open), methods=["POST"]),
                 Route("/api/resilience/connections/{provider}/{connection}/{action}",
-                      self.connection_action, methods=["POST"]),
-                Route("/api/resilience/lockouts", self.clear_lockouts, methods=["DELETE"]),
+                      managed(self.connection_action), methods=["POST"]),
+                Route("/api/resilience/lockouts", managed(self.clear_lockouts),
+                      methods=["DELETE"]),
             ]
         app = Starlette(routes=routes)
 
@@ -172,33 +175,35 @@ class Gateway:
 
     # -- the management API ----------------------------------------------------------------
 
-    def _authorized(self, request: Request) -> bool:
-        assert self.token is not None
-        return bearer_matches(request.headers.get("authorization"), self.token)
+    def _managed(self, handler: Handler) -> Handler:
+        """A management endpoint: the bearer token first; a provider or connection it
+        names that does not exist is a 404."""
 
-    def _denied(self) -> Response:
-        return error_response(401, "the management API needs `Authorization: Bearer <token>`",
-                              type_="authentication_error",
-                              headers={"WWW-Authenticate": "Bearer"})
+        async def guarded(request: Request) -> Response:
+            assert self.token is not None
+            if not bearer_matches(request.headers.get("authorization"), self.token):
+                return error_response(
+                    401, "the management API needs `Authorization: Bearer <token>`",
+                    type_="authentication_error", headers={"WWW-Authenticate": "Bearer"})
+            try:
+                return await handler(request)
+            except UnknownTarget as exc:
+                return error_response(404, str(exc), code="not_found")
+
+        return guarded
 
     @staticmethod
     def _actor(request: Request) -> str:
         return (request.headers.get(OPERATOR_HEADER) or "api").strip()[:64] or "api"
 
     async def state(self, request: Request) -> Response:
-        if not self._authorized(request):
-            return self._denied()
         return JSONResponse(state_view(self.engine, self.providers))
 
     async def event_stream(self, request: Request) -> Response:
-        if not self._authorized(request):
-            return self._denied()
         return StreamingResponse(self.events.stream(), media_type="text/event-stream",
                                  headers={"cache-control": "no-cache"})
 
     async def audit(self, request: Request) -> Response:
-        if not self._authorized(request):
-            return self._denied()
         if self.store is not None:
             entries = [{"t": a.t, "actor": a.actor, "action": a.action, "target": a.target,
                         "result": a.result} for a in await self.store.audit_log(1000)]
@@ -223,18 +228,10 @@ class Gateway:
         return JSONResponse({"ok": True, **extra, **state_view(self.engine, self.providers)})
 
     async def reset_breaker(self, request: Request) -> Response:
-        if not self._authorized(request):
-            return self._denied()
-        try:
-            self.engine.reset_breaker(request.path_params["provider"],
-                                      actor=self._actor(request))
-        except UnknownTarget as exc:
-            return error_response(404, str(exc), code="not_found")
+        self.engine.reset_breaker(request.path_params["provider"], actor=self._actor(request))
         return self._done()
 
     async def force_open(self, request: Request) -> Response:
-        if not self._authorized(request):
-            return self._denied()
         body = await self._json_body(request)
         if isinstance(body, Response):
             return body
@@ -248,34 +245,25 @@ class Gateway:
                 raise ValueError("`for` must be longer than 0")
             self.engine.force_open(request.path_params["provider"], duration,
                                    actor=self._actor(request))
-        except UnknownTarget as exc:
-            return error_response(404, str(exc), code="not_found")
         except ValueError as exc:
             return error_response(400, f"`for`: {exc}")
         return self._done()
 
     async def connection_action(self, request: Request) -> Response:
-        if not self._authorized(request):
-            return self._denied()
         provider = request.path_params["provider"]
         connection = request.path_params["connection"]
         action = request.path_params["action"]
         actor = self._actor(request)
-        try:
-            if action == "clear":
-                self.engine.clear_cooldown(provider, connection, actor=actor)
-            elif action in ("enable", "disable"):
-                self.engine.set_enabled(provider, connection, action == "enable", actor=actor)
-            else:
-                return error_response(404, f"unknown action {action!r}: clear, enable or "
-                                           "disable", code="not_found")
-        except UnknownTarget as exc:
-            return error_response(404, str(exc), code="not_found")
+        if action == "clear":
+            self.engine.clear_cooldown(provider, connection, actor=actor)
+        elif action in ("enable", "disable"):
+            self.engine.set_enabled(provider, connection, action == "enable", actor=actor)
+        else:
+            return error_response(404, f"unknown action {action!r}: clear, enable or "
+                                       "disable", code="not_found")
         return self._done()
 
     async def clear_lockouts(self, request: Request) -> Response:
-        if not self._authorized(request):
-            return self._denied()
         body = await self._json_body(request)
         if isinstance(body, Response):
             return body
@@ -294,8 +282,6 @@ class Gateway:
             cleared = self.engine.clear_lockouts(
                 body.get("provider"), body.get("connection"), body.get("model"),
                 actor=self._actor(request))
-        except UnknownTarget as exc:
-            return error_response(404, str(exc), code="not_found")
         except ValueError as exc:
             return error_response(400, str(exc))
         return self._done(cleared=cleared)
