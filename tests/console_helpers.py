@@ -22,3 +22,12 @@ def console_app(scenario: str = "demo", at_ms: int = 40_000, *, read_only: bool 
     backend.paused = True
     app = ConsoleApp(backend, model, operator="tester", read_only=read_only, autoplay=False)
     return app, seen
+
+
+async def settle(pilot: object, condition: object, tries: int = 100) -> None:
+    """Let the app run until `condition()` holds or `tries` short pauses have passed; the
+    caller asserts what it needs afterwards."""
+    for _ in range(tries):
+        if condition():  # type: ignore[operator]
+            return
+        await pilot.pause(0.05)  # type: ignore[attr-defined]

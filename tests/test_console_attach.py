@@ -12,6 +12,7 @@ from omniroute_tui.console.cli import build_app
 from omniroute_tui.console.model.attach import fetch_state
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 
+from .console_helpers import settle
 from .gateway_helpers import SCENARIO, TOKEN, running_gateway
 
 ATTACH_SCENARIO = SCENARIO.replace(
@@ -45,28 +46,19 @@ async def test_attached_console_sees_breakers_and_clears_lockouts(tmp_path: Path
         app = build_app(attach_args(gw.url, token_file), attach_state=state)
         async with app.run_test() as pilot, httpx.AsyncClient(base_url=gw.url,
                                                                timeout=10) as http:
-            for _ in range(100):
-                if app.backend.connected:  # type: ignore[attr-defined]
-                    break
-                await pilot.pause(0.05)
+            await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
             for _ in range(3):
                 await http.post("/v1/chat/completions",
                                 json={"model": "fallback", "messages": []})
             await http.post("/v1/chat/completions", json={"model": "locked", "messages": []})
-            for _ in range(100):
-                if app.model.providers["broken"].state == "OPEN":  # type: ignore[attr-defined]
-                    break
-                await pilot.pause(0.05)
+            await settle(pilot, lambda: app.model.providers["broken"].state == "OPEN")  # type: ignore[attr-defined]
             app.refresh_view()  # type: ignore[attr-defined]
             table = app.query_one("#providers-table", KeyedTable)  # type: ignore[attr-defined]
             assert table.get_row("broken")[1] == "○ OPEN"
             assert ("forbidden", "f1", "m") in app.model.lockouts  # type: ignore[attr-defined]
             await pilot.press("3")
             await pilot.press("c", "y")
-            for _ in range(100):
-                if not gw.gateway.engine.lockout_snapshots("forbidden"):
-                    break
-                await pilot.pause(0.05)
+            await settle(pilot, lambda: not gw.gateway.engine.lockout_snapshots("forbidden"))
             assert gw.gateway.engine.lockout_snapshots("forbidden") == ()
             audit = (await http.get("/api/resilience/audit",
                                     headers={"authorization": f"Bearer {TOKEN}"})).json()
@@ -82,15 +74,9 @@ async def test_attached_console_says_when_the_gateway_is_gone(tmp_path: Path) ->
         state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
         app = build_app(attach_args(gw.url, token_file), attach_state=state)
         async with app.run_test() as pilot:
-            for _ in range(100):
-                if app.backend.connected:  # type: ignore[attr-defined]
-                    break
-                await pilot.pause(0.05)
+            await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
             await gw_stop(gw)
-            for _ in range(100):
-                if not app.backend.connected:  # type: ignore[attr-defined]
-                    break
-                await pilot.pause(0.05)
+            await settle(pilot, lambda: not app.backend.connected)  # type: ignore[attr-defined]
             app.refresh_view()  # type: ignore[attr-defined]
             status = str(app.query_one("#status").render())  # type: ignore[attr-defined]
             assert "DISCONNECTED" in status or "connecting" in status
@@ -111,19 +97,13 @@ async def test_console_listen_serves_its_own_router(tmp_path: Path) -> None:
             listen="127.0.0.1:0")
         app = build_app(args)
         async with app.run_test() as pilot:
-            for _ in range(100):
-                if app.gateway_server is not None:  # type: ignore[attr-defined]
-                    break
-                await pilot.pause(0.05)
+            await settle(pilot, lambda: app.gateway_server is not None)  # type: ignore[attr-defined]
             url = app.gateway_server.url  # type: ignore[attr-defined]
             async with httpx.AsyncClient(timeout=10) as http:
                 reply = await http.post(f"{url}/v1/chat/completions",
                                         json={"model": "chat", "messages": []})
             assert reply.status_code == 200
-            for _ in range(50):
-                if app.model.total_requests:  # type: ignore[attr-defined]
-                    break
-                await pilot.pause(0.05)
+            await settle(pilot, lambda: app.model.total_requests, 50)  # type: ignore[attr-defined]
             assert app.model.total_requests == 1  # type: ignore[attr-defined]
 
 
@@ -138,33 +118,21 @@ async def test_attached_console_reconnects_after_a_gateway_restart(tmp_path: Pat
         port = int(gw.url.rsplit(":", 1)[1])
         first = gw.gateway
         async with app.run_test() as pilot:
-            for _ in range(100):
-                if app.backend.connected:  # type: ignore[attr-defined]
-                    break
-                await pilot.pause(0.05)
+            await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
             await gw.server.stop()  # the gateway goes away; then serve again on its port
-            for _ in range(100):
-                if not app.backend.connected:  # type: ignore[attr-defined]
-                    break
-                await pilot.pause(0.05)
+            await settle(pilot, lambda: not app.backend.connected)  # type: ignore[attr-defined]
             assert not app.backend.connected  # type: ignore[attr-defined]
             again = GatewayServer(Gateway(first.router, first.providers, token=TOKEN),
                                   "127.0.0.1", port)
             await again.start()
             try:
-                for _ in range(200):
-                    if app.backend.connected:  # type: ignore[attr-defined]
-                        break
-                    await pilot.pause(0.05)
+                await settle(pilot, lambda: app.backend.connected, 200)  # type: ignore[attr-defined]
                 assert app.backend.connected  # type: ignore[attr-defined]
                 async with httpx.AsyncClient(base_url=again.url, timeout=10) as http:
                     await http.post("/api/resilience/breakers/healthy/force-open",
                                     json={"for": "1m"},
                                     headers={"authorization": f"Bearer {TOKEN}"})
-                for _ in range(100):
-                    if app.model.providers["healthy"].state == "OPEN":  # type: ignore[attr-defined]
-                        break
-                    await pilot.pause(0.05)
+                await settle(pilot, lambda: app.model.providers["healthy"].state == "OPEN")  # type: ignore[attr-defined]
                 assert app.model.providers["healthy"].state == "OPEN"  # type: ignore[attr-defined]
             finally:
                 await again.stop()

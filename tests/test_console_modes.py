@@ -16,6 +16,8 @@ from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import BreakerAdmission, Classification, FailureKind
 from omniroute_tui.store import SqliteStore
 
+from .console_helpers import settle
+
 CONFIG = """\
 providers:
   alpha:
@@ -51,10 +53,7 @@ async def test_router_mode_restores_and_persists_operator_actions(tmp_path: Path
     await seed_store(config_path, db)
     app = build_app(args(config=config_path, db=str(db)))
     async with app.run_test() as pilot:  # type: ignore[attr-defined]
-        for _ in range(50):
-            if app.backend.store is not None:  # type: ignore[attr-defined]
-                break
-            await pilot.pause(0.05)
+        await settle(pilot, lambda: app.backend.store is not None, 50)  # type: ignore[attr-defined]
         await pilot.pause()
         await pilot.press("2")
         table = app.query_one("#connections-table", KeyedTable)  # type: ignore[attr-defined]
@@ -81,16 +80,10 @@ async def test_corrupt_database_offers_to_start_empty(tmp_path: Path) -> None:
     db.write_bytes(b"garbage " * 512)
     app = build_app(args(config=config_path, db=str(db)))
     async with app.run_test() as pilot:  # type: ignore[attr-defined]
-        for _ in range(50):
-            if isinstance(app.screen, ConfirmScreen):  # type: ignore[attr-defined]
-                break
-            await pilot.pause(0.05)
+        await settle(pilot, lambda: isinstance(app.screen, ConfirmScreen), 50)  # type: ignore[attr-defined]
         assert "Start with an empty store" in app.screen.question  # type: ignore[attr-defined]
         await pilot.press("y")
-        for _ in range(50):
-            if app.backend.store is not None:  # type: ignore[attr-defined]
-                break
-            await pilot.pause(0.05)
+        await settle(pilot, lambda: app.backend.store is not None, 50)  # type: ignore[attr-defined]
         assert app.backend.store is not None  # type: ignore[attr-defined]
     assert any(p.name.startswith("state.db.bad-") for p in tmp_path.iterdir())
 
