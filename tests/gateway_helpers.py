@@ -11,6 +11,7 @@ import yaml
 
 from omniroute_tui.clock import SystemClock
 from omniroute_tui.config import load_router_config
+from omniroute_tui.config.limits import GatewayLimits
 from omniroute_tui.gateway import Gateway, GatewayServer
 from omniroute_tui.store import SqliteStore
 from simulator.http_fakes import start_fakes, stop_fakes
@@ -46,7 +47,8 @@ class Running:
 
 
 @asynccontextmanager
-async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = SCENARIO
+async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = SCENARIO,
+                          limits: GatewayLimits | None = None, busy_timeout_ms: int = 2000,
                           ) -> AsyncIterator[Running]:
     loaded = load_scenario("gateway.yaml", text=scenario)
     fakes = await start_fakes(loaded)
@@ -57,9 +59,10 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
         config = load_router_config("router.yaml", text=text)
         router = config.build(SystemClock())
         if db:
-            store = await SqliteStore.open(tmp_path / "state.db")
+            store = await SqliteStore.open(tmp_path / "state.db",
+                                           busy_timeout_ms=busy_timeout_ms)
             await store.attach(router.engine)
-        gateway = Gateway(router, config.providers, token=TOKEN, store=store)
+        gateway = Gateway(router, config.providers, token=TOKEN, store=store, limits=limits)
         server = GatewayServer(gateway, "127.0.0.1", 0)
         await server.start()
         yield Running(server.url, gateway, text, server)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["format_ms", "parse_duration_ms", "parse_rate_per_s"]
+__all__ = ["MAX_DURATION_MS", "MAX_RATE_PER_S", "format_ms", "parse_duration_ms",
+           "parse_rate_per_s"]
+
+#: the longest duration any file or API accepts: 30 days, the cap on retry hints (SPEC §2)
+MAX_DURATION_MS = 30 * 86_400_000
+#: the highest rate a scenario may ask for (a million requests a second is not a test)
+MAX_RATE_PER_S = 100_000.0
 
 _UNITS_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0, "d": 86_400_000.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -14,14 +20,14 @@ _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(ms|s|m|h)\s*$")
 def parse_duration_ms(value: object) -> int:
     """Parse `250ms`, `3s`, `1.5s`, `5m`, `1h`, `1m30s` or integer milliseconds.
 
-    Raises ValueError with a sentence a user can act on.
+    At most 30 days. Raises ValueError with a sentence a user can act on.
     """
     if isinstance(value, bool):
         raise ValueError(f"expected a duration like 3s or 250ms, got {value!r}")
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"a duration cannot be negative, got {value}")
-        return value
+        return _bounded(value, value)
     if not isinstance(value, str):
         raise ValueError(f"expected a duration like 3s or 250ms, got {value!r}")
     text = value.strip().replace(" ", "")
@@ -39,7 +45,13 @@ def parse_duration_ms(value: object) -> int:
             f"{value!r} is not a duration: write a number with a unit (250ms, 3s, 5m, 1h) "
             "or integer milliseconds"
         )
-    return round(total)
+    return _bounded(round(total), value)
+
+
+def _bounded(ms: int, value: object) -> int:
+    if ms > MAX_DURATION_MS:
+        raise ValueError(f"{value!r} is longer than 30 days, the longest duration accepted")
+    return ms
 
 
 def parse_rate_per_s(value: object) -> float:
@@ -52,8 +64,10 @@ def parse_rate_per_s(value: object) -> float:
         rate = float(match.group(1)) * 1000.0 / _UNITS_MS[match.group(2)]
     else:
         raise ValueError(f"{value!r} is not a rate: write it like 20/s or 300/m")
-    if rate <= 0:
+    if not rate > 0:
         raise ValueError(f"a rate must be positive, got {value!r}")
+    if rate > MAX_RATE_PER_S:
+        raise ValueError(f"{value!r} is over {MAX_RATE_PER_S:,.0f}/s, the highest rate accepted")
     return rate
 
 

@@ -17,6 +17,7 @@ from ..engine.jitter import Jitter
 from ..engine.settings import AuthKind, ResilienceSettings, default_settings
 from ..router.core import Router
 from ..router.routes import Route, Strategy, Target
+from .limits import GatewayLimits, parse_limits
 from .overrides import OverridePatch, parse_overrides, validate_settings
 from .problems import Path
 from .readers import read_bool, read_int, read_mapping, read_str, reject_unknown
@@ -74,6 +75,7 @@ class RouterConfig:
     store_path: str | None = None
     gateway_listen: str | None = None
     gateway_token_file: str | None = None
+    gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
     source: str = "<memory>"
 
     def provider_specs(self) -> tuple[ProviderSpec, ...]:
@@ -87,6 +89,7 @@ class RouterConfig:
             max_attempts=self.settings.request.max_attempts,
             admission=self.settings.admission,
             jitter=Jitter(self.settings.jitter, random.Random(seed ^ 0x5EED)),
+            models={name: frozenset(p.models) for name, p in self.providers.items()},
         )
 
 
@@ -273,12 +276,15 @@ def load_router_config(
                                 env=os.environ if env is None else env)
     routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
     store_path = listen = token_file = None
+    limits = GatewayLimits()
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
         reject_unknown(src, store, ("store",), ("path",))
         if "path" in store:
             store_path = read_str(src, store["path"], ("store", "path"))
     if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
-        reject_unknown(src, gw, ("gateway",), ("listen", "token_file"))
+        reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits"))
+        if "limits" in gw:
+            limits = parse_limits(src, gw["limits"], ("gateway", "limits"))
         if "listen" in gw:
             listen = read_str(src, gw["listen"], ("gateway", "listen"))
         if "token_file" in gw:
@@ -286,5 +292,6 @@ def load_router_config(
     src.raise_if_problems()
     return RouterConfig(
         providers=providers, routes=routes, settings=settings, store_path=store_path,
-        gateway_listen=listen, gateway_token_file=token_file, source=src.name,
+        gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
+        source=src.name,
     )

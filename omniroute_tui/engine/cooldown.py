@@ -152,7 +152,7 @@ class ConnectionCooldown:
         self.last_error = FailureKind(snapshot.last_error) if snapshot.last_error else None
         self.last_error_at = snapshot.last_error_at
         if snapshot.cooling_until > now:
-            self.level = snapshot.level
+            self.level = min(max(snapshot.level, 0), self.settings.max_level)
             self.cooling_until = snapshot.cooling_until
         else:
             self.level = 0

@@ -21,6 +21,7 @@ from .jitter import Jitter
 from .kinds import FailureKind
 from .lockout import LockoutSnapshot, ModelLockouts
 from .pool import ConnectionPool, Unavailable
+from .retry_hints import MAX_HINT_MS
 from .settings import ResilienceSettings
 
 __all__ = [
@@ -206,8 +207,8 @@ class ResilienceEngine:
         self._audit("reset_breaker", provider, actor, "ok")
 
     def force_open(self, provider: str, duration_ms: int, *, actor: str) -> None:
-        if duration_ms <= 0:
-            raise ValueError("force-open needs a positive duration")
+        if not 0 < duration_ms <= MAX_HINT_MS:
+            raise ValueError("force-open needs a duration above 0 and at most 30 days")
         self._state(provider).breaker.force_open(self.now(), duration_ms)
         self._audit("force_open", provider, actor, f"open for {duration_ms}ms")
 

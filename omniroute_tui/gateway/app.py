@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import logging
+import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -28,7 +29,9 @@ from ..engine.events import Event, OperatorEvent
 from ..router.core import Router, UnknownRoute
 from ..store import SqliteStore
 from .auth import bearer_matches
-from .events_stream import EventBroadcaster
+from .events_stream import EventBroadcaster, EventStreamResponse
+from .protocol import GatewayLimits
+from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
 from .views import state_view
 
 __all__ = ["Gateway", "error_response"]
@@ -36,14 +39,20 @@ __all__ = ["Gateway", "error_response"]
 _FORWARDED_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
 OPERATOR_HEADER = "x-omniroute-operator"
 Handler = Callable[[Request], Awaitable[Response]]
+log = logging.getLogger("omniroute.gateway")
 
 
 def error_response(status: int, message: str, *, type_: str = "invalid_request_error",
-                   code: str | None = None, headers: Mapping[str, str] | None = None
-                   ) -> JSONResponse:
+                   code: str | None = None, headers: Mapping[str, str] | None = None,
+                   param: str | None = None) -> JSONResponse:
     """An OpenAI-style error body."""
-    return JSONResponse({"error": {"message": message, "type": type_, "param": None,
+    return JSONResponse({"error": {"message": message, "type": type_, "param": param,
                                    "code": code}}, status, headers=dict(headers or {}))
+
+
+def _bad_request(exc: BadRequest) -> JSONResponse:
+    code = {413: "request_too_large"}.get(exc.status)
+    return error_response(exc.status, str(exc), param=exc.param, code=code)
 
 
 class Gateway:
@@ -55,8 +64,10 @@ class Gateway:
         token: str | None,
         store: SqliteStore | None = None,
         client: UpstreamClient | None = None,
+        limits: GatewayLimits | None = None,
     ) -> None:
         self.router = router
+        self.limits = limits or GatewayLimits()
         self.engine = router.engine
         self.providers = providers
         self.token = token
@@ -114,17 +125,13 @@ class Gateway:
 
     async def chat_completions(self, request: Request) -> Response:
         try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError):
-            return error_response(400, "the request body is not valid JSON")
-        if not isinstance(body, dict):
-            return error_response(400, "the request body must be a JSON object")
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            return error_response(400, "missing `model`: a route or provider/model name")
-        if not isinstance(body.get("messages"), list):
-            return error_response(400, "missing `messages`: a list of chat messages")
-        stream = bool(body.get("stream"))
+            raw = await read_body(request, self.limits.max_body_bytes)
+            body = json_object(raw, self.limits.max_json_depth)
+            model, stream = check_chat_body(body)
+        except BadRequest as exc:
+            return _bad_request(exc)
+        except ClientGone:
+            return _client_gone(request)
         try:
             completion = await self._complete_unless_disconnected(request, body, stream)
         except UnknownRoute:
@@ -169,9 +176,16 @@ class Gateway:
             {"id": name, "object": "model", "created": 0, "owned_by": "omniroute"}
             for name in names]})
 
+    def store_health(self) -> dict[str, Any] | None:
+        return None if self.store is None else self.store.health().to_dict()
+
     async def health(self, request: Request) -> Response:
+        """Routing works while the store fails, so the answer stays 200; `status` says
+        `degraded` and `store` says since when, for the operator to see."""
         states = {b.provider: b.state.value for b in self.engine.snapshot().breakers}
-        return JSONResponse({"status": "ok", "providers": states})
+        store = self.store_health()
+        status = "ok" if store is None or store["ok"] else "degraded"
+        return JSONResponse({"status": status, "providers": states, "store": store})
 
     # -- the management API ----------------------------------------------------------------
 
@@ -194,14 +208,23 @@ class Gateway:
 
     @staticmethod
     def _actor(request: Request) -> str:
-        return (request.headers.get(OPERATOR_HEADER) or "api").strip()[:64] or "api"
+        """The operator's name: UTF-8 (headers arrive as latin-1), printable, 64 at most."""
+        raw = request.headers.get(OPERATOR_HEADER) or ""
+        try:
+            name = raw.encode("latin-1").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            name = raw
+        name = "".join(c for c in name if unicodedata.category(c)[0] != "C")
+        return name.strip()[:64] or "api"
+
+    def _state(self) -> dict[str, Any]:
+        return {**state_view(self.engine, self.providers), "store": self.store_health()}
 
     async def state(self, request: Request) -> Response:
-        return JSONResponse(state_view(self.engine, self.providers))
+        return JSONResponse(self._state())
 
     async def event_stream(self, request: Request) -> Response:
-        return StreamingResponse(self.events.stream(), media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache"})
+        return EventStreamResponse(self.events.stream())
 
     async def audit(self, request: Request) -> Response:
         if self.store is not None:
@@ -213,19 +236,16 @@ class Gateway:
         return JSONResponse({"entries": entries})
 
     async def _json_body(self, request: Request) -> dict[str, Any] | Response:
-        raw = await request.body()
-        if not raw.strip():
-            return {}
         try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            return error_response(400, "the request body is not valid JSON")
-        if not isinstance(body, dict):
-            return error_response(400, "the request body must be a JSON object")
-        return body
+            raw = await read_body(request, MANAGEMENT_BODY_BYTES)
+            return json_object(raw, 4) if raw.strip() else {}
+        except BadRequest as exc:
+            return _bad_request(exc)
+        except ClientGone:
+            return _client_gone(request)
 
     def _done(self, **extra: Any) -> Response:
-        return JSONResponse({"ok": True, **extra, **state_view(self.engine, self.providers)})
+        return JSONResponse({"ok": True, **extra, **self._state()})
 
     async def reset_breaker(self, request: Request) -> Response:
         self.engine.reset_breaker(request.path_params["provider"], actor=self._actor(request))
@@ -285,6 +305,16 @@ class Gateway:
         except ValueError as exc:
             return error_response(400, str(exc))
         return self._done(cleared=cleared)
+
+
+MANAGEMENT_BODY_BYTES = 16 * 1024
+
+
+def _client_gone(request: Request) -> Response:
+    client = request.client
+    log.info("%s hung up before its request to %s was read whole",
+             f"{client.host}:{client.port}" if client else "a client", request.url.path)
+    return Response(status_code=499)
 
 
 async def _disconnected(request: Request) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 __all__ = ["TokenError", "bearer_matches", "load_token"]
 
 TOKEN_ENV = "OMNIROUTE_TOKEN"
+MIN_TOKEN_CHARS = 16
 
 
 class TokenError(ValueError):
@@ -22,11 +23,18 @@ def load_token(token_file: str | Path | None) -> str | None:
             token = Path(token_file).read_text().strip()
         except OSError as exc:
             raise TokenError(f"cannot read the token file {token_file}: {exc.strerror}") from None
-        if len(token) < 16:
-            raise TokenError(f"the token in {token_file} is shorter than 16 characters")
-        return token
+        return _usable(token, f"the token in {token_file}")
     token = os.environ.get(TOKEN_ENV, "").strip()
-    return token or None
+    return _usable(token, f"${TOKEN_ENV}") if token else None
+
+
+def _usable(token: str, where: str) -> str:
+    if len(token) < MIN_TOKEN_CHARS:
+        raise TokenError(f"{where} is shorter than {MIN_TOKEN_CHARS} characters; make one "
+                         "with: head -c 24 /dev/urandom | base64")
+    if not token.isascii() or not token.isprintable() or " " in token:
+        raise TokenError(f"{where} must be printable ASCII without spaces")
+    return token
 
 
 def bearer_matches(header: str | None, token: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 from collections.abc import Sequence
@@ -53,7 +54,8 @@ async def _serve(args: argparse.Namespace) -> int:
         if store.set_aside_from is not None:
             print(f"the bad database was kept as {store.set_aside_from}", file=sys.stderr)
         await store.attach(router.engine)
-    gateway = Gateway(router, config.providers, token=token, store=store)
+    gateway = Gateway(router, config.providers, token=token, store=store,
+                      limits=config.gateway_limits)
     server = GatewayServer(gateway, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -69,13 +71,16 @@ async def _serve(args: argparse.Namespace) -> int:
     finally:
         await server.stop()
         if store is not None:
-            await store.close()  # graceful: everything flushed
+            # one last bounded write; what could not be written is logged
+            await store.close(timeout_s=3)
     print("omniroute-gateway stopped", flush=True)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return asyncio.run(_serve(args))
     except (ConfigError, StoreError, TokenError, ValueError) as exc:

@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+
+from starlette.responses import StreamingResponse
 
 from ..engine.events import Event, EventBus
 
-__all__ = ["EventBroadcaster"]
+__all__ = ["EventBroadcaster", "EventStreamResponse"]
 
 QUEUE_LIMIT = 10_000
+
+
+def _dropped_frame(reason: str) -> str:
+    return f"event: dropped\ndata: {json.dumps({'reason': reason})}\n\n"
+
+
+class EventStreamResponse(StreamingResponse):
+    media_type = "text/event-stream"
+
+    def __init__(self, frames: AsyncIterator[str]) -> None:
+        super().__init__(frames, headers={"cache-control": "no-cache"})
 
 
 class EventBroadcaster:
     """Each client gets its own bounded queue; a client that falls that far behind is
     dropped (its stream ends; it can reconnect) rather than slowing the router."""
 
-    def __init__(self, bus: EventBus) -> None:
+    def __init__(self, bus: EventBus, queue_limit: int = QUEUE_LIMIT) -> None:
         self._queues: set[asyncio.Queue[str | None]] = set()
+        self.queue_limit = queue_limit
         bus.subscribe(self._on_event)
 
     def _on_event(self, event: Event) -> None:
@@ -27,14 +42,12 @@ class EventBroadcaster:
         for queue in tuple(self._queues):
             try:
                 queue.put_nowait(frame)
-            except asyncio.QueueFull:  # too far behind: end its stream
-                self._queues.discard(queue)
-                while not queue.empty():
-                    queue.get_nowait()
-                queue.put_nowait(None)
+            except asyncio.QueueFull:  # too far behind: end its stream, saying why
+                self._end(queue, f"the client fell {self.queue_limit} events behind; "
+                                 "reconnect and read the state again")
 
     async def stream(self) -> AsyncIterator[str]:
-        queue: asyncio.Queue[str | None] = asyncio.Queue(QUEUE_LIMIT)
+        queue: asyncio.Queue[str | None] = asyncio.Queue(self.queue_limit)
         self._queues.add(queue)
         try:
             yield ": connected\n\n"
@@ -50,9 +63,19 @@ class EventBroadcaster:
         finally:
             self._queues.discard(queue)
 
+    def _end(self, queue: asyncio.Queue[str | None], reason: str | None) -> None:
+        self._queues.discard(queue)
+        keep = max(0, queue.maxsize - 2) if reason is not None else 0  # at shutdown: none
+        while queue.qsize() > keep:
+            queue.get_nowait()
+        if reason is not None:
+            queue.put_nowait(_dropped_frame(reason))
+        queue.put_nowait(None)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._queues)
+
     def close(self) -> None:
         for queue in tuple(self._queues):
-            while not queue.empty():
-                queue.get_nowait()
-            queue.put_nowait(None)
-        self._queues.clear()
+            self._end(queue, None)

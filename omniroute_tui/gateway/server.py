@@ -9,6 +9,7 @@ import time
 import uvicorn
 
 from .app import Gateway
+from .protocol import limited_protocol
 
 __all__ = ["GatewayServer", "parse_listen"]
 
@@ -26,8 +27,11 @@ class GatewayServer:
 
     def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 4000) -> None:
         self.gateway = gateway
+        limits = gateway.limits
         config = uvicorn.Config(gateway.asgi(), host=host, port=port, log_level="warning",
-                                lifespan="off", access_log=False, timeout_graceful_shutdown=5)
+                                lifespan="off", access_log=False, timeout_graceful_shutdown=5,
+                                http=limited_protocol(limits),
+                                timeout_keep_alive=max(1, round(limits.keep_alive_s)))
         self.server = uvicorn.Server(config)
         self._task: asyncio.Task[None] | None = None
         self.host = host
@@ -63,7 +67,7 @@ class GatewayServer:
         self.gateway.events.close()  # end event streams so the shutdown is not held up
         if self._task is not None:
             try:
-                await asyncio.wait_for(self._task, timeout=10)
+                await asyncio.wait_for(self._task, timeout=6)
             except (TimeoutError, asyncio.CancelledError):
                 self._task.cancel()
         await self.gateway.aclose()

@@ -33,6 +33,11 @@ class UnknownRoute(LookupError):
     """The client asked for a model that is neither a route nor a `provider/model`."""
 
 
+#: `provider/model` names remembered for providers that declare no models: each one costs
+#: a route, a plan and (on failures) lockouts, so clients cannot grow them without bound
+MAX_LEARNED_MODELS = 256
+
+
 def _rotation(weights: tuple[int, ...]) -> tuple[int, ...]:
     """Smooth weighted round-robin order of connection positions (nginx's algorithm)."""
     total = sum(weights)
@@ -58,9 +63,13 @@ class Router:
         max_attempts: int = 5,
         admission: AdmissionSettings | None = None,
         jitter: Jitter | None = None,
+        models: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self.engine = engine
         self.routes = dict(routes)
+        #: the models each provider declares; a provider missing here accepts any name,
+        #: up to MAX_LEARNED_MODELS of them
+        self.models = dict(models or {})
         self.max_attempts = max_attempts
         self.admission = admission or AdmissionSettings(max_wait_ms=5000, margin_ms=50)
         self._jitter = jitter or Jitter()
@@ -75,11 +84,17 @@ class Router:
         if route is not None:
             return route
         provider, sep, name = model.partition("/")
-        if sep and provider in self.engine.providers() and name:
-            route = Route(model, (Target(provider, name),))
-            self._direct[model] = route
-            return route
-        raise UnknownRoute(f"no route or provider/model named {model!r}")
+        if not (sep and provider in self.engine.providers() and name):
+            raise UnknownRoute(f"no route or provider/model named {model!r}")
+        declared = self.models.get(provider)
+        if declared is not None and name not in declared:
+            raise UnknownRoute(f"provider {provider!r} has no model {name!r}")
+        if declared is None and len(self._direct) >= MAX_LEARNED_MODELS:
+            raise UnknownRoute(f"{model!r} would be more than {MAX_LEARNED_MODELS} "
+                               "provider/model names; declare the provider's models")
+        route = Route(model, (Target(provider, name),))
+        self._direct[model] = route
+        return route
 
     def start(self, request_id: str, model: str) -> RequestRouting:
         """Begin routing one request; raises UnknownRoute for an unknown `model`."""

@@ -13,6 +13,8 @@ class StoreProblem(StrEnum):
     LOCKED = "locked"
     CORRUPT = "corrupt"
     UNREADABLE = "unreadable"
+    FOREIGN = "foreign"  # another program's SQLite file: never modified, never set aside
+    NEWER = "newer"  # written by a newer release
 
 
 class Recovery(StrEnum):
@@ -38,6 +40,10 @@ class StoreError(Exception):
         elif self.problem is StoreProblem.CORRUPT:
             advice = ("start again with --db-recover set-aside to keep the bad file beside it "
                       "and begin with an empty store")
+        elif self.problem is StoreProblem.FOREIGN:
+            advice = "give --db a file of its own (a new path is created empty)"
+        elif self.problem is StoreProblem.NEWER:
+            advice = "run the newer release, or give --db a file of its own"
         else:
             advice = "check the path and its permissions"
         return f"state database {self.path}: {self.detail}; {advice}"

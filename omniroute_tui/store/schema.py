@@ -7,12 +7,15 @@ from typing import Any
 
 from ..engine.breaker import BreakerSnapshot
 from ..engine.cooldown import ConnectionSnapshot
-from ..engine.kinds import BreakerState
+from ..engine.kinds import BreakerState, FailureKind
 from ..engine.lockout import LockoutSnapshot
 
 __all__ = [
+    "APPLICATION_ID",
+    "MIGRATIONS",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "TABLES",
     "breaker_from_row",
     "breaker_row",
     "connection_from_row",
@@ -21,7 +24,12 @@ __all__ = [
     "lockout_row",
 ]
 
-SCHEMA_VERSION = "1"
+#: `PRAGMA application_id` of our files ("OMNR"): a file without it is not ours to touch
+APPLICATION_ID = 0x4F4D4E52
+#: `PRAGMA user_version`; each step in MIGRATIONS takes a file one version up
+SCHEMA_VERSION = 2
+
+TABLES = frozenset({"meta", "breakers", "connections", "lockouts", "audit", "events"})
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,6 +58,13 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 
+#: version -> the SQL that takes a file from that version to the next. Version 1 files (our
+#: first release) carried the version in `meta` and no application id; version 2 adds both
+#: pragmas, so a file that is not ours can be told apart before anything is written.
+MIGRATIONS: dict[int, str] = {
+    1: "DELETE FROM meta WHERE key = 'schema_version';",
+}
+
 BREAKER_COLUMNS = ("provider", "state", "failures", "last_failure_at", "opened_at",
                    "open_for_ms", "cycles", "epoch", "forced_until")
 CONNECTION_COLUMNS = ("provider", "connection", "level", "cooling_until", "disabled",
@@ -63,13 +78,54 @@ def breaker_row(s: BreakerSnapshot) -> tuple[Any, ...]:
             s.open_for_ms, s.cycles, s.epoch, s.forced_until)
 
 
+# A database file is an entry point like any other: rows are checked before the engine
+# sees them, and a row that fails raises ValueError saying which field is wrong.
+_MAX_INT = 2**62
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 1024:
+        raise ValueError(f"{field} is not a name: {value!r:.80}")
+    return value
+
+
+def _count(value: Any, field: str, maximum: int = _MAX_INT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        raise ValueError(f"{field} is not a number from 0 to {maximum}: {value!r:.80}")
+    return value
+
+
+def _opt_count(value: Any, field: str) -> int | None:
+    return None if value is None else _count(value, field)
+
+
+def _opt_text(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 4096:
+        raise ValueError(f"{field} is not text: {value!r:.80}")
+    return value
+
+
+def _kind(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    if value not in FailureKind.__members__.values():
+        raise ValueError(f"{field} is not a failure kind: {value!r:.80}")
+    return str(value)
+
+
 def breaker_from_row(row: tuple[Any, ...]) -> BreakerSnapshot:
     provider, state, failures, last_failure_at, opened_at, open_for, cycles, epoch, forced = row
+    if state not in BreakerState.__members__.values():
+        raise ValueError(f"state is not a breaker state: {state!r:.80}")
     return BreakerSnapshot(
-        provider=provider, state=BreakerState(state), failures=failures,
-        last_failure_at=last_failure_at, opened_at=opened_at, open_for_ms=open_for,
-        cycles=cycles, epoch=epoch, forced_until=forced, probes_in_flight=0,
-        retry_after_ms=None,
+        provider=_text(provider, "provider"), state=BreakerState(state),
+        failures=_count(failures, "failures"),
+        last_failure_at=_opt_count(last_failure_at, "last_failure_at"),
+        opened_at=_opt_count(opened_at, "opened_at"), open_for_ms=_count(open_for, "open_for_ms"),
+        cycles=_count(cycles, "cycles", 1000), epoch=_count(epoch, "epoch"),
+        forced_until=_opt_count(forced, "forced_until"), probes_in_flight=0, retry_after_ms=None,
     )
 
 
@@ -81,9 +137,12 @@ def connection_row(s: ConnectionSnapshot) -> tuple[Any, ...]:
 def connection_from_row(row: tuple[Any, ...]) -> ConnectionSnapshot:
     provider, connection, level, until, disabled, reason, last_error, last_error_at = row
     return ConnectionSnapshot(
-        provider=provider, connection=connection, level=level, cooling_until=until,
-        disabled=bool(disabled), disabled_reason=reason, last_error=last_error,
-        last_error_at=last_error_at,
+        provider=_text(provider, "provider"), connection=_text(connection, "connection"),
+        level=_count(level, "level", 64), cooling_until=_count(until, "cooling_until"),
+        disabled=bool(_count(disabled, "disabled", 1)),
+        disabled_reason=_opt_text(reason, "disabled_reason"),
+        last_error=_kind(last_error, "last_error"),
+        last_error_at=_opt_count(last_error_at, "last_error_at"),
     )
 
 
@@ -94,8 +153,11 @@ def lockout_row(s: LockoutSnapshot) -> tuple[Any, ...]:
 def lockout_from_row(row: tuple[Any, ...]) -> LockoutSnapshot:
     provider, connection, model, kind, failures, last_failure_at, until = row
     return LockoutSnapshot(
-        provider=provider, connection=connection, model=model, kind=kind, failures=failures,
-        last_failure_at=last_failure_at, until=until,
+        provider=_text(provider, "provider"), connection=_text(connection, "connection"),
+        model=_text(model, "model"), kind=_kind(kind, "kind"),
+        failures=_count(failures, "failures"),
+        last_failure_at=_count(last_failure_at, "last_failure_at"),
+        until=_count(until, "until"),
     )
 
 

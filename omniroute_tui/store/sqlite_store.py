@@ -3,7 +3,9 @@
 The store is an event consumer. Each event marks the entities it touched as dirty (a set
 insert, cheap and synchronous, so routing never waits); a flusher task wakes within
 `flush_interval_ms`, reads the current snapshots of the dirty entities through the engine's
-public API and writes them in one transaction. `close()` flushes everything.
+public API and writes them in one transaction. A write that fails leaves its entities dirty
+and is retried with backoff, so a change is never dropped: the retry reads the snapshots
+again, merged with whatever changed meanwhile. `close()` makes one last bounded attempt.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import sqlite3
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +38,15 @@ from ..engine.events import (
 from . import schema
 from .errors import Recovery, StoreError, StoreProblem, set_aside
 
-__all__ = ["AuditEntry", "SqliteStore"]
+__all__ = ["AuditEntry", "SqliteStore", "StoreHealth"]
+
+log = logging.getLogger("omniroute.store")
+
+#: errors a write can meet that say nothing is wrong with the data: retry them
+_WRITE_ERRORS = (sqlite3.Error, OSError, OverflowError, ValueError)
+_RETRY_FIRST_MS = 50
+_RETRY_MAX_MS = 5000
+_MAX_PENDING_AUDIT = 100_000
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,39 @@ class AuditEntry:
     action: str
     target: str
     result: str
+
+
+@dataclass(frozen=True)
+class StoreHealth:
+    """Whether writes reach the file; `failing_since` is epoch ms of the first failure."""
+
+    ok: bool
+    failing_since: int | None = None
+    error: str | None = None
+    pending: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "failing_since": self.failing_since, "error": self.error,
+                "pending": self.pending}
+
+
+@dataclass
+class _Batch:
+    breakers: set[str]
+    connections: set[tuple[str, str]]
+    lockouts: set[tuple[str, str, str]]
+    audit: list[AuditEntry]
+    events: list[Event]
+
+    def __bool__(self) -> bool:
+        return bool(self.breakers or self.connections or self.lockouts or self.audit
+                    or self.events)
+
+    def describe(self) -> str:
+        counts = ((len(self.breakers), "breaker(s)"), (len(self.connections), "connection(s)"),
+                  (len(self.lockouts), "lockout(s)"), (len(self.audit), "audit entries"),
+                  (len(self.events), "event(s)"))
+        return ", ".join(f"{n} {what}" for n, what in counts if n) or "nothing"
 
 
 class SqliteStore:
@@ -58,6 +103,7 @@ class SqliteStore:
         flush_interval_ms: int = 20,
         max_events: int = 5000,
         set_aside_from: Path | None = None,
+        migrated_from: int | None = None,
     ) -> None:
         self.path = path
         self._db = db
@@ -66,28 +112,31 @@ class SqliteStore:
         self.max_events = max_events
         #: where a bad file was moved when the store was opened with Recovery.SET_ASIDE
         self.set_aside_from = set_aside_from
+        #: the schema version the file had when it was opened, if it was migrated
+        self.migrated_from = migrated_from
         self._engine: ResilienceEngine | None = None
         self._unsubscribe: Any = None
-        self._dirty_breakers: set[str] = set()
-        self._dirty_connections: set[tuple[str, str]] = set()
-        self._dirty_lockouts: set[tuple[str, str, str]] = set()
-        self._audit: list[AuditEntry] = []
+        self._dirty = _Batch(set(), set(), set(), [], [])
         self._events: deque[Event] = deque(maxlen=max_events)
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
         self._flush_lock = asyncio.Lock()
+        self._failing_since: int | None = None
+        self._last_error: str | None = None
+        self._failures = 0
 
     # -- opening -----------------------------------------------------------------------
 
     @classmethod
     async def open(
-        cls, path: str | Path, *, recover: Recovery = Recovery.FAIL, **options: Any
+        cls, path: str | Path, *, recover: Recovery = Recovery.FAIL, busy_timeout_ms: int = 2000,
+        **options: Any,
     ) -> SqliteStore:
-        """Open (or create) the database; a locked or corrupt file raises StoreError.
+        """Open (or create) the database; a locked, corrupt or foreign file raises StoreError.
 
         With `recover=Recovery.SET_ASIDE` a corrupt file is renamed and an empty store
-        started in its place.
+        started in its place. A file of another program is never touched.
         """
         path = Path(path)
         if not path.parent.exists():
@@ -97,42 +146,52 @@ class SqliteStore:
         moved: Path | None = None
         try:
             try:
-                db = await _connect_checked(path)
+                db, migrated = await _connect_checked(path, busy_timeout_ms)
             except StoreError as exc:
                 if exc.problem is not StoreProblem.CORRUPT or recover is not Recovery.SET_ASIDE:
                     raise
                 moved = set_aside(path)
-                db = await _connect_checked(path)
+                db, migrated = await _connect_checked(path, busy_timeout_ms)
         except BaseException:
             lock.close()
             raise
-        return cls(path, db, lock, set_aside_from=moved, **options)
+        return cls(path, db, lock, set_aside_from=moved, migrated_from=migrated, **options)
 
     # -- reading -----------------------------------------------------------------------
 
     async def load(self) -> EngineSnapshot:
-        """The persisted state as an engine snapshot (the engine clears what expired)."""
-        db = self._db
-        async with db.execute(f"SELECT {','.join(schema.BREAKER_COLUMNS)} FROM breakers") as cur:
-            breakers = tuple(schema.breaker_from_row(tuple(r)) for r in await cur.fetchall())
-        async with db.execute(
-            f"SELECT {','.join(schema.CONNECTION_COLUMNS)} FROM connections"
-        ) as cur:
-            connections = tuple(
-                schema.connection_from_row(tuple(r)) for r in await cur.fetchall()
-            )
-        async with db.execute(f"SELECT {','.join(schema.LOCKOUT_COLUMNS)} FROM lockouts") as cur:
-            lockouts = tuple(schema.lockout_from_row(tuple(r)) for r in await cur.fetchall())
-        return EngineSnapshot(breakers, connections, lockouts)
+        """The persisted state as an engine snapshot (the engine clears what expired).
+
+        Rows that do not hold valid values are left out, with one log line each.
+        """
+        breakers = await self._rows("breakers", schema.BREAKER_COLUMNS, schema.breaker_from_row)
+        connections = await self._rows("connections", schema.CONNECTION_COLUMNS,
+                                       schema.connection_from_row)
+        lockouts = await self._rows("lockouts", schema.LOCKOUT_COLUMNS, schema.lockout_from_row)
+        return EngineSnapshot(tuple(breakers), tuple(connections), tuple(lockouts))
+
+    async def _rows(self, table: str, columns: tuple[str, ...], convert: Any) -> list[Any]:
+        async with self._db.execute(f"SELECT {','.join(columns)} FROM {table}") as cur:
+            rows = await cur.fetchall()
+        result = []
+        for row in rows:
+            try:
+                result.append(convert(tuple(row)))
+            except ValueError as exc:
+                log.warning("state database %s: a row of %s was ignored: %s",
+                            self.path, table, exc)
+        return result
 
     async def audit_log(self, limit: int = 100) -> list[AuditEntry]:
+        """The last `limit` operator actions, oldest first, including any not yet written."""
         await self.flush()
         async with self._db.execute(
             "SELECT t, actor, action, target, result FROM audit ORDER BY id DESC LIMIT ?",
             (limit,),
         ) as cur:
             rows = await cur.fetchall()
-        return [AuditEntry(*row) for row in reversed(list(rows))]
+        entries = [AuditEntry(*row) for row in reversed(list(rows))] + self._dirty.audit
+        return entries[-limit:] if limit > 0 else []
 
     async def recent_events(self, limit: int = 100) -> list[str]:
         """The most recent events as JSON lines, oldest first."""
@@ -143,6 +202,14 @@ class SqliteStore:
             rows = await cur.fetchall()
         return [row[0] for row in reversed(list(rows))]
 
+    def health(self) -> StoreHealth:
+        d = self._dirty
+        pending = (len(d.breakers) + len(d.connections) + len(d.lockouts) + len(d.audit)
+                   + len(self._events))
+        if self._failing_since is None:
+            return StoreHealth(True, pending=pending)
+        return StoreHealth(False, self._failing_since, self._last_error, pending)
+
     # -- following an engine -------------------------------------------------------------
 
     async def attach(self, engine: ResilienceEngine) -> None:
@@ -152,28 +219,31 @@ class SqliteStore:
         self._unsubscribe = engine.bus.subscribe(self._on_event)
         # everything restored is written back, so expired entries leave the file too
         for provider in engine.providers():
-            self._dirty_breakers.add(provider)
+            self._dirty.breakers.add(provider)
             spec = engine.spec(provider)
-            self._dirty_connections.update((provider, c) for c in spec.connections)
+            self._dirty.connections.update((provider, c) for c in spec.connections)
         async with self._db.execute("SELECT provider, connection, model FROM lockouts") as cur:
-            self._dirty_lockouts.update((r[0], r[1], r[2]) for r in await cur.fetchall())
+            self._dirty.lockouts.update((r[0], r[1], r[2]) for r in await cur.fetchall())
         self._flusher = asyncio.create_task(self._flush_loop(), name="omniroute-store-flush")
         self._wake.set()
 
     def _on_event(self, event: Event) -> None:
         self._events.append(event)
+        dirty = self._dirty
         if isinstance(event, ResultEvent):
-            self._dirty_breakers.add(event.provider)
-            self._dirty_connections.add((event.provider, event.connection))
-            self._dirty_lockouts.add((event.provider, event.connection, event.model))
+            dirty.breakers.add(event.provider)
+            dirty.connections.add((event.provider, event.connection))
+            dirty.lockouts.add((event.provider, event.connection, event.model))
         elif isinstance(event, BreakerEvent):
-            self._dirty_breakers.add(event.provider)
+            dirty.breakers.add(event.provider)
         elif isinstance(event, CooldownEvent | DisabledEvent | EnabledEvent):
-            self._dirty_connections.add((event.provider, event.connection))
+            dirty.connections.add((event.provider, event.connection))
         elif isinstance(event, LockoutEvent):
-            self._dirty_lockouts.add((event.provider, event.connection, event.model))
+            dirty.lockouts.add((event.provider, event.connection, event.model))
         elif isinstance(event, OperatorEvent):
-            self._audit.append(AuditEntry(event.t, event.actor, event.action, event.target,
+            if len(dirty.audit) >= _MAX_PENDING_AUDIT:
+                del dirty.audit[0]
+            dirty.audit.append(AuditEntry(event.t, event.actor, event.action, event.target,
                                           event.result))
         self._wake.set()
 
@@ -181,49 +251,94 @@ class SqliteStore:
         while not self._closed:
             await self._wake.wait()
             await asyncio.sleep(self.flush_interval_ms / 1000)
-            await self.flush()
+            if not await self.flush():
+                delay = min(_RETRY_FIRST_MS << min(self._failures - 1, 16), _RETRY_MAX_MS)
+                await asyncio.sleep(delay / 1000)
+                self._wake.set()
 
-    async def flush(self) -> None:
-        """Write everything dirty now, in one transaction.
+    async def flush(self) -> bool:
+        """Write everything dirty now, in one transaction; False if the write failed.
 
         Flushes run one at a time, so a read that flushes first sees every earlier write.
+        A failed write keeps its changes for the next attempt.
         """
         async with self._flush_lock:
-            await self._flush()
+            return await self._flush()
 
-    async def _flush(self) -> None:
+    def _take(self) -> _Batch:
+        batch, self._dirty = self._dirty, _Batch(set(), set(), set(), [], [])
+        batch.events = list(self._events)
+        self._events.clear()
+        return batch
+
+    def _put_back(self, batch: _Batch) -> None:
+        """A failed batch goes back under the changes made since (the newer win)."""
+        dirty = self._dirty
+        dirty.breakers |= batch.breakers
+        dirty.connections |= batch.connections
+        dirty.lockouts |= batch.lockouts
+        dirty.audit[:0] = batch.audit
+        del dirty.audit[:-_MAX_PENDING_AUDIT]
+        newer = list(self._events)
+        self._events.clear()
+        self._events.extend(batch.events)  # the deque keeps the newest `max_events`
+        self._events.extend(newer)
+
+    async def _flush(self) -> bool:
         self._wake.clear()
+        batch = self._take()
+        if not batch:
+            return True
+        try:
+            await self._write(batch)
+        except _WRITE_ERRORS as exc:
+            with contextlib.suppress(*_WRITE_ERRORS):
+                await self._db.rollback()
+            self._put_back(batch)
+            self._failed(exc)
+            return False
+        self._recovered()
+        return True
+
+    def _failed(self, exc: BaseException) -> None:
+        self._failures += 1
+        self._last_error = f"{type(exc).__name__}: {exc}"[:300]
+        if self._failing_since is None:
+            self._failing_since = int(time.time() * 1000)
+            log.error("state database %s: writes are failing (%s); changes are kept in "
+                      "memory and retried", self.path, self._last_error)
+
+    def _recovered(self) -> None:
+        if self._failing_since is not None:
+            seconds = (time.time() * 1000 - self._failing_since) / 1000
+            log.warning("state database %s: writes succeed again after %.1f s; every kept "
+                        "change is written", self.path, seconds)
+        self._failing_since = self._last_error = None
+        self._failures = 0
+
+    async def _write(self, batch: _Batch) -> None:
         engine = self._engine
         breakers, connections, lockouts = [], [], []
         lockout_deletes = []
         if engine is not None:
-            for provider in self._dirty_breakers:
+            for provider in batch.breakers:
                 breakers.append(schema.breaker_row(engine.breaker_snapshot(provider)))
-            for provider, connection in self._dirty_connections:
+            for provider, connection in batch.connections:
                 connections.append(
                     schema.connection_row(engine.connection_snapshot(provider, connection))
                 )
-            if self._dirty_lockouts:
-                by_provider: dict[str, dict[tuple[str, str, str], Any]] = {}
-                for key in self._dirty_lockouts:
-                    if key[0] not in by_provider:
-                        by_provider[key[0]] = (
-                            {s.key: s for s in engine.lockout_snapshots(key[0])}
-                            if key[0] in engine.providers() else {}
-                        )
-                    snapshot = by_provider[key[0]].get(key)
-                    if snapshot is None:
-                        lockout_deletes.append(key)
-                    else:
-                        lockouts.append(schema.lockout_row(snapshot))
-        self._dirty_breakers.clear()
-        self._dirty_connections.clear()
-        self._dirty_lockouts.clear()
-        audit, self._audit = self._audit, []
-        events = list(self._events)
-        self._events.clear()
-        if not (breakers or connections or lockouts or lockout_deletes or audit or events):
-            return
+            by_provider: dict[str, dict[tuple[str, str, str], Any]] = {}
+            for key in batch.lockouts:
+                if key[0] not in by_provider:
+                    by_provider[key[0]] = (
+                        {s.key: s for s in engine.lockout_snapshots(key[0])}
+                        if key[0] in engine.providers() else {}
+                    )
+                snapshot = by_provider[key[0]].get(key)
+                if snapshot is None:
+                    lockout_deletes.append(key)
+                else:
+                    lockouts.append(schema.lockout_row(snapshot))
         db = self._db
         await db.executemany(_upsert("breakers", schema.BREAKER_COLUMNS, 1), breakers)
         await db.executemany(_upsert("connections", schema.CONNECTION_COLUMNS, 2), connections)
@@ -233,12 +348,12 @@ class SqliteStore:
         )
         await db.executemany(
             "INSERT INTO audit (t, actor, action, target, result) VALUES (?,?,?,?,?)",
-            [(a.t, a.actor, a.action, a.target, a.result) for a in audit],
+            [(a.t, a.actor, a.action, a.target, a.result) for a in batch.audit],
         )
-        if events:
+        if batch.events:
             await db.executemany(
                 "INSERT INTO events (t, type, body) VALUES (?,?,?)",
-                [(e.t, e.TYPE, schema.event_body(e.to_dict())) for e in events],
+                [(e.t, e.TYPE, schema.event_body(e.to_dict())) for e in batch.events],
             )
             await db.execute(
                 "DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?",
@@ -246,10 +361,14 @@ class SqliteStore:
             )
         await db.commit()
 
-    async def close(self) -> None:
-        """Flush everything and release the file."""
+    async def close(self, timeout_s: float = 5.0) -> StoreHealth:
+        """One last flush (bounded by `timeout_s`), then release the file; never raises.
+
+        Returns the health after that flush: not ok means some changes were not written,
+        and a log line says which.
+        """
         if self._closed:
-            return
+            return self.health()
         self._closed = True
         if self._unsubscribe is not None:
             self._unsubscribe()
@@ -258,10 +377,22 @@ class SqliteStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
         try:
-            await self.flush()
+            await asyncio.wait_for(self.flush(), timeout_s)
+        except TimeoutError:
+            self._failed(TimeoutError(f"the last write took over {timeout_s:g} s"))
+        health = self.health()
+        if not health.ok:
+            d = self._dirty
+            unwritten = _Batch(d.breakers, d.connections, d.lockouts, d.audit, list(self._events))
+            log.error("state database %s: closed with changes not written (%s): %s",
+                      self.path, unwritten.describe(), health.error)
+        try:
+            await asyncio.wait_for(self._db.close(), timeout_s)
+        except (TimeoutError, *_WRITE_ERRORS) as exc:
+            log.error("state database %s: could not close cleanly: %s", self.path, exc)
         finally:
-            await self._db.close()
             self._lock.close()
+        return health
 
 
 def _upsert(table: str, columns: tuple[str, ...], key_count: int) -> str:
@@ -293,29 +424,49 @@ def _take_lock(path: Path) -> IO[str]:
     return handle
 
 
-async def _connect_checked(path: Path) -> aiosqlite.Connection:
+async def _connect_checked(
+    path: Path, busy_timeout_ms: int
+) -> tuple[aiosqlite.Connection, int | None]:
+    """Connect, check the file is sound and ours, bring its schema up to date.
+
+    Nothing is written before the file is known to be ours (or new and empty). Returns
+    the connection and the version a migrated file had (None if none was needed).
+    """
     try:
-        db = await aiosqlite.connect(path)
+        pending = aiosqlite.connect(path)
+        # aiosqlite's worker thread is not a daemon: one left open (a store whose owner
+        # crashed) would keep the process alive after main returns. SQLite survives a
+        # process ending mid-write, so the thread must not hold the exit.
+        thread = getattr(pending, "_thread", None)
+        if thread is not None:
+            thread.daemon = True
+        db = await pending
     except (sqlite3.Error, OSError) as exc:
         raise StoreError(StoreProblem.UNREADABLE, path, f"cannot open: {exc}") from None
     try:
-        await db.execute("PRAGMA journal_mode=WAL")
-        await db.execute("PRAGMA synchronous=NORMAL")
-        await db.execute("PRAGMA busy_timeout=2000")
+        await db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         async with db.execute("PRAGMA quick_check") as cur:
             row = await cur.fetchone()
         if row is None or row[0] != "ok":
             raise sqlite3.DatabaseError(f"integrity check failed: {row[0] if row else '?'}")
-        await db.executescript(schema.SCHEMA)
-        async with db.execute("SELECT value FROM meta WHERE key='schema_version'") as cur:
-            version = await cur.fetchone()
+        version = await _our_version(db, path)
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        migrated = None
         if version is None:
-            await db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
-                             (schema.SCHEMA_VERSION,))
+            await db.executescript(schema.SCHEMA)
+        elif version < schema.SCHEMA_VERSION:
+            migrated = version
+            for step in range(version, schema.SCHEMA_VERSION):
+                await db.executescript(schema.MIGRATIONS[step])
+            await db.executescript(schema.SCHEMA)
+        if version != schema.SCHEMA_VERSION:
+            await db.execute(f"PRAGMA application_id={schema.APPLICATION_ID}")
+            await db.execute(f"PRAGMA user_version={schema.SCHEMA_VERSION}")
             await db.commit()
-        elif version[0] != schema.SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(f"schema version {version[0]} is not "
-                                        f"{schema.SCHEMA_VERSION}")
+    except StoreError:
+        await db.close()
+        raise
     except sqlite3.OperationalError as exc:
         await db.close()
         if "locked" in str(exc):
@@ -324,4 +475,32 @@ async def _connect_checked(path: Path) -> aiosqlite.Connection:
     except sqlite3.DatabaseError as exc:
         await db.close()
         raise StoreError(StoreProblem.CORRUPT, path, f"not a usable database ({exc})") from None
-    return db
+    return db, migrated
+
+
+async def _our_version(db: aiosqlite.Connection, path: Path) -> int | None:
+    """Our schema version of the file, None for a new empty file; StoreError if not ours."""
+    async with db.execute("PRAGMA application_id") as cur:
+        app_id = (await cur.fetchone() or (0,))[0]
+    async with db.execute("PRAGMA user_version") as cur:
+        user_version = (await cur.fetchone() or (0,))[0]
+    async with db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                          "AND name NOT LIKE 'sqlite_%'") as cur:
+        tables = {row[0] for row in await cur.fetchall()}
+    if app_id == schema.APPLICATION_ID:
+        if user_version > schema.SCHEMA_VERSION:
+            raise StoreError(StoreProblem.NEWER, path,
+                             f"its schema version {user_version} is newer than this "
+                             f"release's {schema.SCHEMA_VERSION}")
+        return user_version
+    if app_id == 0 and not tables:
+        return None  # a new file, or an empty one: ours from now on
+    if app_id == 0 and tables <= schema.TABLES and "meta" in tables:
+        async with db.execute("SELECT value FROM meta WHERE key='schema_version'") as cur:
+            row = await cur.fetchone()
+        if row is not None and row[0] == "1":
+            return 1  # our first release, before the application id
+    what = (f"application id {app_id:#x}" if app_id else
+            f"tables {', '.join(sorted(tables)[:6])}")
+    raise StoreError(StoreProblem.FOREIGN, path, f"not an OmniRoute state database ({what}); "
+                     "it was left untouched")

@@ -1,0 +1,178 @@
+"""uvicorn's HTTP/1.1 protocol with the limits a public gateway needs.
+
+uvicorn bounds idle keep-alive connections, but not the time a client may take to send a
+request's head or body, the size of the head, or the number of open connections: a client
+that sends half a request holds its connection forever. This protocol adds those limits at
+the socket, before any of the request reaches the application, and answers each with its
+status (408, 413, 431, 503) and `connection: close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from ..config.limits import GatewayLimits
+
+__all__ = ["GatewayLimits", "limited_protocol"]
+
+log = logging.getLogger("omniroute.gateway")
+
+_REASONS = {408: b"Request Timeout", 413: b"Content Too Large",
+            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+
+
+class _Refuse(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _LimitedProtocol(HttpToolsProtocol):
+    limits: GatewayLimits = GatewayLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True
+        self._head_bytes = 0
+        self._body_bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None
+
+    def _arm(self, seconds: float, what: str) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(seconds, self._timed_out, what)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _timed_out(self, what: str) -> None:
+        self._timer = None
+        if self.cycle is not None and self.cycle.response_started:
+            return  # the answer is under way; the client is not what is slow
+        log.info("closed a connection from %s: the request's %s took longer than allowed",
+                 _peer(self.client), what)
+        self._refuse(_Refuse(408, f"the request's {what} took too long"))
+
+    def _refuse(self, refusal: _Refuse) -> None:
+        self._disarm()
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and self.cycle.response_started:
+            self.transport.close()
+            return
+        if self.cycle is not None:
+            self.cycle.response_complete = True  # the application's answer, if any, is void
+        body = f"{refusal}\n".encode()
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (refusal.status, _REASONS[refusal.status], len(body), body))
+        self.transport.close()
+
+    # -- the socket ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            log.warning("refused a connection from %s: %d connections are open",
+                        _peer(self.client), len(self.connections) - 1)
+            self._refuse(_Refuse(503, "too many open connections; try again shortly"))
+            return
+        self._arm(self.limits.head_timeout_s, "head")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._stall is not None:
+            self._stall.cancel()
+        super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The client's buffers are full: it gets `write_timeout_s` to read on."""
+        super().pause_writing()
+        if self._stall is None:
+            self._stall = self.loop.call_later(self.limits.write_timeout_s, self._stalled)
+
+    def resume_writing(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        super().resume_writing()
+
+    def _stalled(self) -> None:
+        self._stall = None
+        log.info("closed a connection from %s: it read nothing of its answer for %g s",
+                 _peer(self.client), self.limits.write_timeout_s)
+        self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        if self._in_head:
+            if self._timer is None:
+                self._arm(self.limits.head_timeout_s, "head")
+            self._head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, _Refuse):
+                self._refuse(cause)
+            else:
+                self._refuse_malformed()
+            return
+        except httptools.HttpParserUpgrade:
+            self._refuse_malformed()  # no upgrades here (no websockets)
+            return
+        except httptools.HttpParserError:
+            self._refuse_malformed()
+            return
+        if self._in_head and self._head_bytes > self.limits.max_head_bytes:
+            self._refuse(_Refuse(431, f"the request head is over "
+                                      f"{self.limits.max_head_bytes} bytes"))
+
+    def _refuse_malformed(self) -> None:
+        self._disarm()
+        log.info("closed a connection from %s: not a valid HTTP/1.1 request",
+                 _peer(self.client))
+        self.send_400_response("Invalid HTTP request received.")
+
+    # -- parser callbacks ----------------------------------------------------------------
+
+    def on_headers_complete(self) -> None:
+        limits = self.limits
+        size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+        if size > limits.max_head_bytes:
+            raise _Refuse(431, f"the request head is over {limits.max_head_bytes} bytes")
+        for name, value in self.headers:
+            if name == b"content-length" and value.strip().isdigit() \
+                    and int(value) > limits.max_body_bytes:
+                raise _Refuse(413, f"the request body is over {limits.max_body_bytes} bytes")
+        self._in_head = False
+        super().on_headers_complete()
+        self._arm(limits.body_timeout_s, "body")
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes > self.limits.max_body_bytes:
+            raise _Refuse(413, f"the request body is over {self.limits.max_body_bytes} bytes")
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        self._in_head, self._head_bytes, self._body_bytes = True, 0, 0  # a next request
+        super().on_message_complete()
+
+
+def _peer(client: tuple[str, int] | None) -> str:
+    return f"{client[0]}:{client[1]}" if client else "a client"
+
+
+def limited_protocol(limits: GatewayLimits) -> type[HttpToolsProtocol]:
+    """A protocol class for `uvicorn.Config(http=...)` enforcing `limits`."""
+    return type("GatewayHttpProtocol", (_LimitedProtocol,), {"limits": limits})
