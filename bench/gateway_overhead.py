@@ -2,7 +2,10 @@
 gateway, alternating request by request (the direct call is the baseline), then the
 gateway's throughput with 32 concurrent clients. Target: <= 1 ms median overhead.
 
-The fake and the gateway each run in their own process, as in production.
+A second gateway, the same but with aiohttp's client for its upstream calls
+(`aiohttp_upstream.py`), is measured in the same rounds: the README says why the gateway
+keeps its own client, with these numbers. The fake and each gateway run in their own
+process, as in production.
 """
 
 from __future__ import annotations
@@ -56,23 +59,48 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def latencies(direct: str, gateway: str, count: int) -> tuple[list[float], list[float]]:
-    direct_ms, through_ms = [], []
+async def latencies(direct: str, gateways: dict[str, str], count: int
+                    ) -> dict[str, list[float]]:
+    """Milliseconds per request: `direct`, then each gateway, in turn, request by request."""
+    result: dict[str, list[float]] = {"direct": [], **{name: [] for name in gateways}}
     headers = {"authorization": "Bearer sk-bench-key-0001"}
     async with httpx.AsyncClient(timeout=10) as http:
         for i in range(count + 50):
             start = time.perf_counter()
             reply = await http.post(f"{direct}/chat/completions", json=dict(BODY, model="m"),
                                     headers=headers)
-            a = (time.perf_counter() - start) * 1000
-            start = time.perf_counter()
-            through = await http.post(f"{gateway}/v1/chat/completions", json=BODY)
-            b = (time.perf_counter() - start) * 1000
-            assert reply.status_code == through.status_code == 200, through.text
+            took = {"direct": (time.perf_counter() - start) * 1000}
+            assert reply.status_code == 200, reply.text
+            for name, url in gateways.items():
+                start = time.perf_counter()
+                through = await http.post(f"{url}/v1/chat/completions", json=BODY)
+                took[name] = (time.perf_counter() - start) * 1000
+                assert through.status_code == 200, through.text
             if i >= 50:  # warm-up done
-                direct_ms.append(a)
-                through_ms.append(b)
-    return direct_ms, through_ms
+                for name, ms in took.items():
+                    result[name].append(ms)
+    return result
+
+
+async def serve_with_aiohttp(config_path: str, port: int) -> None:
+    """A gateway like `omniroute-gateway`'s, its upstream calls made with aiohttp."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from aiohttp_upstream import AiohttpPool
+
+    from omniroute_tui.clock import SystemClock
+    from omniroute_tui.config import load_router_config
+    from omniroute_tui.drivers import UpstreamClient
+    from omniroute_tui.gateway import Gateway, GatewayServer
+
+    config = load_router_config(config_path)
+    gateway = Gateway(config.build(SystemClock()), config.providers, token=None,
+                      client=UpstreamClient(pool=AiohttpPool()))
+    server = GatewayServer(gateway, "127.0.0.1", port)
+    await server.start()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+    await stop.wait()
+    await server.stop()
 
 
 async def throughput(gateway: str, clients: int, seconds: float) -> tuple[int, int]:
@@ -97,7 +125,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--serve-aiohttp", nargs=2, metavar=("CONFIG", "PORT"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_aiohttp:
+        asyncio.run(serve_with_aiohttp(args.serve_aiohttp[0], int(args.serve_aiohttp[1])))
+        return
     bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory() as folder:
         scenario = Path(folder) / "overhead.yaml"
@@ -106,36 +139,46 @@ def main() -> None:
         fake = subprocess.Popen([str(bin_dir / "omniroute-sim"), "serve", str(scenario),
                                  "--for", "1h", "--config-out", str(config)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        gateway_proc = None
+        procs = [fake]
         try:
             deadline = time.monotonic() + 30
             while not config.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
             time.sleep(0.2)
             direct = yaml.safe_load(config.read_text())["providers"]["fake"]["base_url"]
-            port = free_port()
-            gateway_proc = subprocess.Popen(
+            ports = {"gateway": free_port(), "aiohttp": free_port()}
+            env = {**os.environ, "OMNIROUTE_TOKEN": ""}
+            procs.append(subprocess.Popen(
                 [str(bin_dir / "omniroute-gateway"), "--config", str(config), "--listen",
-                 f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                env={**os.environ, "OMNIROUTE_TOKEN": ""})
-            gateway = f"http://127.0.0.1:{port}"
-            wait_until_up(f"{gateway}/health")
-            direct_ms, through_ms = asyncio.run(latencies(direct, gateway, args.requests))
-            done, errors = asyncio.run(throughput(gateway, args.clients, args.seconds))
+                 f"127.0.0.1:{ports['gateway']}"], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, env=env))
+            procs.append(subprocess.Popen(
+                [sys.executable, __file__, "--serve-aiohttp", str(config),
+                 str(ports["aiohttp"])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env))
+            gateways = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+            for url in gateways.values():
+                wait_until_up(f"{url}/health")
+            ms = asyncio.run(latencies(direct, gateways, args.requests))
+            done, errors = asyncio.run(throughput(gateways["gateway"], args.clients,
+                                                  args.seconds))
         finally:
-            for proc in (gateway_proc, fake):
-                if proc is not None and proc.poll() is None:
+            for proc in reversed(procs):
+                if proc.poll() is None:
                     proc.send_signal(signal.SIGINT)
                     try:
                         proc.wait(timeout=10)
                     except subprocess.TimeoutExpired:
                         proc.kill()
-    d50, t50 = statistics.median(direct_ms), statistics.median(through_ms)
-    d99, t99 = percentile(direct_ms, 0.99), percentile(through_ms, 0.99)
-    print(f"{args.requests} sequential requests, alternating direct / through the gateway:")
-    print(f"  direct:   median {d50:6.2f} ms   p99 {d99:6.2f} ms")
-    print(f"  gateway:  median {t50:6.2f} ms   p99 {t99:6.2f} ms   ratio {t50 / d50:.2f}")
-    print(f"  overhead: median {t50 - d50:6.2f} ms   p99 {t99 - d99:6.2f} ms")
+    d50, d99 = statistics.median(ms["direct"]), percentile(ms["direct"], 0.99)
+    print(f"{args.requests} sequential requests, in turn direct / through each gateway:")
+    print(f"  direct:             median {d50:6.2f} ms   p99 {d99:6.2f} ms")
+    for name, label in (("gateway", "gateway"), ("aiohttp", "gateway, aiohttp")):
+        t50, t99 = statistics.median(ms[name]), percentile(ms[name], 0.99)
+        print(f"  {label + ':':18s}  median {t50:6.2f} ms   p99 {t99:6.2f} ms   "
+              f"overhead {t50 - d50:5.2f} ms (p99 {t99 - d99:+.2f})   ratio {t50 / d50:.2f}")
+    own, other = statistics.median(ms["gateway"]), statistics.median(ms["aiohttp"])
+    print(f"  aiohttp's client costs {other - own:+.2f} ms a request more than ours")
     print(f"throughput, {args.clients} concurrent clients for {args.seconds:g} s: "
           f"{done / args.seconds:,.0f} requests/s ({errors} errors)")
 

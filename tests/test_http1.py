@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import ssl
+import subprocess
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
-from omniroute_tui.drivers import UpstreamClient
+from omniroute_tui.drivers import UpstreamClient, http1
 from omniroute_tui.drivers.http1 import Http1Pool, ProtocolError
 from omniroute_tui.engine import FailureKind, TransportFailure
 
@@ -87,7 +92,7 @@ async def test_chunked_and_until_close_bodies() -> None:
             await pool.aclose()
 
 
-async def test_a_stale_pooled_connection_is_replaced_once() -> None:
+async def test_a_pooled_connection_the_peer_closed_is_not_reused() -> None:
     served = 0
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -103,6 +108,7 @@ async def test_a_stale_pooled_connection_is_replaced_once() -> None:
         for _ in range(3):
             response = await pool.post(url, {}, b"{}", 5)
             assert await response.aread() == b"ok"
+            await asyncio.sleep(0.05)  # the peer's close reaches us while it is idle
         assert served == 3 and len(connections) == 3
         await pool.aclose()
 
@@ -161,3 +167,165 @@ async def test_refused_and_read_timeout() -> None:
         assert slow.transport_failure is TransportFailure.READ_TIMEOUT
         assert slow.classification.kind is FailureKind.TIMEOUT
     await client.aclose()
+
+
+async def test_a_request_is_never_sent_twice_when_a_kept_alive_connection_dies() -> None:
+    """The peer reads the second request on a kept-alive connection, then closes it
+    without an answer: that is one failed attempt, reported, not a silent resend."""
+    received: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            received.append(body)
+            if len(received) == 2:
+                return  # read it, charged for it, and hung up
+            writer.write(answer(b"ok"))
+            await writer.drain()
+
+    async with raw_server(handler) as (url, connections):
+        client = UpstreamClient()
+        first = await client.send(url, {"n": 1}, api_key=None, timeout_ms=5000)
+        assert first.status == 200
+        second = await client.send(url, {"n": 2}, api_key=None, timeout_ms=5000)
+        assert second.status == 0
+        assert second.classification.kind is FailureKind.NETWORK
+        assert "not resent" in (second.error or "")
+        await asyncio.sleep(0.05)
+        assert received == [b'{"n":1}', b'{"n":2}'] and len(connections) == 1
+        await client.aclose()
+
+
+async def test_an_idle_connection_past_its_reuse_age_is_not_reused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(answer(body))
+            await writer.drain()
+
+    monkeypatch.setattr(http1, "IDLE_REUSE_S", 0.0)
+    async with raw_server(handler) as (url, connections):
+        pool = Http1Pool()
+        for _ in range(3):
+            await (await pool.post(url, {}, b"{}", 5)).aread()
+        assert len(connections) == 3
+        await pool.aclose()
+
+
+@pytest.mark.parametrize("headers", [{"x-a": "b\r\nx-injected: 1"}, {"x-a\n": "b"},
+                                     {"x-a": "b\x00"}])
+async def test_cr_lf_and_nul_in_headers_are_refused_before_connecting(
+        headers: dict[str, str]) -> None:
+    pool = Http1Pool(proxies=http1.Proxies())
+    with pytest.raises(ValueError, match="header injection"):
+        await pool.post("http://127.0.0.1:9/v1", headers, b"{}", 5)
+
+
+def test_a_key_with_a_line_break_is_refused_in_the_config() -> None:
+    from omniroute_tui.config import ConfigError, load_router_config
+
+    text = ("providers:\n  p: {models: [m], connections: [{id: a, api_key: \"${K}\"}]}\n"
+            "routes: {r: {targets: [p/m]}}\n")
+    with pytest.raises(ConfigError, match="line break"):
+        load_router_config("r.yaml", text=text, env={"K": "sk-abc\r\nx-evil: 1"})
+
+
+async def test_one_tls_context_per_pool_built_off_the_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[str] = []
+    real = http1.create_default_context
+
+    def counting() -> ssl.SSLContext:
+        made.append(threading.current_thread().name)
+        return real()
+
+    monkeypatch.setattr(http1, "create_default_context", counting)
+    pool = Http1Pool()
+    contexts = await asyncio.gather(*(pool._tls() for _ in range(5)))
+    assert len(made) == 1 and made[0] != threading.main_thread().name
+    assert all(c is contexts[0] for c in contexts)
+
+
+def test_no_proxy_rules() -> None:
+    proxies = http1.Proxies.from_environ({"HTTPS_PROXY": "http://proxy:3128",
+                                          "no_proxy": "localhost, .internal,api.x:8443"})
+    assert proxies.for_origin("https", "api.openai.com", 443) == "http://proxy:3128"
+    assert proxies.for_origin("https", "localhost", 443) is None
+    assert proxies.for_origin("https", "127.0.0.1", 443) is None  # loopback: always direct
+    assert proxies.for_origin("https", "llm.internal", 443) is None
+    assert proxies.for_origin("https", "api.x", 8443) is None
+    assert proxies.for_origin("https", "api.x", 443) == "http://proxy:3128"
+    assert proxies.for_origin("http", "api.openai.com", 80) is None  # no HTTP_PROXY
+    assert http1.Proxies.from_environ({"HTTPS_PROXY": "http://p:1", "NO_PROXY": "*"}
+                                      ).for_origin("https", "a", 443) is None
+
+
+async def test_plain_http_goes_through_a_proxy_in_absolute_form() -> None:
+    lines: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines.extend(head.split(b"\r\n")[:4])
+        writer.write(answer(b"via proxy"))
+        await writer.drain()
+
+    async with raw_server(proxy) as (proxy_url, _):
+        origin = proxy_url.removesuffix("/v1").replace("http://", "http://user:pw@")
+        pool = Http1Pool(proxies=http1.Proxies(http=origin))
+        response = await pool.post("http://upstream.example:8080/v1/chat", {}, b"{}", 5)
+        assert await response.aread() == b"via proxy"
+        assert lines[0] == b"POST http://upstream.example:8080/v1/chat HTTP/1.1"
+        assert b"proxy-authorization: Basic dXNlcjpwdw==" in lines
+        await pool.aclose()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+async def test_https_goes_through_a_connect_tunnel(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=upstream.test", "-addext", "subjectAltName=DNS:upstream.test",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    client_tls = ssl.create_default_context(cafile=str(cert))
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = await read_request(reader)
+        writer.write(answer(b"tls:" + body))
+        await writer.drain()
+        writer.close()
+
+    tls_server = await asyncio.start_server(upstream, "127.0.0.1", 0, ssl=server_tls)
+    tls_port = tls_server.sockets[0].getsockname()[1]
+    tunnels: list[bytes] = []
+
+    async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+        dst.close()
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        tunnels.append(head.split(b"\r\n")[0])
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", tls_port)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async with raw_server(proxy) as (proxy_url, _):
+        pool = Http1Pool(ssl_context=client_tls,
+                         proxies=http1.Proxies(https=proxy_url.removesuffix("/v1")))
+        response = await pool.post(f"https://upstream.test:{tls_port}/v1", {}, b"{}", 5)
+        assert await response.aread() == b"tls:{}"
+        assert tunnels == [f"CONNECT upstream.test:{tls_port} HTTP/1.1".encode()]
+        await pool.aclose()
+    tls_server.close()
+    await tls_server.wait_closed()

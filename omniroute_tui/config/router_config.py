@@ -106,12 +106,18 @@ def _secret(src: Source, value: Any, path: Path, env: Mapping[str, str]) -> Secr
         return None
     match = _ENV_REF.match(text.strip())
     if match is None:
-        return Secret(text)
-    name = match.group(1)
-    if name not in env:
-        src.problem(path, f"environment variable {name} is not set")
+        value, where = text, "the key"
+    else:
+        name = match.group(1)
+        if name not in env:
+            src.problem(path, f"environment variable {name} is not set")
+            return None
+        value, where = env[name].strip(), f"${name}"
+    if not value.isprintable():
+        src.problem(path, f"{where} holds a line break or control character (it would be "
+                          "sent in a header)")
         return None
-    return Secret(env[name])
+    return Secret(value)
 
 
 def _connections(

@@ -7,13 +7,13 @@ import json
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from ..config.secrets import Secret
 from ..engine.classify import Classification, TransportFailure, classify, classify_transport
-from .http1 import ConnectTimeout, Http1Pool, Http1Response, ProtocolError
+from .http1 import ConnectTimeout, Http1Pool, ProtocolError
 
 __all__ = ["UpstreamClient", "UpstreamReply", "transport_failure_of"]
 
@@ -35,7 +35,7 @@ class UpstreamReply:
     content: bytes = b""
     transport_failure: TransportFailure | None = None
     error: str | None = None
-    stream: Http1Response | _HttpxBody | None = None
+    stream: ResponseBody | None = None
     first_chunk: bytes = b""  # a stream's first bytes, read before success is declared
     chunks: AsyncIterator[bytes] | None = None  # the rest of the stream
 
@@ -88,16 +88,35 @@ class _HttpxBody:
         await self._response.aclose()
 
 
+class ResponseBody(Protocol):
+    status: int
+    headers: dict[str, str]
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+    async def aread(self) -> bytes: ...
+    async def aclose(self) -> None: ...
+
+
+class PostPool(Protocol):
+    """What sends one POST and opens its answer: `Http1Pool`, or another for comparison."""
+
+    async def post(self, url: str, headers: dict[str, str], body: bytes,
+                   connect_timeout_s: float) -> ResponseBody: ...
+    async def aclose(self) -> None: ...
+
+
 class UpstreamClient:
     """Performs single attempts; retries and fallback are the router's business.
 
     By default it speaks HTTP/1.1 itself (`Http1Pool`); given an `httpx.AsyncClient`
-    (for instance one on `httpx.MockTransport`) it sends through that instead.
+    (for instance one on `httpx.MockTransport`) it sends through that instead, and given
+    a `pool` through that.
     """
 
-    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, client: httpx.AsyncClient | None = None, *,
+                 pool: PostPool | None = None) -> None:
         self._httpx = client
-        self._pool = Http1Pool() if client is None else None
+        self._pool: PostPool | None = pool or (Http1Pool() if client is None else None)
 
     async def aclose(self) -> None:
         if self._httpx is not None:
@@ -106,7 +125,7 @@ class UpstreamClient:
             await self._pool.aclose()
 
     async def _open(self, url: str, headers: dict[str, str], payload: bytes,
-                    seconds: float) -> Http1Response | _HttpxBody:
+                    seconds: float) -> ResponseBody:
         if self._pool is not None:
             return await self._pool.post(url, headers, payload, seconds)
         assert self._httpx is not None
@@ -131,7 +150,7 @@ class UpstreamClient:
         url = base_url.rstrip("/") + "/chat/completions"
         payload = json.dumps(body, separators=(",", ":")).encode()
         seconds = timeout_ms / 1000
-        response: Http1Response | _HttpxBody | None = None
+        response: ResponseBody | None = None
         try:
             async with asyncio.timeout(seconds):
                 response = await self._open(url, headers, payload, seconds)
