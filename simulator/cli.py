@@ -21,7 +21,8 @@ from .virtual import run_virtual
 
 __all__ = ["main"]
 
-SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+#: the shipped scenarios: `scenarios/` in the source tree, package data once installed
+SCENARIOS_DIR = Path(__file__).parent / "scenarios"
 
 
 def resolve_scenario(name: str) -> Path:

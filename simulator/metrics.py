@@ -68,7 +68,7 @@ class _ProviderStats:
 
     def leave_open(self, t: int) -> None:
         if self.open_since is not None:
-            self.open_ms += min(self.open_for, t - self.open_since)
+            self.open_ms += max(0, min(self.open_for, t - self.open_since))
             self.open_since = None
 
 

@@ -51,6 +51,10 @@ __all__ = [
 ]
 
 POLICIES = ("resilient", "naive", "backoff", "no-dedup")
+#: the most requests one policy run may simulate: about a minute and a half of CPU at
+#: 25,000 simulated requests a second (the shipped hour-long scenario makes 180,000)
+MAX_SIMULATED_REQUESTS = 2_000_000
+
 TOP_FIELDS = ("name", "description", "seed", "duration", "clock", "resilience", "providers",
               "routes", "traffic", "faults", "expect")
 RUN_METRICS = frozenset({
@@ -155,6 +159,15 @@ class Traffic:
     every_ms: int | None = None
     at_ms: tuple[int, ...] | None = None
     stream: bool = False  # live mode: ask for an SSE stream
+
+    def expected_requests(self, duration_ms: int) -> float:
+        """About how many requests this item makes in a run of `duration_ms`."""
+        span = max(0, min(self.to_ms, duration_ms) - self.from_ms)
+        if self.at_ms is not None:
+            return len(self.at_ms)
+        if self.every_ms is not None:
+            return math.ceil(span / self.every_ms)
+        return (self.rate_per_s or 0.0) * span / 1000
 
     def arrivals(self, rng: random.Random) -> Iterator[int]:
         if self.at_ms is not None:
@@ -469,6 +482,7 @@ def load_scenario(path: str | FsPath, *, text: str | None = None) -> Scenario:
         src, v, p, set(routes), providers, duration))
     faults = _items(src, data, "faults", lambda v, p: _read_fault(
         src, v, p, providers, duration))
+    _check_volume(src, traffic, duration)
     seen: set[str] = set()
     for index, fault in enumerate(faults):
         if fault.name in seen:
@@ -488,6 +502,17 @@ def load_scenario(path: str | FsPath, *, text: str | None = None) -> Scenario:
         config=config, latencies=latencies, traffic=tuple(traffic), faults=tuple(faults),
         expect=tuple(expect), live=clock == "live", source=src.name, raw=data,
     )
+
+
+def _check_volume(src: Source, traffic: list[Traffic], duration_ms: int) -> None:
+    """Refuse, before any work, a scenario that would simulate more than the limit."""
+    volumes = [t.expected_requests(duration_ms) for t in traffic]
+    total = sum(volumes)
+    if total > MAX_SIMULATED_REQUESTS:
+        worst = max(range(len(volumes)), key=volumes.__getitem__)
+        src.problem(("traffic", worst),
+                    f"the traffic comes to about {total:,.0f} requests, over the limit of "
+                    f"{MAX_SIMULATED_REQUESTS:,} a run: lower a rate or shorten the time")
 
 
 def _items(src: Source, data: dict[str, Any], key: str, read: Any) -> list[Any]:

@@ -79,6 +79,7 @@ class VirtualRun:
         self._rng = random.Random(scenario.seed)
         self._heap: list[tuple[int, int, int, int, Any]] = []
         self._seq = 0
+        self._last_event_ms = 0  # when the last thing happened: the run's end
         self._requests = 0
         self.wall_s = 0.0
         heap = self._heap
@@ -150,6 +151,8 @@ class VirtualRun:
             if progress is not None and handled % 4096 == 0:
                 progress(now)
         self._seq = seq
+        if handled:
+            self._last_event_ms = now
         if until_ms > clock.now_ms():
             clock.set(until_ms)
         self.wall_s += time.perf_counter() - started
@@ -158,7 +161,9 @@ class VirtualRun:
         """Flush the trace and return the policy's metrics."""
         if self._writer is not None:
             self._writer.flush()
-        end = max(self.clock.now_ms(), self.scenario.duration_ms)
+        # not the clock: run_virtual leaves it far past the end, and an OPEN window still
+        # open at the end counts only up to the end
+        end = max(self._last_event_ms, self.scenario.duration_ms)
         return self.metrics.report(end, self.wall_s)
 
 

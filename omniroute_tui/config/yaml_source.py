@@ -53,6 +53,9 @@ class _Converter:
         self.lines: dict[Path, int] = {}
         self._scalars = yaml.SafeLoader("")
         self._budget = _MAX_NODES
+        #: (path of the mapping, key, first line, repeated line): YAML says keys are
+        #: unique, and "the last one wins" silently drops what a user wrote
+        self.duplicates: list[tuple[Path, Any, int, int]] = []
 
     def convert(self, node: yaml.Node, path: Path) -> Any:
         self._budget -= 1
@@ -61,13 +64,19 @@ class _Converter:
         self.lines[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
             result: dict[Any, Any] = {}
+            first_line: dict[Any, int] = {}
             for key_node, value_node in node.value:
                 key = self.convert(key_node, path + ("<key>",))
                 if not isinstance(key, str | int | float | bool) and key is not None:
                     key = str(key)
+                line = key_node.start_mark.line + 1
+                if key in first_line:
+                    self.duplicates.append((path, key, first_line[key], line))
+                    continue
+                first_line[key] = line
                 child = path + (str(key),)
                 result[key] = self.convert(value_node, child)
-                self.lines[child] = key_node.start_mark.line + 1
+                self.lines[child] = line
             return result
         if isinstance(node, yaml.SequenceNode):
             return [self.convert(item, path + (i,)) for i, item in enumerate(node.value)]
@@ -120,6 +129,11 @@ def load_source(path: str | FsPath, *, text: str | None = None) -> Source:
         data = converter.convert(node, ())
     except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
         raise ConfigError([Problem(name, None, "(syntax)", f"YAML: {exc}")]) from None
+    if converter.duplicates:
+        raise ConfigError([
+            Problem(name, again, format_field(where + (str(key),)),
+                    f"{key!r} is given twice, on lines {first} and {again}: keep one")
+            for where, key, first, again in converter.duplicates])
     if not isinstance(data, dict):
         raise ConfigError([Problem(name, 1, "(top level)",
                                    f"expected a mapping of settings, got {type(data).__name__}")])

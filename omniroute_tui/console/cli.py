@@ -15,7 +15,6 @@ from .model.attach import AttachError
 
 __all__ = ["build_app", "main"]
 
-SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 def _parser() -> argparse.ArgumentParser:

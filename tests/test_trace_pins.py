@@ -1,0 +1,31 @@
+"""The shipped scenarios' traces, pinned: a change that alters one must say so."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+
+import pytest
+
+from simulator.cli import SCENARIOS_DIR
+from simulator.scenario import load_scenario
+from simulator.virtual import run_virtual
+
+#: sha256 of each shipped scenario's trace under the resilient policy (seed from the file)
+PINNED = {
+    "429-storm": "42ac2af62550ad3010ab7b8202e7071c49cfc1ef624a67b78024321cb8211f62",
+    "auth-revoked": "07d91e789ec5212cc0a1574efad3898bd969e0aad3c5845edd6f6cf78c72de09",
+    "demo": "5cd3f194363c7f2d44d2cf5b80644da271527901cd362418da60f745708e0a5e",
+    "hour-long-mixed": "ab0dd4332e87cf429954dd9ff77e61d91ab5171e11ba98c2d464e358f8ba7b70",
+    "provider-outage": "65a2be95910027280e55dbc69e55d0d4a1625b21aa75640290ec265265dae942",
+    "quota-exhaustion": "6cc610c87076f6e0a26d38a676d63ffb8bbf91d6ab4da7db65bbf310df0e1671",
+    "slow-provider": "4e18e930a57df46a8af11f3f58fa1645d3d7596cffddbc70d89848bc61c3c558",
+    "vpn-blip": "6500fd88c263ef65e9180f7b2f15e6a1edf6c471162465a7105865568080f311",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_shipped_traces_are_byte_identical_to_the_pinned_ones(name: str) -> None:
+    out = io.StringIO()
+    run_virtual(load_scenario(SCENARIOS_DIR / f"{name}.yaml"), "resilient", trace=out)
+    assert hashlib.sha256(out.getvalue().encode()).hexdigest() == PINNED[name]
