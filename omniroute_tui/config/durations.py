@@ -24,6 +24,8 @@ def parse_duration_ms(value: object) -> int:
     """
     if isinstance(value, bool):
         raise ValueError(f"expected a duration like 3s or 250ms, got {value!r}")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 1500.0 is 1500 in JSON's eyes too
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"a duration cannot be negative, got {value}")

@@ -30,6 +30,7 @@ from ..router.core import Router, UnknownRoute
 from ..store import SqliteStore
 from .auth import bearer_matches
 from .events_stream import EventBroadcaster, EventStreamResponse
+from .openapi import MANAGEMENT_OPENAPI
 from .protocol import GatewayLimits
 from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
 from .views import state_view
@@ -91,6 +92,7 @@ class Gateway:
         if self.token is not None:  # no token, no management API
             managed = self._managed
             routes += [
+                Route("/api/resilience/openapi.json", self.openapi, methods=["GET"]),
                 Route("/api/resilience/state", managed(self.state), methods=["GET"]),
                 Route("/api/resilience/events", managed(self.event_stream), methods=["GET"]),
                 Route("/api/resilience/audit", managed(self.audit), methods=["GET"]),
@@ -103,7 +105,8 @@ class Gateway:
                 Route("/api/resilience/lockouts", managed(self.clear_lockouts),
                       methods=["DELETE"]),
             ]
-        app = Starlette(routes=routes)
+        app = Starlette(routes=routes, exception_handlers={
+            404: _http_error, 405: _http_error})  # OpenAI-style bodies here too
 
         async def entry(scope: Scope, receive: Receive, send: Send) -> None:
             """Completions go straight to their handler: routing and middleware cost about
@@ -220,6 +223,10 @@ class Gateway:
     def _state(self) -> dict[str, Any]:
         return {**state_view(self.engine, self.providers), "store": self.store_health()}
 
+    async def openapi(self, request: Request) -> Response:
+        """The management API's description (it holds nothing secret: no token asked)."""
+        return JSONResponse(MANAGEMENT_OPENAPI)
+
     async def state(self, request: Request) -> Response:
         return JSONResponse(self._state())
 
@@ -308,6 +315,15 @@ class Gateway:
 
 
 MANAGEMENT_BODY_BYTES = 16 * 1024
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    message = (f"no {request.method} {request.url.path} here" if status == 405 else
+               f"nothing at {request.url.path}: the API is /v1/chat/completions, /v1/models, "
+               "/health and /api/resilience/...")
+    return error_response(status, message, code="not_found" if status == 404 else None,
+                          headers=getattr(exc, "headers", None))
 
 
 def _client_gone(request: Request) -> Response:

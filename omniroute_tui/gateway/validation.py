@@ -76,6 +76,8 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
+    if not isinstance(value, dict | list):
+        return False
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()

@@ -1,0 +1,160 @@
+"""The management API's OpenAPI 3.1 document, served at `/api/resilience/openapi.json`.
+
+Written by hand next to the handlers it describes; the test suite runs schemathesis against
+it, so a handler that answers outside it (a status, a field, a 500) fails there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MANAGEMENT_OPENAPI"]
+
+_NAME = {"type": "string", "minLength": 1}
+_MS = {"type": ["integer", "null"]}
+# what the generator can produce of the durations accepted: one part, above 0, within
+# 30 days (the API takes more: 1m30s, 30d)
+_DURATION = r"^([1-9][0-9]{0,2}(ms|s|m)|[1-9][0-9]?h)$"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ERRORS = {
+    "400": _json(_ref("Error"), "The body is not what the call takes; the message says why."),
+    "401": _json(_ref("Error"), "No `Authorization: Bearer <token>`, or the wrong one."),
+    "413": _json(_ref("Error"), "The body is larger than 16 KiB."),
+}
+_NOT_FOUND = {"404": _json(_ref("Error"), "No such provider, connection or action.")}
+_OPERATOR = {"name": "X-Omniroute-Operator", "in": "header", "required": False,
+             "description": "The operator's name for the audit log (UTF-8, 64 characters).",
+             "schema": {"type": "string"}}
+_PROVIDER = {"name": "provider", "in": "path", "required": True, "schema": _NAME}
+
+
+def _action(summary: str, *, body: dict[str, Any] | None = None, body_required: bool = False,
+            parameters: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "summary": summary,
+        "parameters": [*parameters, _OPERATOR],
+        "responses": {"200": _json(_ref("ActionResult"), "Done; the state after it."),
+                      **_ERRORS, **_NOT_FOUND},
+    }
+    if body is not None:
+        operation["requestBody"] = {"required": body_required,
+                                    "content": {"application/json": {"schema": body}}}
+    return operation
+
+
+MANAGEMENT_OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "OmniRoute management API", "version": "1",
+             "description": "Watch and operate the router's resilience state."},
+    "security": [{"bearer": []}],
+    "paths": {
+        "/api/resilience/state": {"get": {
+            "summary": "Breakers, connections (keys masked), lockouts and the store's health.",
+            "responses": {"200": _json(_ref("State"), "The state now."), "401": _ERRORS["401"]},
+        }},
+        "/api/resilience/events": {"get": {
+            "summary": "The engine's events as Server-Sent Events, in order.",
+            "responses": {"200": {"description": "An endless event stream; a client too far "
+                                                 "behind gets a `dropped` event and the end.",
+                                  "content": {"text/event-stream": {"schema":
+                                                                    {"type": "string"}}}},
+                          "401": _ERRORS["401"]},
+        }},
+        "/api/resilience/audit": {"get": {
+            "summary": "Operator actions: who, what, when, result.",
+            "responses": {"200": _json({"type": "object", "required": ["entries"],
+                                        "properties": {"entries": {
+                                            "type": "array", "items": _ref("AuditEntry")}}},
+                                       "Oldest first."),
+                          "401": _ERRORS["401"]},
+        }},
+        "/api/resilience/breakers/{provider}/reset": {"post": _action(
+            "Breaker to CLOSED, counters zeroed.", parameters=(_PROVIDER,))},
+        "/api/resilience/breakers/{provider}/force-open": {"post": _action(
+            "Isolate a provider for a time (default 5m, at most 30 days).",
+            parameters=(_PROVIDER,),
+            body={"type": "object", "additionalProperties": False,
+                  "properties": {"for": {
+                      "description": "A duration with a unit (250ms, 90s, 5m, 1h, 1m30s, "
+                                     "up to 30d) or integer milliseconds; above 0.",
+                      "oneOf": [{"type": "string", "pattern": _DURATION},
+                                {"type": "integer", "minimum": 1,
+                                 "maximum": 2_592_000_000}]}}})},
+        "/api/resilience/connections/{provider}/{connection}/{action}": {"post": _action(
+            "Clear a connection's cooldown, or enable or disable it.",
+            parameters=(_PROVIDER,
+                        {"name": "connection", "in": "path", "required": True, "schema": _NAME},
+                        {"name": "action", "in": "path", "required": True,
+                         "schema": {"enum": ["clear", "enable", "disable"]}}))},
+        "/api/resilience/lockouts": {"delete": _action(
+            "Clear model lockouts: any of provider, connection, model, or all of them.",
+            body={"oneOf": [
+                {"type": "object", "additionalProperties": False, "required": ["all"],
+                 "properties": {"all": {"const": True}}},
+                {"type": "object", "additionalProperties": False, "minProperties": 1,
+                 "properties": {"provider": _NAME, "connection": _NAME, "model": _NAME},
+                 "dependentRequired": {"connection": ["provider"]}}]}, body_required=True)},
+    },
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                "type": "object", "required": ["message", "type"],
+                "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                               "param": {"type": ["string", "null"]},
+                               "code": {"type": ["string", "null"]}}}}},
+            "Breaker": {"type": "object", "required": ["provider", "state", "failures"],
+                        "properties": {
+                            "provider": {"type": "string"},
+                            "state": {"enum": ["CLOSED", "DEGRADED", "OPEN", "HALF_OPEN"]},
+                            "failures": {"type": "integer"}, "threshold": {"type": "integer"},
+                            "cycles": {"type": "integer"}, "opened_at": _MS,
+                            "open_for_ms": {"type": "integer"}, "retry_after_ms": _MS,
+                            "forced_until": _MS, "probes_in_flight": {"type": "integer"}}},
+            "Connection": {"type": "object", "required": ["provider", "connection"],
+                           "properties": {
+                               "provider": {"type": "string"}, "connection": {"type": "string"},
+                               "level": {"type": "integer"}, "max_level": {"type": "integer"},
+                               "cooling_until": {"type": "integer"},
+                               "cooling": {"type": "boolean"}, "disabled": {"type": "boolean"},
+                               "disabled_reason": {"type": ["string", "null"]},
+                               "last_error": {"type": ["string", "null"]},
+                               "key": {"type": ["string", "null"],
+                                       "description": "At most its last 4 characters."}}},
+            "Lockout": {"type": "object", "required": ["provider", "connection", "model"],
+                        "properties": {
+                            "provider": {"type": "string"}, "connection": {"type": "string"},
+                            "model": {"type": "string"}, "kind": {"type": ["string", "null"]},
+                            "failures": {"type": "integer"}, "until": {"type": "integer"}}},
+            "StoreHealth": {"type": ["object", "null"], "properties": {
+                "ok": {"type": "boolean"}, "failing_since": _MS,
+                "error": {"type": ["string", "null"]}, "pending": {"type": "integer"}}},
+            "State": {"type": "object",
+                      "required": ["now", "breakers", "connections", "lockouts", "store"],
+                      "properties": {
+                          "now": {"type": "integer"},
+                          "breakers": {"type": "array", "items": _ref("Breaker")},
+                          "connections": {"type": "array", "items": _ref("Connection")},
+                          "lockouts": {"type": "array", "items": _ref("Lockout")},
+                          "store": _ref("StoreHealth")}},
+            "ActionResult": {"allOf": [_ref("State"), {
+                "type": "object", "required": ["ok"],
+                "properties": {"ok": {"const": True}, "cleared": {"type": "integer"}}}]},
+            "AuditEntry": {"type": "object",
+                           "required": ["t", "actor", "action", "target", "result"],
+                           "properties": {"t": {"type": "integer"}, "actor": {"type": "string"},
+                                          "action": {"type": "string"},
+                                          "target": {"type": "string"},
+                                          "result": {"type": "string"}}},
+        },
+    },
+}
