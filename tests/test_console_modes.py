@@ -143,3 +143,33 @@ def test_web_sessions_run_read_only_unless_asked() -> None:
         sys.executable, "-m", "omniroute_tui.console", "--scenario", "demo", "--read-only"]
     assert web_command(["--web", "--web-write", "--host=0.0.0.0"], writable=True) == [
         sys.executable, "-m", "omniroute_tui.console"]
+
+
+async def test_the_status_bar_says_when_the_store_is_failing(tmp_path: Path) -> None:
+    import sqlite3
+
+    from omniroute_tui.console.widgets.panels import StatusBar
+
+    config_path, db = tmp_path / "router.yaml", tmp_path / "state.db"
+    config_path.write_text(CONFIG)
+    app = build_app(args(config=config_path, db=str(db)))
+    async with app.run_test() as pilot:  # type: ignore[attr-defined]
+        backend = app.backend  # type: ignore[attr-defined]
+        await settle(pilot, lambda: backend.store is not None, 50)
+        await settle(pilot, lambda: backend.store.health().pending == 0, 50)
+        other = sqlite3.connect(db, timeout=0)
+        other.execute("BEGIN EXCLUSIVE")  # another program holds the file
+        try:
+            backend.engine.force_open("alpha", 60_000, actor="tester")
+            await settle(pilot, lambda: backend.store_failing_since() is not None, 100)
+            await pilot.pause(0.3)
+            status = app.query_one(StatusBar)  # type: ignore[attr-defined]
+            assert str(status.render()).startswith("STORE FAILING")
+            assert status.has_class("-alert")
+        finally:
+            other.rollback()
+            other.close()
+        await settle(pilot, lambda: backend.store_failing_since() is None, 100)
+        await pilot.pause(0.3)
+        assert not str(app.query_one(StatusBar).render()).startswith(  # type: ignore[attr-defined]
+            "STORE FAILING")

@@ -208,11 +208,14 @@ class ConsoleApp(App[None]):
             mode = "live"
         success = "–" if ok is None else f"{ok * 100:.0f}%"
         flags = " (read-only)" if self.read_only else ""
+        failing = backend.store_failing_since()
+        store = "" if failing is None else (
+            f"STORE FAILING {format_ms(max(0, now - failing))} │ ")
         status = self.query_one(StatusBar)
         status.update(
-            f"{mode} │ {backend.title}{flags} │ {rate:.1f}/s ok {success} │ "
+            f"{store}{mode} │ {backend.title}{flags} │ {rate:.1f}/s ok {success} │ "
             f"open {opened} cool {cooling} lock {locked} │ age {age}")
-        status.set_class(opened > 0, "-alert")
+        status.set_class(opened > 0 or failing is not None, "-alert")
         banner = self.query_one(FaultBanner)
         faults = model.active_faults
         banner.set_class(bool(faults), "-active")

@@ -31,6 +31,10 @@ class Backend(Protocol):
 
     def step(self, virtual_ms: int = 1000) -> None: ...
 
+    def store_failing_since(self) -> int | None:
+        """Epoch ms since the state database has been failing writes; None if it is not."""
+        ...
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -81,6 +85,9 @@ class SimulationBackend:
     def step(self, virtual_ms: int = 1000) -> None:
         self.advance(virtual_ms)
 
+    def store_failing_since(self) -> int | None:
+        return None  # a replay keeps no state database
+
     async def start(self) -> None:
         """A replay needs nothing started: it advances on the console's ticks."""
 
@@ -105,6 +112,9 @@ class RealTimeBackend:
 
     def step(self, virtual_ms: int = 1000) -> None:
         """Nothing to step on real time."""
+
+    def store_failing_since(self) -> int | None:
+        return None
 
 
 class LiveBackend(RealTimeBackend):
@@ -159,6 +169,13 @@ class RouterBackend(RealTimeBackend):
 
     def now_ms(self) -> int:
         return self.engine.now()
+
+    def store_failing_since(self) -> int | None:
+        from ...store import SqliteStore
+
+        if isinstance(self.store, SqliteStore):
+            return self.store.health().failing_since
+        return None
 
     async def start(self) -> None:
         """Open the state database (raises StoreError for a locked or corrupt file)."""
