@@ -152,3 +152,18 @@ def test_any_text_loads_or_is_refused_clearly(text: str) -> None:
         load(text)
     except ConfigError as exc:
         assert exc.problems and all(p.file == "router.yaml" for p in exc.problems)
+
+
+def test_gateway_limits_are_read_from_the_config() -> None:
+    base = ("providers:\n  p: {models: [m], connections: [a]}\n"
+            "routes: {r: {targets: [p/m]}}\n")
+    config = load_router_config("r.yaml", text=base + (
+        "gateway: {limits: {max_body_bytes: 1024, head_timeout: 2s, keep_alive: 500ms}}\n"))
+    limits = config.gateway_limits
+    assert (limits.max_body_bytes, limits.head_timeout_s, limits.keep_alive_s) == (1024, 2, 0.5)
+    assert limits.max_head_bytes == 32 * 1024  # the rest keep their defaults
+    with pytest.raises(ConfigError) as info:
+        load_router_config("r.yaml", text=base + (
+            "gateway:\n  limits: {max_body: 5, head_timeout: 0s, max_json_depth: -1}\n"))
+    reasons = " | ".join(f"{p.field}: {p.reason}" for p in info.value.problems)
+    assert "max_body" in reasons and "head_timeout" in reasons and "max_json_depth" in reasons

@@ -157,7 +157,7 @@ async def test_the_status_bar_says_when_the_store_is_failing(tmp_path: Path) -> 
         backend = app.backend  # type: ignore[attr-defined]
         await settle(pilot, lambda: backend.store is not None, 50)
         await settle(pilot, lambda: backend.store.health().pending == 0, 50)
-        other = sqlite3.connect(db, timeout=0)
+        other = sqlite3.connect(db, timeout=5)
         other.execute("BEGIN EXCLUSIVE")  # another program holds the file
         try:
             backend.engine.force_open("alpha", 60_000, actor="tester")

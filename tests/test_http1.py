@@ -53,17 +53,19 @@ def answer(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
             f"{len(body)}\r\n{extra}\r\n").encode() + body
 
 
-async def test_keep_alive_reuses_one_connection() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                body = await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            writer.write(answer(body))
-            await writer.drain()
+async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers every request on a connection with its own body, keeping it alive."""
+    while True:
+        try:
+            body = await read_request(reader)
+        except asyncio.IncompleteReadError:
+            return
+        writer.write(answer(body))
+        await writer.drain()
 
-    async with raw_server(handler) as (url, connections):
+
+async def test_keep_alive_reuses_one_connection() -> None:
+    async with raw_server(echo) as (url, connections):
         pool = Http1Pool()
         for i in range(5):
             response = await pool.post(f"{url}/chat/completions", {}, f"#{i}".encode(), 5)
@@ -201,17 +203,8 @@ async def test_a_request_is_never_sent_twice_when_a_kept_alive_connection_dies()
 
 async def test_an_idle_connection_past_its_reuse_age_is_not_reused(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                body = await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            writer.write(answer(body))
-            await writer.drain()
-
     monkeypatch.setattr(http1, "IDLE_REUSE_S", 0.0)
-    async with raw_server(handler) as (url, connections):
+    async with raw_server(echo) as (url, connections):
         pool = Http1Pool()
         for _ in range(3):
             await (await pool.post(url, {}, b"{}", 5)).aread()

@@ -40,7 +40,7 @@ async def test_a_locked_file_delays_writes_but_loses_none(tmp_path: Path,
     store = await SqliteStore.open(db, busy_timeout_ms=50)
     await store.attach(engine)
     assert await store.flush()
-    other = sqlite3.connect(db, timeout=0)
+    other = sqlite3.connect(db, timeout=5)
     other.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
     engine.record("p", "a", "m", ADMIT, fail(FailureKind.RATE_LIMITED, 60_000))
     await _until(lambda: not store.health().ok)
@@ -110,7 +110,7 @@ async def test_close_is_bounded_and_says_what_it_could_not_write(
     store = await SqliteStore.open(db, busy_timeout_ms=50)
     await store.attach(engine)
     assert await store.flush()
-    other = sqlite3.connect(db, timeout=0)
+    other = sqlite3.connect(db, timeout=5)
     other.execute("BEGIN EXCLUSIVE")
     engine.record("p", "a", "m", ADMIT, fail(FailureKind.AUTH_FAILED))
     async with asyncio.timeout(10):

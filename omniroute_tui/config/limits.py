@@ -22,7 +22,7 @@ class GatewayLimits:
     body_timeout_s: float = 60.0  # from the end of the head to the end of the body
     keep_alive_s: float = 15.0  # an idle kept-alive connection is closed after this
     write_timeout_s: float = 30.0  # a client that reads nothing of its answer for this long
-    max_connections: int = 1024  # open connections; more are answered 503 and closed
+    max_connections: int = 512  # open connections; more are answered 503 and closed
     max_json_depth: int = 64  # nesting of objects and lists in a JSON body
 
 _SIZES = ("max_body_bytes", "max_head_bytes", "max_connections", "max_json_depth")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -31,7 +30,7 @@ from ..store import SqliteStore
 from .auth import bearer_matches
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
-from .protocol import GatewayLimits
+from .protocol import GatewayLimits, client_log
 from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
 from .views import state_view
 
@@ -40,7 +39,6 @@ __all__ = ["Gateway", "error_response"]
 _FORWARDED_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
 OPERATOR_HEADER = "x-omniroute-operator"
 Handler = Callable[[Request], Awaitable[Response]]
-log = logging.getLogger("omniroute.gateway")
 
 
 def error_response(status: int, message: str, *, type_: str = "invalid_request_error",
@@ -328,8 +326,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 def _client_gone(request: Request) -> Response:
     client = request.client
-    log.info("%s hung up before its request to %s was read whole",
-             f"{client.host}:{client.port}" if client else "a client", request.url.path)
+    client_log.note("hung-up", "%s hung up before its request to %s was read whole",
+                    f"{client.host}:{client.port}" if client else "a client", request.url.path)
     return Response(status_code=499)
 
 

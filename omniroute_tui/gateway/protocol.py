@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -18,9 +20,38 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config.limits import GatewayLimits
 
-__all__ = ["GatewayLimits", "limited_protocol"]
+__all__ = ["GatewayLimits", "client_log", "limited_protocol"]
 
 log = logging.getLogger("omniroute.gateway")
+
+
+class ClientLog:
+    """Log lines about misbehaving clients, at most one per reason every `every_s`:
+    a hundred slow connections are one line and a count, not a hundred lines."""
+
+    def __init__(self, every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._quiet: dict[str, int] = {}
+
+    def reset(self) -> None:
+        self._last.clear()
+        self._quiet.clear()
+
+    def note(self, reason: str, message: str, *args: object) -> None:
+        now = self._clock()
+        if now - self._last.get(reason, -self.every_s) < self.every_s:
+            self._quiet[reason] = self._quiet.get(reason, 0) + 1
+            return
+        self._last[reason] = now
+        quiet = self._quiet.pop(reason, 0)
+        more = f" (and {quiet} more like it since the last line)" if quiet else ""
+        log.info(message + more, *args)
+
+
+client_log = ClientLog()
 
 _REASONS = {408: b"Request Timeout", 413: b"Content Too Large",
             431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
@@ -56,8 +87,8 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._timer = None
         if self.cycle is not None and self.cycle.response_started:
             return  # the answer is under way; the client is not what is slow
-        log.info("closed a connection from %s: the request's %s took longer than allowed",
-                 _peer(self.client), what)
+        client_log.note(f"slow-{what}", "closed a connection from %s: the request's %s took "
+                        "longer than allowed", _peer(self.client), what)
         self._refuse(_Refuse(408, f"the request's {what} took too long"))
 
     def _refuse(self, refusal: _Refuse) -> None:
@@ -81,8 +112,8 @@ class _LimitedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections:
-            log.warning("refused a connection from %s: %d connections are open",
-                        _peer(self.client), len(self.connections) - 1)
+            client_log.note("too-many", "refused a connection from %s: %d connections are "
+                            "open", _peer(self.client), len(self.connections) - 1)
             self._refuse(_Refuse(503, "too many open connections; try again shortly"))
             return
         self._arm(self.limits.head_timeout_s, "head")
@@ -107,8 +138,8 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def _stalled(self) -> None:
         self._stall = None
-        log.info("closed a connection from %s: it read nothing of its answer for %g s",
-                 _peer(self.client), self.limits.write_timeout_s)
+        client_log.note("stalled", "closed a connection from %s: it read nothing of its "
+                        "answer for %g s", _peer(self.client), self.limits.write_timeout_s)
         self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
@@ -138,8 +169,8 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def _refuse_malformed(self) -> None:
         self._disarm()
-        log.info("closed a connection from %s: not a valid HTTP/1.1 request",
-                 _peer(self.client))
+        client_log.note("malformed", "closed a connection from %s: not a valid HTTP/1.1 "
+                        "request", _peer(self.client))
         self.send_400_response("Invalid HTTP request received.")
 
     # -- parser callbacks ----------------------------------------------------------------

@@ -80,6 +80,10 @@ class _Batch:
     audit: list[AuditEntry]
     events: list[Event]
 
+    def size(self) -> int:
+        return (len(self.breakers) + len(self.connections) + len(self.lockouts)
+                + len(self.audit) + len(self.events))
+
     def __bool__(self) -> bool:
         return bool(self.breakers or self.connections or self.lockouts or self.audit
                     or self.events)
@@ -117,6 +121,7 @@ class SqliteStore:
         self._engine: ResilienceEngine | None = None
         self._unsubscribe: Any = None
         self._dirty = _Batch(set(), set(), set(), [], [])
+        self._writing = _Batch(set(), set(), set(), [], [])  # the batch being written
         self._events: deque[Event] = deque(maxlen=max_events)
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
@@ -203,9 +208,8 @@ class SqliteStore:
         return [row[0] for row in reversed(list(rows))]
 
     def health(self) -> StoreHealth:
-        d = self._dirty
-        pending = (len(d.breakers) + len(d.connections) + len(d.lockouts) + len(d.audit)
-                   + len(self._events))
+        """`pending` counts the changes not on disk yet, those being written included."""
+        pending = self._dirty.size() + len(self._events) + self._writing.size()
         if self._failing_since is None:
             return StoreHealth(True, pending=pending)
         return StoreHealth(False, self._failing_since, self._last_error, pending)
@@ -289,6 +293,7 @@ class SqliteStore:
         batch = self._take()
         if not batch:
             return True
+        self._writing = batch
         try:
             await self._write(batch)
         except _WRITE_ERRORS as exc:
@@ -297,6 +302,11 @@ class SqliteStore:
             self._put_back(batch)
             self._failed(exc)
             return False
+        except asyncio.CancelledError:  # cut short at shutdown: keep it for the last try
+            self._put_back(batch)
+            raise
+        finally:
+            self._writing = _Batch(set(), set(), set(), [], [])
         self._recovered()
         return True
 
@@ -373,7 +383,12 @@ class SqliteStore:
         if self._unsubscribe is not None:
             self._unsubscribe()
         if self._flusher is not None:
-            self._flusher.cancel()
+            try:  # stop the flusher between writes, never in the middle of one
+                async with asyncio.timeout(timeout_s):
+                    async with self._flush_lock:
+                        self._flusher.cancel()
+            except TimeoutError:
+                self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
         try:
