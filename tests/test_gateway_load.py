@@ -89,7 +89,8 @@ async def test_a_client_that_hangs_up_cancels_the_attempt(tmp_path: Path) -> Non
         assert [e.status for e in seen if isinstance(e, ResponseEvent)] == [499]
 
 
-def test_gateway_cli_serves_and_shuts_down_gracefully(tmp_path: Path) -> None:
+def _start_cli_gateway(tmp_path: Path) -> tuple[subprocess.Popen[str], int, Path]:
+    """`omniroute-gateway` in its own process with a state database; returns once up."""
     config = tmp_path / "router.yaml"
     config.write_text(
         "providers:\n  p: {base_url: 'http://127.0.0.1:9/v1', models: [m], connections: [k]}\n"
@@ -106,14 +107,19 @@ def test_gateway_cli_serves_and_shuts_down_gracefully(tmp_path: Path) -> None:
         [sys.executable, "-m", "omniroute_tui.gateway", "--config", str(config), "--listen",
          f"127.0.0.1:{port}", "--db", str(db), "--token-file", str(token)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    return proc, port, db
+
+
+def test_gateway_cli_serves_and_shuts_down_gracefully(tmp_path: Path) -> None:
+    proc, port, db = _start_cli_gateway(tmp_path)
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         auth = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "erin"}
         assert httpx.get(f"http://127.0.0.1:{port}/api/resilience/state").status_code == 401
         reply = httpx.post(f"http://127.0.0.1:{port}/api/resilience/connections/p/k/disable",
@@ -158,3 +164,34 @@ def test_gateway_cli_errors(tmp_path: Path) -> None:
                              str(config), "--listen", "nowhere"], capture_output=True,
                             text=True, timeout=30)
     assert listen.returncode == 2 and "HOST:PORT" in listen.stderr
+
+
+def test_sigterm_while_the_store_fails_exits_in_time_and_says_what_was_not_written(
+        tmp_path: Path) -> None:
+    import sqlite3
+
+    proc, port, db = _start_cli_gateway(tmp_path)
+    other = sqlite3.connect(db, timeout=5)
+    try:
+        other.execute("BEGIN EXCLUSIVE")  # another program holds the file from now on
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        reply = httpx.post(f"http://127.0.0.1:{port}/api/resilience/breakers/p/force-open",
+                           headers=auth, json={"for": "1h"})
+        assert reply.status_code == 200
+        deadline = time.monotonic() + 10
+        while httpx.get(f"http://127.0.0.1:{port}/health").json()["status"] == "ok":
+            assert time.monotonic() < deadline, "the store never reported its failure"
+            time.sleep(0.05)
+        stopping = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        assert time.monotonic() - stopping < 10
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+        assert "writes are failing" in err
+        assert "closed with changes not written (1 breaker(s)" in err
+    finally:
+        other.close()
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
