@@ -253,3 +253,16 @@ def test_stale_result_of_a_probe_after_force_open_is_ignored() -> None:
     b.force_open(30_010, 60_000)
     b.record_success(30_020, probe)
     assert b.state(30_020) is BreakerState.OPEN
+
+
+def test_forcing_open_an_open_breaker_is_announced_with_its_new_window() -> None:
+    from .helpers import make_engine
+
+    engine, clock, recorder = make_engine({"p": ("a",)})
+    engine.force_open("p", 60_000, actor="ops")
+    clock.advance(10_000)
+    engine.force_open("p", 3_600_000, actor="ops")
+    events = recorder.of("breaker")
+    assert [(e["from"], e["to"], e["retry_after_ms"]) for e in events] == [
+        ("CLOSED", "OPEN", 60_000), ("OPEN", "OPEN", 3_600_000)]
+    assert engine.breaker_snapshot("p").forced_until == 3_610_000

@@ -9,13 +9,17 @@ import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from omniroute_tui.engine import FailureKind
+from omniroute_tui.engine.events import ResultEvent
 from omniroute_tui.store import Recovery, SqliteStore, StoreError, StoreProblem, schema
 
-from .helpers import ADMIT, fail, make_engine
+from .helpers import ADMIT, OK, fail, make_engine
 
 
 async def _until(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -199,3 +203,93 @@ async def test_rows_with_hostile_values_are_ignored_not_a_traceback(
     assert len(ignored) == 3
     assert any("state is not a breaker state: 'melted'" in m for m in ignored)
     await store.close()
+
+
+KINDS = [FailureKind.RATE_LIMITED, FailureKind.SERVER_ERROR, FailureKind.AUTH_FAILED,
+         FailureKind.FORBIDDEN, FailureKind.MODEL_NOT_FOUND, FailureKind.QUOTA_EXHAUSTED,
+         None]
+OPS = st.one_of(
+    st.tuples(st.just("result"), st.sampled_from(["a", "b"]), st.sampled_from(["m", "n"]),
+              st.sampled_from(KINDS), st.sampled_from([None, 5_000, 600_000])),
+    st.tuples(st.just("operator"), st.sampled_from(["force", "reset", "clear", "enable",
+                                                    "disable", "unlock"])),
+    st.tuples(st.just("advance"), st.integers(1, 900_000)),
+    st.tuples(st.just("lock"), st.booleans()),
+    st.tuples(st.just("flush")),
+)
+
+
+@settings(max_examples=30, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(OPS, max_size=40))
+def test_every_change_reaches_the_file_once_its_faults_clear(tmp_path_factory: Any,
+                                                              ops: list[Any]) -> None:
+    """Any mix of changes, operator actions, time and a lock taken and released by
+    another program: once the lock is gone, the file holds exactly the engine's state
+    and every operator action once, in order."""
+    db = tmp_path_factory.mktemp("prop") / "s.db"
+
+    async def run() -> None:
+        engine, clock, recorder = make_engine({"p": ("a", "b")})
+        clock.set(1_000_000)
+        store = await SqliteStore.open(db, busy_timeout_ms=0, flush_interval_ms=1)
+        await store.attach(engine)
+        other = sqlite3.connect(db, timeout=5, isolation_level=None, check_same_thread=False)
+        locked = False
+        try:
+            for op in ops:
+                if op[0] == "result":
+                    _, conn, model, kind, hint = op
+                    engine.record("p", conn, model, ADMIT, fail(kind, hint) if kind else OK)
+                    # as the router does after every attempt
+                    engine.bus.emit(ResultEvent(clock.now_ms(), "r", 1, "p", conn, model, 0,
+                                                kind.value if kind else None, 1))
+                elif op[0] == "operator":
+                    action = op[1]
+                    if action == "force":
+                        engine.force_open("p", 60_000, actor="ops")
+                    elif action == "reset":
+                        engine.reset_breaker("p", actor="ops")
+                    elif action == "clear":
+                        engine.clear_cooldown("p", "a", actor="ops")
+                    elif action in ("enable", "disable"):
+                        engine.set_enabled("p", "b", action == "enable", actor="ops")
+                    else:
+                        engine.clear_lockouts("p", actor="ops")
+                elif op[0] == "advance":
+                    clock.advance(op[1])
+                elif op[0] == "lock" and op[1] != locked:
+                    if op[1]:  # from a thread: a write under way needs the loop to finish
+                        await asyncio.to_thread(other.execute, "BEGIN EXCLUSIVE")
+                    else:
+                        other.execute("ROLLBACK")
+                    locked = op[1]
+                elif op[0] == "flush":
+                    assert await store.flush() is not locked or not store.health().pending
+                await asyncio.sleep(0)
+            if locked:
+                other.execute("ROLLBACK")
+            # reading the engine first: a breaker whose window passed turns HALF_OPEN on
+            # this read (lazily), and that change is written too
+            rows = {
+                "breakers": {schema.breaker_row(engine.breaker_snapshot("p"))},
+                "connections": {schema.connection_row(engine.connection_snapshot("p", c))
+                                for c in ("a", "b")},
+                "lockouts": {schema.lockout_row(s) for s in engine.lockout_snapshots("p")},
+            }
+            async with asyncio.timeout(10):
+                while not (await store.flush() and store.health().pending == 0):
+                    await asyncio.sleep(0.01)
+            columns = {"breakers": schema.BREAKER_COLUMNS,
+                       "connections": schema.CONNECTION_COLUMNS,
+                       "lockouts": schema.LOCKOUT_COLUMNS}
+            for table, expected in rows.items():
+                on_disk = set(_on_disk(db, f"SELECT {','.join(columns[table])} FROM {table}"))
+                assert on_disk == expected, table
+            audit = [(e["action"], e["target"]) for e in recorder.of("operator")]
+            assert _on_disk(db, "SELECT action, target FROM audit ORDER BY id") == audit
+        finally:
+            other.close()
+            await store.close()
+
+    asyncio.run(run())

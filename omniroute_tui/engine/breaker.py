@@ -222,7 +222,8 @@ class ProviderBreaker:
         """Operator isolation: OPEN until now + duration, ignoring probes until then."""
         self._refresh(now)
         self._forced_until = now + duration_ms
-        self._open(now, "operator_force_open", None, duration_ms=duration_ms)
+        # announced even when already OPEN: the window changed (and the store must know)
+        self._open(now, "operator_force_open", None, duration_ms=duration_ms, announce=True)
 
     def restore(self, snapshot: BreakerSnapshot) -> None:
         """Load persisted state; probe leases do not survive a restart."""
@@ -278,7 +279,8 @@ class ProviderBreaker:
             self._transition(now, target, reason)
 
     def _open(
-        self, now: int, reason: str, kind: FailureKind | None, *, duration_ms: int | None = None
+        self, now: int, reason: str, kind: FailureKind | None, *, duration_ms: int | None = None,
+        announce: bool = False,
     ) -> None:
         self._epoch += 1
         self._opened_at = now
@@ -287,7 +289,7 @@ class ProviderBreaker:
         self._open_for_ms = duration_ms
         self._leases.clear()
         self._free_slots = 0
-        self._transition(now, _OPEN, reason)
+        self._transition(now, _OPEN, reason, force=announce)
 
     def _close(self, now: int, reason: str) -> None:
         self._failures = 0
