@@ -143,7 +143,7 @@ async def test_another_programs_database_is_refused_and_left_untouched(
     assert "not an OmniRoute state database (tables breakers)" in str(info.value)
     assert "file of its own" in str(info.value)
     assert _digest(db) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs.db", "theirs.db.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs.db"]  # no lock file left
 
 
 async def test_a_file_with_another_application_id_is_refused(tmp_path: Path) -> None:

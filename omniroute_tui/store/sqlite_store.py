@@ -147,6 +147,8 @@ class SqliteStore:
         if not path.parent.exists():
             raise StoreError(StoreProblem.UNREADABLE, path,
                              f"the folder {path.parent} does not exist")
+        lock_path = path.with_name(path.name + ".lock")
+        lock_existed = lock_path.exists()
         lock = _take_lock(path)
         moved: Path | None = None
         try:
@@ -159,6 +161,8 @@ class SqliteStore:
                 db, migrated = await _connect_checked(path, busy_timeout_ms)
         except BaseException:
             lock.close()
+            if not lock_existed:  # leave nothing of ours beside a file we refused
+                lock_path.unlink(missing_ok=True)
             raise
         return cls(path, db, lock, set_aside_from=moved, migrated_from=migrated, **options)
 
