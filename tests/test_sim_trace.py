@@ -164,3 +164,46 @@ def test_same_scenario_and_seed_give_a_byte_identical_trace_and_report() -> None
         report_a.pop(volatile)
         report_b.pop(volatile)
     assert report_a == report_b
+
+
+def test_hinted_recovery_probes_when_the_provider_said_and_closes_right_after() -> None:
+    """A provider-wide 429 storm (0-15 s) with `Retry-After: 10s`, a breaker that opens on
+    the first failure. Worked by hand:
+    - 0.1 s: the 429 opens it for min(30 s reset, max(10 s hint, 1 s floor)) = 10 s, and
+      cools the key for max(10 s hint, 1 ms backoff) = 10 s: both end at 10.1 s;
+    - 1-10 s: requests skip (circuit_open); 11 s: the probe, inside the storm: 429 again,
+      OPEN for another 10 s (cycles 1: the escalated reset is still 30 s) until 21.1 s;
+    - 22 s: the probe, after the storm: 200, CLOSED at 22.1 s; ttr 22.1 - 15 = 7.1 s.
+    Under the plain rule the first window would be 30 s: no probe before 31 s."""
+    events, metrics = replay(
+        duration="30s",
+        resilience="{admission: {max_wait: 0s}, cooldown: {base: 1ms, max: 1ms}, "
+                   "breaker: {failure_threshold: 1, degraded_threshold: 1}}",
+        faults="  - {name: storm, target: alpha, error: 429, retry_after: 10s, at: 0s, "
+               "for: 15s}",
+    )
+    assert of(events, "breaker", "from", "to", "reason", "retry_after_ms") == [
+        (100, "CLOSED", "OPEN", "threshold", 10_000),
+        (11_000, "OPEN", "HALF_OPEN", "reset_timeout", None),
+        (11_100, "HALF_OPEN", "OPEN", "probe_failed", 10_000),
+        (22_000, "OPEN", "HALF_OPEN", "reset_timeout", None),
+        (22_100, "HALF_OPEN", "CLOSED", "probe_succeeded", None),
+    ]
+    assert of(events, "cooldown", "level", "until", "hint_ms") == [
+        (100, 1, 10_100, 10_000), (11_100, 2, 21_100, 10_000),
+        (22_100, 0, 21_100, None)]  # the success puts the key's level back to 0
+    probes = [e["t"] for e in events if e["type"] == "attempt" and e["probe"]]
+    assert probes == [11_000, 22_000]
+    assert metrics["faults"]["storm"]["ttr_ms"] == 7_100
+
+
+def test_a_hint_below_the_floor_opens_for_min_reset() -> None:
+    events, _ = replay(
+        duration="5s",
+        resilience="{admission: {max_wait: 0s}, cooldown: {base: 1ms, max: 1ms}, "
+                   "breaker: {failure_threshold: 1, degraded_threshold: 1, min_reset: 2s}}",
+        faults="  - {name: blip, target: alpha, error: 429, retry_after: 200ms, at: 0s, "
+               "for: 1s}",
+    )
+    opens = [(t, r) for t, to, r in of(events, "breaker", "to", "retry_after_ms") if to == "OPEN"]
+    assert opens == [(100, 2_000)]  # max(0.2 s hint, 2 s floor), under the 30 s reset

@@ -13,10 +13,10 @@ from simulator.virtual import run_virtual
 
 #: sha256 of each shipped scenario's trace under the resilient policy (seed from the file)
 PINNED = {
-    "429-storm": "42ac2af62550ad3010ab7b8202e7071c49cfc1ef624a67b78024321cb8211f62",
+    "429-storm": "989c70eb443adcd4ed739b0bf539e0eb3631657eddfbfaf232a20bb6bb2a9b95",
     "auth-revoked": "07d91e789ec5212cc0a1574efad3898bd969e0aad3c5845edd6f6cf78c72de09",
-    "demo": "5cd3f194363c7f2d44d2cf5b80644da271527901cd362418da60f745708e0a5e",
-    "hour-long-mixed": "ab0dd4332e87cf429954dd9ff77e61d91ab5171e11ba98c2d464e358f8ba7b70",
+    "demo": "8d0a700dc5bbbcd52cd03a3841aded01b19fd4d2df3008f8fd608297994b1c3b",
+    "hour-long-mixed": "9643436ef67cf91813e5c1ab26d0405ee17ff4688eabfb74de92be6b03f1d357",
     "provider-outage": "65a2be95910027280e55dbc69e55d0d4a1625b21aa75640290ec265265dae942",
     "quota-exhaustion": "6cc610c87076f6e0a26d38a676d63ffb8bbf91d6ab4da7db65bbf310df0e1671",
     "slow-provider": "4e18e930a57df46a8af11f3f58fa1645d3d7596cffddbc70d89848bc61c3c558",

@@ -25,6 +25,7 @@ _FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "half_open_probes": ("half_open_probes", "count"),
         "escalate_after": ("escalate_after", "int"),
         "max_multiplier": ("max_multiplier", "count"),
+        "min_reset": ("min_reset_ms", "duration"),
     },
     "cooldown": {
         "base": ("base_ms", "duration+"),

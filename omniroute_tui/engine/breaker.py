@@ -172,19 +172,20 @@ class ProviderBreaker:
         self._failures = max(0, self._failures - 1)
         self._settle(now, "recovered")
 
-    def record_failure(self, now: int, kind: FailureKind, admission: BreakerAdmission) -> None:
-        """A breaker failure that passed deduplication."""
+    def record_failure(self, now: int, kind: FailureKind, admission: BreakerAdmission,
+                       hint_ms: int | None = None) -> None:
+        """A breaker failure that passed deduplication; `hint_ms` is its retry hint."""
         if not self._accepts(now, admission):
             return
         self._failures += 1
         self._last_failure_at = now
         if self._state is _HALF_OPEN:
             self._cycles += 1
-            self._open(now, "probe_failed", kind)
+            self._open(now, "probe_failed", kind, hint_ms=hint_ms)
         elif self.settings.opens_immediately(kind):
-            self._open(now, f"immediate_{kind.value}", kind)
+            self._open(now, f"immediate_{kind.value}", kind, hint_ms=hint_ms)
         elif self._failures >= self.settings.failure_threshold:
-            self._open(now, "threshold", kind)
+            self._open(now, "threshold", kind, hint_ms=hint_ms)
         else:
             self._settle(now, "failures")
 
@@ -280,12 +281,13 @@ class ProviderBreaker:
 
     def _open(
         self, now: int, reason: str, kind: FailureKind | None, *, duration_ms: int | None = None,
-        announce: bool = False,
+        hint_ms: int | None = None, announce: bool = False,
     ) -> None:
         self._epoch += 1
         self._opened_at = now
         if duration_ms is None:
-            duration_ms = self._jitter.stretch(self.settings.effective_reset_ms(self._cycles, kind))
+            duration_ms = self._jitter.stretch(
+                self.settings.open_window_ms(self._cycles, kind, hint_ms))
         self._open_for_ms = duration_ms
         self._leases.clear()
         self._free_slots = 0

@@ -185,7 +185,7 @@ class ResilienceEngine:
         if breaker.settings.counts(kind):
             window = None if admission.probe else state.dedup.admit(now, connection, kind)
             if window is None:
-                breaker.record_failure(now, kind, admission)
+                breaker.record_failure(now, kind, admission, hint)
             else:
                 self.bus.emit(DedupEvent(
                     t=now, provider=provider, connection=connection, kind=kind.value,

@@ -51,6 +51,8 @@ class BreakerSettings:
     half_open_probes: int
     escalate_after: int
     max_multiplier: int
+    #: the floor under an OPEN window taken from a retry hint (hinted recovery, §3)
+    min_reset_ms: int = SECOND
     kinds: Mapping[FailureKind, BreakerKindOverride] = field(
         default_factory=lambda: MappingProxyType({})
     )
@@ -84,6 +86,14 @@ class BreakerSettings:
         # cap the exponent so the power never grows without bound
         factor = min(1 << min(exponent, 62), self.max_multiplier)
         return base * factor
+
+    def open_window_ms(self, cycles: int, kind: FailureKind | None, hint_ms: int | None) -> int:
+        """How long an OPEN lasts: the escalated reset, or sooner when the failure that
+        opened it said when to come back: `min(effective, max(hint, min_reset))` (§3)."""
+        effective = self.effective_reset_ms(cycles, kind)
+        if hint_ms is None:
+            return effective
+        return min(effective, max(hint_ms, self.min_reset_ms))
 
 
 @dataclass(frozen=True)
