@@ -54,6 +54,12 @@ def wait_until_up(url: str, timeout_s: float = 30) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -159,7 +165,11 @@ def main() -> None:
             gateways = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
             for url in gateways.values():
                 wait_until_up(f"{url}/health")
+            pids = {"gateway": procs[1].pid, "aiohttp": procs[2].pid}
+            before = {name: cpu_s(pid) for name, pid in pids.items()}
             ms = asyncio.run(latencies(direct, gateways, args.requests))
+            cpu_us = {name: (cpu_s(pid) - before[name]) / (args.requests + 50) * 1e6
+                      for name, pid in pids.items()}
             done, errors = asyncio.run(throughput(gateways["gateway"], args.clients,
                                                   args.seconds))
         finally:
@@ -176,7 +186,8 @@ def main() -> None:
     for name, label in (("gateway", "gateway"), ("aiohttp", "gateway, aiohttp")):
         t50, t99 = statistics.median(ms[name]), percentile(ms[name], 0.99)
         print(f"  {label + ':':18s}  median {t50:6.2f} ms   p99 {t99:6.2f} ms   "
-              f"overhead {t50 - d50:5.2f} ms (p99 {t99 - d99:+.2f})   ratio {t50 / d50:.2f}")
+              f"overhead {t50 - d50:5.2f} ms (p99 {t99 - d99:+.2f})   ratio {t50 / d50:.2f}   "
+              f"CPU {cpu_us[name]:,.0f} µs a request")
     own, other = statistics.median(ms["gateway"]), statistics.median(ms["aiohttp"])
     print(f"  aiohttp's client costs {other - own:+.2f} ms a request more than ours")
     print(f"throughput, {args.clients} concurrent clients for {args.seconds:g} s: "

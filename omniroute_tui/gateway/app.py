@@ -7,7 +7,6 @@ console can serve it from its own in-process router.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -146,18 +145,28 @@ class Gateway:
     async def _complete_unless_disconnected(
         self, request: Request, body: dict[str, Any], stream: bool
     ) -> Completion | None:
-        work = asyncio.ensure_future(self.driver.complete(body, stream=stream))
-        watcher = asyncio.ensure_future(_disconnected(request))
+        """The completion, routed in this task; a watcher cancels it if the client goes
+        away (one extra task per request, not two and an `asyncio.wait`)."""
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            await _disconnected(request)
+            gone = True
+            task.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
         try:
-            done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            return await self.driver.complete(body, stream=stream)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()  # our own cancellation, handled: the attempt counted `cancelled`
+            return None
         finally:
             watcher.cancel()
-        if work in done:
-            return work.result()
-        work.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await work
-        return None
 
     def _respond(self, completion: Completion) -> Response:
         response, reply = completion.response, completion.reply

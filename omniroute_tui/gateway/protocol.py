@@ -57,6 +57,48 @@ _REASONS = {408: b"Request Timeout", 413: b"Content Too Large",
             431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 
 
+class _CorkedTransport:
+    """The socket's transport, sending an answer's head together with what follows it.
+
+    uvicorn writes an answer's head and its body separately, which costs a send each (and
+    on loopback, a wake-up of the peer each): a third of the socket sends of a proxied
+    request. The head is held until the next write, which the body makes at once in the
+    same turn of the loop; if nothing follows in this turn (a stream still waiting for its
+    first bytes), the head goes out alone at the end of it. Everything else passes through.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._head: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        head, self._head = self._head, None
+        if head is not None:
+            self._transport.write(head + bytes(data))
+        elif data[:7] == b"HTTP/1.":
+            self._head = bytes(data)
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        head, self._head = self._head, None
+        if head is not None and not self._transport.is_closing():
+            self._transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._head = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class _Refuse(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -111,6 +153,7 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = _CorkedTransport(transport, self.loop)  # type: ignore[assignment]
         if len(self.connections) > self.limits.max_connections:
             client_log.note("too-many", "refused a connection from %s: %d connections are "
                             "open", _peer(self.client), len(self.connections) - 1)
