@@ -1,16 +1,32 @@
-"""Cost of one routing decision on pools of 10 and 1,000 connections per provider.
+"""Cost of one whole routing decision on pools of 10 and 1,000 connections per provider.
 
 Three providers; 30% of each pool cooling (the first 30%, the worst case for a scan),
-and a few models locked on the available connections. A decision is `start()` plus
-`next_step()` up to the attempt; the attempt's success is then recorded outside the
-timed section. Prints the medians and the ratio 1000/10 (target: <= 1.5, a few µs).
+and a few models locked on the available connections. A decision is what a driver pays
+for a request that succeeds at once: `start()`, `next_step()` to the attempt,
+`record()` of its success and the final `next_step()` to the response.
+
+It is compared with a hand-written floor doing the same essential work in the same
+process (the first target whose breaker admits, the first connection neither cooling nor
+locked, success recorded on the breaker and the connection, a response built): the ratio
+is what the engine's generality and its events cost. Times are CPU time per decision,
+medians of paired batches (targets: 1000/10 <= 1.2, decision <= 4x the floor).
+`--instructions` counts instructions per decision under valgrind's callgrind instead,
+which is steady on a busy machine (about a minute).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 
 from omniroute_tui.clock import ManualClock
 from omniroute_tui.engine import (
@@ -21,67 +37,149 @@ from omniroute_tui.engine import (
     ResilienceEngine,
     default_settings,
 )
-from omniroute_tui.router import Attempt, Route, Router, Strategy, Target
+from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target
 
 OK = Classification(None)
+PROVIDERS = ("p0", "p1", "p2")
 
 
 def build(pool: int, strategy: Strategy) -> Router:
     clock = ManualClock(1_000_000)
-    providers = ("p0", "p1", "p2")
     conns = tuple(f"k{i}" for i in range(pool))
     engine = ResilienceEngine(
-        [ProviderSpec(p, conns, default_settings()) for p in providers], clock
+        [ProviderSpec(p, conns, default_settings()) for p in PROVIDERS], clock
     )
     admission = BreakerAdmission(True, 0)
     cooling = int(pool * 0.3)
-    for p in providers:
+    for p in PROVIDERS:
         for conn in conns[:cooling]:  # quota: cools without touching the breaker
             engine.record(p, conn, "m", admission,
                           Classification(FailureKind.QUOTA_EXHAUSTED, 3_600_000))
         for conn in conns[cooling:cooling + 3]:  # some models locked
             engine.record(p, conn, "m", admission, Classification(FailureKind.FORBIDDEN))
             engine.record(p, conn, "n", admission, Classification(FailureKind.FORBIDDEN))
-    routes = {"r": Route("r", tuple(Target(p, "m") for p in providers), strategy)}
+    routes = {"r": Route("r", tuple(Target(p, "m") for p in PROVIDERS), strategy)}
     return Router(engine, routes)
 
 
-def batch_ns(router: Router, per_batch: int, counter: list[int]) -> float:
-    """Mean cost of one decision over a batch; successes are recorded outside the timing."""
-    pending = []
-    start = time.perf_counter_ns()
-    for _ in range(per_batch):
+def decide(router: Router, n: int, counter: list[int]) -> None:
+    """`n` whole decisions, each answered by its first attempt."""
+    for _ in range(n):
         counter[0] += 1
         routing = router.start(str(counter[0]), "r")
-        routing.next_step()
-        pending.append(routing)
-    elapsed = (time.perf_counter_ns() - start) / per_batch
-    for routing in pending:
         step = routing.next_step()
         assert isinstance(step, Attempt)
         routing.record(200, OK)
-        routing.next_step()
-    return elapsed
+        assert isinstance(routing.next_step(), Response)
+
+
+class Floor:
+    """The essential work of the same decision, hand-written on plain dicts and lists."""
+
+    def __init__(self, pool: int) -> None:
+        conns = [f"k{i}" for i in range(pool)]
+        cooling = int(pool * 0.3)
+        self.now = 1_000_000
+        self.open_until = dict.fromkeys(PROVIDERS, 0)
+        self.failures = dict.fromkeys(PROVIDERS, 0)
+        self.conns = {p: conns for p in PROVIDERS}
+        self.cooling_until = {(p, c): (self.now + 3_600_000 if i < cooling else 0)
+                              for p in PROVIDERS for i, c in enumerate(conns)}
+        self.level = dict.fromkeys(self.cooling_until, 0)
+        self.locked = {(p, c, m): self.now + 120_000 for p in PROVIDERS
+                       for c in conns[cooling:cooling + 3] for m in ("m", "n")}
+
+    def decide(self, n: int, counter: list[int]) -> None:
+        now = self.now
+        for _ in range(n):
+            counter[0] += 1
+            answer = None
+            for provider in PROVIDERS:
+                if self.open_until[provider] > now:
+                    continue
+                for conn in self.conns[provider]:
+                    key = (provider, conn)
+                    if self.cooling_until[key] > now or (provider, conn, "m") in self.locked:
+                        continue
+                    self.failures[provider] = max(0, self.failures[provider] - 1)
+                    self.level[key] = 0
+                    answer = (200, f"{provider}/{conn}/m", str(counter[0]))
+                    break
+                if answer is not None:
+                    break
+            assert answer is not None
+
+
+def cpu_ns_per(run: Callable[[int, list[int]], None], n: int, counter: list[int]) -> float:
+    start = time.process_time_ns()
+    run(n, counter)
+    return (time.process_time_ns() - start) / n
+
+
+def measure(args: argparse.Namespace) -> None:
+    for strategy in (Strategy.PRIORITY, Strategy.ROUND_ROBIN):
+        small, large = build(10, strategy), build(1000, strategy)
+        floor = Floor(10)
+        counter = [0]
+        rows: dict[str, list[float]] = {"small": [], "large": [], "floor": []}
+        for _ in range(args.batches):  # interleaved, so machine noise hits all alike
+            rows["small"].append(cpu_ns_per(partial(decide, small), args.per_batch, counter))
+            rows["large"].append(cpu_ns_per(partial(decide, large), args.per_batch, counter))
+            rows["floor"].append(cpu_ns_per(floor.decide, args.per_batch, counter))
+        pairs = list(zip(rows["small"], rows["large"], rows["floor"], strict=True))
+        size_ratio = statistics.median(large / small for small, large, _ in pairs)
+        floor_ratio = statistics.median(small / floor for small, _, floor in pairs)
+        print(f"{strategy.value:12s} decision, 10/provider: "
+              f"{statistics.median(rows['small']) / 1000:6.2f} µs   1000/provider: "
+              f"{statistics.median(rows['large']) / 1000:6.2f} µs (ratio {size_ratio:.2f})   "
+              f"floor: {statistics.median(rows['floor']) / 1000:5.2f} µs "
+              f"(decision / floor {floor_ratio:.1f}x)")
+
+
+def _callgrind_total(argv: list[str]) -> int:
+    """Instructions executed by `python argv` under callgrind."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "callgrind.out"
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                        sys.executable, __file__, *argv], check=True, capture_output=True)
+        match = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
+        assert match is not None, "no totals in the callgrind output"
+        return int(match.group(1))
+
+
+def instructions(count: int) -> None:
+    """Instructions per decision: a run of `count` decisions less a run of none."""
+    for what in ("priority", "round_robin", "floor"):
+        base = _callgrind_total(["--run", what, "0"])
+        full = _callgrind_total(["--run", what, str(count)])
+        print(f"{what:12s} {(full - base) / count:10,.0f} instructions a decision "
+              f"(10 connections per provider)")
+
+
+def run_only(what: str, count: int) -> None:
+    counter = [0]
+    if what == "floor":
+        Floor(10).decide(count, counter)
+    else:
+        decide(build(10, Strategy(what)), count, counter)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--per-batch", type=int, default=200)
+    parser.add_argument("--instructions", type=int, nargs="?", const=2000, metavar="N",
+                        help="count instructions per decision under callgrind (N decisions)")
+    parser.add_argument("--run", nargs=2, metavar=("WHAT", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    for strategy in (Strategy.PRIORITY, Strategy.ROUND_ROBIN):
-        small, large = build(10, strategy), build(1000, strategy)
-        counter = [0]
-        small_ns, large_ns, ratios = [], [], []
-        for _ in range(args.batches):  # alternate so machine noise hits both alike
-            s = batch_ns(small, args.per_batch, counter)
-            lg = batch_ns(large, args.per_batch, counter)
-            small_ns.append(s)
-            large_ns.append(lg)
-            ratios.append(lg / s)
-        print(f"{strategy.value:12s} 10/provider: {statistics.median(small_ns) / 1000:6.2f} µs"
-              f"   1000/provider: {statistics.median(large_ns) / 1000:6.2f} µs"
-              f"   ratio 1000/10 (median of paired batches): {statistics.median(ratios):.2f}")
+    if args.run:
+        run_only(args.run[0], int(args.run[1]))
+    elif args.instructions:
+        if os.system("valgrind --version > /dev/null 2>&1") != 0:
+            sys.exit("--instructions needs valgrind")
+        instructions(args.instructions)
+    else:
+        measure(args)
 
 
 if __name__ == "__main__":
