@@ -50,7 +50,7 @@ class LiveRun:
         self.clock = ElapsedClock()
         self.bus = EventBus()
         self.metrics = MetricsCollector(scenario)
-        self.bus.subscribe(self.metrics.on_event)
+        self.metrics.subscribe(self.bus)
         if trace is not None:
             self.bus.subscribe(TraceWriter(trace, batch=1))
         for subscriber in subscribers:

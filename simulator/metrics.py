@@ -14,7 +14,7 @@ from omniroute_tui.engine.events import (
     AttemptEvent,
     BreakerEvent,
     DedupEvent,
-    Event,
+    EventBus,
     RequestEvent,
     ResponseEvent,
     ResultEvent,
@@ -81,7 +81,7 @@ class _FaultStats:
 
 
 class MetricsCollector:
-    """Subscribe `on_event` to a bus; read `report()` when the run is over."""
+    """`subscribe()` it to a bus; read `report()` when the run is over."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.requests = 0
@@ -102,10 +102,10 @@ class MetricsCollector:
             BreakerEvent: self._breaker, DedupEvent: self._dedup,
         }
 
-    def on_event(self, event: Event) -> None:
-        handler = self._handlers.get(type(event))
-        if handler is not None:
-            handler(event)
+    def subscribe(self, bus: EventBus) -> None:
+        """A handler per event type it counts: events of other types need not be built."""
+        for kind, handler in self._handlers.items():
+            bus.subscribe(handler, kind)
 
     def _request(self, event: Any) -> None:
         self.requests += 1

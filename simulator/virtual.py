@@ -68,7 +68,7 @@ class VirtualRun:
         self.clock = ManualClock(0)
         self.bus = EventBus()
         self.metrics = MetricsCollector(scenario)
-        self.bus.subscribe(self.metrics.on_event)
+        self.metrics.subscribe(self.bus)
         self._writer = TraceWriter(trace) if trace is not None else None
         if self._writer is not None:
             self.bus.subscribe(self._writer)

@@ -271,3 +271,41 @@ def test_event_sequence_of_one_request() -> None:
         ("request", 0), ("attempt", 0), ("result", 100), ("cooldown", 100),
         ("attempt", 100), ("result", 200), ("response", 200),
     ]
+
+
+def test_a_finished_request_is_freed_without_the_cycle_collector() -> None:
+    import gc
+
+    engine, clock, _ = make_engine()
+    router = make_router(engine)
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(100):
+            routing = router.start(f"r{i}", "r")
+            routing.next_step()
+            routing.record(200, OK)
+            assert isinstance(routing.next_step(), Response)
+        del routing
+        # none is left for the cycle collector: reference counting freed them all
+        assert not any(isinstance(o, RequestRouting) for o in gc.get_objects())
+    finally:
+        gc.enable()
+
+
+def test_round_robin_over_ten_thousand_equal_keys_starts_at_once() -> None:
+    from omniroute_tui.router.core import _rotation
+
+    assert _rotation((1,) * 10_000) == tuple(range(10_000))  # not computed: O(n) not O(n²)
+    assert _rotation((2, 1)) == (0, 1, 0)  # weights still follow nginx's smooth order
+    conns = tuple(f"k{i}" for i in range(10_000))
+    engine, clock, _ = make_engine({"alpha": conns, "beta": ("x",)})
+    router = make_router(engine, ("alpha/m",), Strategy.ROUND_ROBIN)
+    served = []
+    for i in range(3):
+        routing = router.start(f"r{i}", "r")
+        step = routing.next_step()
+        served.append(step.connection)
+        routing.record(200, OK)
+        routing.next_step()
+    assert served == ["k0", "k1", "k2"]

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from .values import value
 
 __all__ = [
+    "EVENT_CLASSES",
     "AttemptEvent",
     "BreakerEvent",
     "CooldownEvent",
@@ -247,7 +248,13 @@ class FaultEvent(Event):
 
 Subscriber = Callable[[Event], None]
 
-_EVENT_TYPES: dict[str, type[Event]] = {}
+#: every concrete event class, in the order of SPEC §9's table
+EVENT_CLASSES: tuple[type[Event], ...] = (
+    RequestEvent, AttemptEvent, ResultEvent, SkipEvent, ResponseEvent, BreakerEvent,
+    CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent, OperatorEvent,
+    FaultEvent,
+)
+_EVENT_TYPES: dict[str, type[Event]] = {kind.TYPE: kind for kind in EVENT_CLASSES}
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:
@@ -255,13 +262,6 @@ def event_from_dict(data: dict[str, Any]) -> Event:
 
     Raises ValueError for an unknown type or fields that do not fit it.
     """
-    if not _EVENT_TYPES:
-        known: tuple[type[Event], ...] = (
-            RequestEvent, AttemptEvent, ResultEvent, SkipEvent, ResponseEvent, BreakerEvent,
-            CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent,
-            OperatorEvent, FaultEvent,
-        )
-        _EVENT_TYPES.update((kind.TYPE, kind) for kind in known)
     fields_ = dict(data)
     cls = _EVENT_TYPES.get(str(fields_.pop("type", "")))
     if cls is None:
@@ -275,32 +275,50 @@ def event_from_dict(data: dict[str, Any]) -> Event:
 
 
 class EventBus:
-    """Delivers each event to every subscriber, in emission order.
+    """Delivers each event to the subscribers of its type, in emission order.
 
-    An event emitted while another is being delivered (a subscriber that reads the engine
-    can trigger a lazy transition) is queued and delivered after it, so every subscriber
-    sees one total order.
+    A subscriber names the event types it handles (none: all of them), and an emitter
+    asks `wants(EventType)` before building an event, so an event nobody asked for costs
+    one dictionary lookup instead of an object. An event emitted while another is being
+    delivered (a subscriber that reads the engine can trigger a lazy transition) is
+    queued and delivered after it, so every subscriber sees one total order.
     """
 
     def __init__(self) -> None:
-        self._subscribers: tuple[Subscriber, ...] = ()
+        self._subscriptions: tuple[tuple[Subscriber, frozenset[type[Event]] | None], ...] = ()
+        self._by_type: dict[type[Event], tuple[Subscriber, ...]] = {}
+        self._index()
         self._pending: deque[Event] = deque()
         self._delivering = False
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Add a subscriber; returns a function that removes it."""
-        self._subscribers = (*self._subscribers, subscriber)
+    def _index(self) -> None:
+        self._by_type = {
+            kind: tuple(s for s, types in self._subscriptions if types is None or kind in types)
+            for kind in EVENT_CLASSES
+        }
+
+    def subscribe(self, subscriber: Subscriber, *types: type[Event]) -> Callable[[], None]:
+        """Add a subscriber for `types` (all events if none); returns its removal."""
+        entry = (subscriber, frozenset(types) if types else None)
+        self._subscriptions = (*self._subscriptions, entry)
+        self._index()
 
         def unsubscribe() -> None:
-            self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
+            self._subscriptions = tuple(e for e in self._subscriptions if e is not entry)
+            self._index()
 
         return unsubscribe
+
+    def wants(self, kind: type[Event]) -> bool:
+        """Whether anyone would receive an event of this type."""
+        return bool(self._by_type.get(kind))
 
     def emit(self, event: Event) -> None:
         if self._delivering:
             self._pending.append(event)
             return
-        subscribers = self._subscribers
+        by_type = self._by_type
+        subscribers = by_type.get(type(event))
         if not subscribers:
             return
         self._delivering = True
@@ -310,7 +328,7 @@ class EventBus:
             pending = self._pending
             while pending:
                 queued = pending.popleft()
-                for subscriber in self._subscribers:
+                for subscriber in by_type.get(type(queued), ()):
                     subscriber(queued)
         finally:
             self._pending.clear()

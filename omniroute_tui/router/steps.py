@@ -115,6 +115,10 @@ class StepMachine:
         if isinstance(step, Wait):
             self._next = None
             self.waited_ms += step.delay_ms
+        elif isinstance(step, Response):
+            # done: the suspended generator's frame refers back to this object, a cycle
+            # that would keep every finished request alive until the cycle collector runs
+            self._routine.close()
         return step
 
     def record(self, status: int, outcome: Classification) -> None:
