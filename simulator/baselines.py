@@ -112,7 +112,9 @@ class BaselineRouting(StepMachine):
                                   now, _ADMITTED)
                 router.bus.emit(AttemptEvent(now, self.request_id, n, target.provider,
                                              connection, target.model, False))
-                status, outcome = yield attempt
+                reply = yield attempt
+                assert reply is not None  # the step protocol sends every attempt's result
+                status, outcome = reply
                 kind = outcome.kind.value if outcome.kind is not None else None
                 end = router.clock.now_ms()
                 router.bus.emit(ResultEvent(end, self.request_id, n, target.provider,

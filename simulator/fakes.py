@@ -29,6 +29,7 @@ _OK = Classification(None)
 
 def error_body(status: int, *, quota: bool = False) -> str:
     """The OpenAI-style error body a real provider sends with `status`."""
+    error: dict[str, str | None]
     if quota:
         error = {"message": "You exceeded your current quota, please check your plan and "
                             "billing details.", "type": "insufficient_quota",

@@ -115,7 +115,8 @@ async def run_live(
 async def _request(driver: AsyncDriver, clock: ElapsedClock, at: int, route: str,
                    stream: bool) -> None:
     await asyncio.sleep(max(0, at - clock.now_ms()) / 1000)
-    body = {"model": route, "messages": [{"role": "user", "content": "hello"}]}
+    body: dict[str, Any] = {"model": route,
+                            "messages": [{"role": "user", "content": "hello"}]}
     if stream:
         body["stream"] = True
     await driver.complete(body)

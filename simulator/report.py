@@ -31,7 +31,7 @@ def metric_value(metrics: dict[str, Any], expect: Expect) -> float | None:
 
 
 def evaluate(scenario: Scenario, results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    checks = []
+    checks: list[dict[str, Any]] = []
     for expect in scenario.expect:
         metrics = results.get(expect.policy)
         if metrics is None:  # that policy was not run: neither pass nor fail

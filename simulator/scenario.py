@@ -179,12 +179,12 @@ class Traffic:
                 t += self.every_ms
         elif self.rate_per_s is not None:
             mean_gap_ms = 1000.0 / self.rate_per_s
-            t = float(self.from_ms)
+            at = float(self.from_ms)
             while True:
-                t += rng.expovariate(1.0) * mean_gap_ms
-                if t >= self.to_ms:
+                at += rng.expovariate(1.0) * mean_gap_ms
+                if at >= self.to_ms:
                     return
-                yield int(t)
+                yield int(at)
 
 
 @dataclass(frozen=True)

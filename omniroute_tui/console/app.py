@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
+from textual.actions import ActionParseResult
 from textual.app import App, ComposeResult, ScreenStackError
+from textual.binding import BindingType
+from textual.dom import DOMNode
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from ..config.durations import format_ms
@@ -36,7 +40,7 @@ _DESTRUCTIVE = {a.name for a in ACTIONS if a.destructive}
 class ConsoleApp(App[None]):
     TITLE = "OmniRoute Console"
     CSS_PATH = Path(__file__).parent / "styles" / "console.tcss"
-    BINDINGS: ClassVar = bindings()
+    BINDINGS: ClassVar[list[BindingType]] = bindings()  # type: ignore[assignment]
     COMMANDS = App.COMMANDS | {ConsoleCommands}
 
     def __init__(
@@ -370,9 +374,12 @@ class ConsoleApp(App[None]):
 
     # -- operator actions ---------------------------------------------------------------
 
-    async def run_action(self, action: str, default_namespace: Any = None) -> bool:
+    async def run_action(
+        self, action: str | ActionParseResult, default_namespace: DOMNode | None = None,
+        namespaces: Mapping[str, DOMNode] | None = None,
+    ) -> bool:
         """Destructive actions are refused in read-only mode and confirmed otherwise."""
-        if action in _DESTRUCTIVE:
+        if isinstance(action, str) and action in _DESTRUCTIVE:
             if self.read_only:
                 self.notify("read-only console: operator actions are disabled",
                             title="refused", severity="warning")
@@ -387,7 +394,7 @@ class ConsoleApp(App[None]):
 
             self.push_screen(ConfirmScreen(question), confirmed)
             return True
-        return await super().run_action(action, default_namespace)
+        return await super().run_action(action, default_namespace, namespaces)
 
     def _question(self, action: str) -> str | None:
         pane, key = self._selected()

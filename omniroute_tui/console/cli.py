@@ -100,11 +100,11 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
             raise ValueError("--live runs a scenario's fakes; --config runs your own router")
         config = load_router_config(args.config)
         bus = EventBus()
-        backend = RouterBackend(config, bus, db=args.db or config.store_path,
-                                recover=args.db_recover == "set-aside")
-        model = ConsoleModel(config.providers, backend.now_ms)
+        router_backend = RouterBackend(config, bus, db=args.db or config.store_path,
+                                       recover=args.db_recover == "set-aside")
+        model = ConsoleModel(config.providers, router_backend.now_ms)
         bus.subscribe(model.on_event)
-        return ConsoleApp(backend, model, operator=_operator(args.operator),
+        return ConsoleApp(router_backend, model, operator=_operator(args.operator),
                           read_only=args.read_only, listen=listen, token=token)
     from simulator.cli import resolve_scenario
     from simulator.scenario import load_scenario

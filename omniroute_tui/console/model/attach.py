@@ -76,8 +76,9 @@ class RemoteOperator:
 
     def clear_lockouts(self, provider: str | None = None, connection: str | None = None,
                        model: str | None = None, *, actor: str) -> Any:
-        body = {k: v for k, v in (("provider", provider), ("connection", connection),
-                                  ("model", model)) if v is not None} or {"all": True}
+        body: dict[str, str | bool] = {
+            k: v for k, v in (("provider", provider), ("connection", connection),
+                              ("model", model)) if v is not None} or {"all": True}
         return self._call("DELETE", "/api/resilience/lockouts", body, actor=actor)
 
 

@@ -316,7 +316,7 @@ class ConsoleModel:
         return open_breakers, cooling, locked
 
     def provider_rows(self, now: int) -> dict[str, tuple[str, ...]]:
-        rows = {}
+        rows: dict[str, tuple[str, ...]] = {}
         for name, v in self.providers.items():
             v.attempts.roll(now)
             v.errors.roll(now)
@@ -333,7 +333,7 @@ class ConsoleModel:
         return rows
 
     def connection_rows(self, now: int) -> dict[str, tuple[str, ...]]:
-        rows = {}
+        rows: dict[str, tuple[str, ...]] = {}
         for (provider, conn), v in self.connections.items():
             if v.disabled:
                 state = "✗ disabled"
@@ -348,7 +348,7 @@ class ConsoleModel:
         return rows
 
     def lockout_rows(self, now: int) -> dict[str, tuple[str, ...]]:
-        rows = {}
+        rows: dict[str, tuple[str, ...]] = {}
         for (provider, conn, model), v in sorted(self.lockouts.items()):
             if v.until <= now:
                 continue
