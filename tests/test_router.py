@@ -309,3 +309,13 @@ def test_round_robin_over_ten_thousand_equal_keys_starts_at_once() -> None:
         routing.record(200, OK)
         routing.next_step()
     assert served == ["k0", "k1", "k2"]
+
+
+def test_after_cancel_the_next_step_is_the_499_answer() -> None:
+    engine, clock, recorder = make_engine()
+    routing = make_router(engine).start("r1", "r")
+    assert isinstance(routing.next_step(), Attempt)
+    cancelled = routing.cancel()
+    assert cancelled.status == 499
+    assert routing.next_step() is cancelled
+    assert [e["kind"] for e in recorder.of("result")] == ["cancelled"]

@@ -7,7 +7,7 @@ with `record()`. The core reads time only from the engine's clock.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..engine.breaker import BreakerAdmission
@@ -18,7 +18,7 @@ from ..engine.jitter import Jitter
 from ..engine.kinds import FailureKind, SkipReason
 from ..engine.settings import AdmissionSettings
 from .routes import Route, Strategy, Target
-from .steps import Attempt, AttemptRecord, Response, Routine, Skip, Step, StepMachine, Wait
+from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
 
 __all__ = ["RequestRouting", "Router", "UnknownRoute"]
 
@@ -127,11 +127,19 @@ class Router:
         return rotation[count % len(rotation)]
 
 
-class RequestRouting(StepMachine):
-    """One request's walk over its route's targets."""
+class RequestRouting:
+    """One request's walk over its route's targets, as an explicit state machine.
 
-    __slots__ = ("_inflight", "engine", "records", "request_id", "response", "route",
-                 "router", "skips", "started_at")
+    The position of the walk is in plain fields (the target index, the open candidate
+    iterator of the current provider, its admission and attempt count), so a finished
+    request holds no suspended frame and is freed at once. `record()` moves the walk to
+    its next step straight away, as a driver asks for it next.
+    """
+
+    __slots__ = ("_admission", "_candidates", "_inflight", "_layers", "_next", "_on_provider",
+                 "_pass", "_plan", "_round_robin", "_target", "_target_index", "engine",
+                 "records", "request_id", "response", "route", "router", "skips",
+                 "started_at", "waited_ms")
 
     def __init__(self, router: Router, request_id: str, route: Route) -> None:
         self.router = router
@@ -142,25 +150,53 @@ class RequestRouting(StepMachine):
         self.records: list[AttemptRecord] = []
         self.skips: list[Skip] = []
         self.response: Response | None = None
+        self.waited_ms = 0
         self._inflight: Attempt | None = None
+        self._next: Step | None = None
+        self._pass = 0
+        self._plan = router.plan(route)
+        self._round_robin = route.strategy is _ROUND_ROBIN
+        self._target_index = 0
+        self._candidates: Iterator[str] | None = None  # the current provider's, while open
+        self._target: Target | None = None
+        self._layers: ProviderLayers | None = None
+        self._admission: BreakerAdmission | None = None
+        self._on_provider = 0
         bus = self.engine.bus
         if bus.wants(RequestEvent):  # events are built only for someone (here and below)
             bus.emit(RequestEvent(self.started_at, request_id, route.name))
-        super().__init__(self._run())
 
     # -- driver interface --------------------------------------------------------------
 
     def next_step(self) -> Step:
-        step = super().next_step()
-        if isinstance(step, Attempt):
+        """What to do now. After an Attempt, call `record()` before asking again."""
+        step = self._next
+        if step is None:
+            step = self._next = self._advance()
+        if isinstance(step, Wait):
+            self._next = None
+            self.waited_ms += step.delay_ms
+        elif isinstance(step, Attempt):
             self._inflight = step
         return step
 
     def record(self, status: int, outcome: Classification) -> None:
-        if self._inflight is None:
+        """Report the attempt's HTTP status (0 for transport errors) and its class."""
+        attempt = self._inflight
+        if attempt is None:
             raise RuntimeError("record() without an attempt in flight")
         self._inflight = None
-        super().record(status, outcome)
+        self._note_result(attempt, status, outcome)
+        kind = outcome.kind
+        if kind is None or kind is _CLIENT_ERROR:
+            self._next = self._respond(status, attempt, None, None)
+            return
+        layers = self._layers
+        assert layers is not None
+        if kind in _NEXT_TARGET or not layers.breaker.admits_traffic(
+                self.engine.clock.now_ms()):
+            self._candidates = None  # on to the next target
+        self._next = self._advance()
 
     def cancel(self) -> Response:
         """The client gave up: the in-flight attempt counts as `cancelled`."""
@@ -170,72 +206,78 @@ class RequestRouting(StepMachine):
             attempt = self._inflight
             self._inflight = None
             self._note_result(attempt, 0, Classification(FailureKind.CANCELLED))
-        self._routine.close()
-        return self._respond(499, None, {"error": {
+        self._candidates = None
+        self._next = self._respond(499, None, {"error": {
             "type": "cancelled", "code": "client_closed_request",
             "message": "the client closed the request",
         }}, None)
+        return self._next
 
     # -- the algorithm -----------------------------------------------------------------
 
-    def _run(self) -> Routine:
-        for routing_pass in (0, 1):
-            self.skips = []
-            response = yield from self._walk_targets()
-            if response is not None:
-                yield response
-                return
-            if self.records or routing_pass == 1:
-                break
+    def _advance(self) -> Step:
+        """The next step after the current position: an attempt, a wait or the answer."""
+        if self.response is not None:
+            return self.response
+        attempt = self._walk()
+        if attempt is not None:
+            return attempt
+        # every target walked in this pass without an answer
+        if self._pass == 0 and not self.records:
             wait = self._admission_wait()
-            if wait is None:
-                break
-            yield Wait(wait)
-        yield self._final_response()
+            if wait is not None:  # route once more after it
+                self._pass, self._target_index, self.skips = 1, 0, []
+                return Wait(wait)
+        return self._final_response()
 
-    def _walk_targets(self) -> Generator[Step, Any, Response | None]:
+    def _walk(self) -> Attempt | None:
+        """Walk on from the current position to the next attempt; None past the last
+        target (SPEC §7)."""
         engine = self.engine
         clock = engine.clock
         records = self.records
         max_attempts = self.router.max_attempts
-        round_robin = self.route.strategy is _ROUND_ROBIN
-        for target, layers in self.router.plan(self.route):
-            if len(records) >= max_attempts:
-                return None
-            model = target.model
-            admission = layers.breaker.admit(clock.now_ms())
-            if not admission.allowed:
-                assert admission.skip is not None
-                self._skip(target, admission.skip, admission.retry_after_ms)
-                continue
-            start = self.router.rotation_start(layers) if round_robin else 0
-            on_provider = 0
-            for connection in layers.candidates(clock.now_ms(), model, start):
-                if len(records) >= max_attempts:
-                    layers.breaker.release(admission)
+        while True:
+            candidates = self._candidates
+            if candidates is None:  # on to the next target
+                if self._target_index >= len(self._plan) or len(records) >= max_attempts:
                     return None
-                if on_provider:
-                    if not layers.budget.try_spend():
-                        self._skip(target, SkipReason.RETRY_BUDGET, None)
-                        break
-                else:
-                    layers.budget.deposit()
-                attempt = self._attempt(layers, connection, model, admission,
-                                        admission.probe_token is not None and not on_provider)
-                on_provider += 1
-                status, outcome = yield attempt
-                self._note_result(attempt, status, outcome)
-                kind = outcome.kind
-                if kind is None or kind is _CLIENT_ERROR:
-                    return self._respond(status, attempt, None, None)
-                if kind in _NEXT_TARGET or not layers.breaker.admits_traffic(clock.now_ms()):
-                    break
-            else:
-                if on_provider == 0:
+                next_target, next_layers = self._plan[self._target_index]
+                self._target_index += 1
+                granted = next_layers.breaker.admit(clock.now_ms())
+                if not granted.allowed:
+                    assert granted.skip is not None
+                    self._skip(next_target, granted.skip, granted.retry_after_ms)
+                    continue
+                start = self.router.rotation_start(next_layers) if self._round_robin else 0
+                candidates = self._candidates = next_layers.candidates(
+                    clock.now_ms(), next_target.model, start)
+                self._target, self._layers, self._admission = next_target, next_layers, granted
+                self._on_provider = 0
+            target, layers, admission = self._target, self._layers, self._admission
+            assert target is not None and layers is not None and admission is not None
+            connection = next(candidates, None)
+            if connection is None:  # the provider has nothing (more) to offer
+                self._candidates = None
+                if self._on_provider == 0:
                     layers.breaker.release(admission)
-                    unavailable = layers.unavailable(clock.now_ms(), model)
+                    unavailable = layers.unavailable(clock.now_ms(), target.model)
                     self._skip(target, unavailable.reason, unavailable.retry_after_ms)
-        return None
+                continue
+            if len(records) >= max_attempts:
+                layers.breaker.release(admission)
+                self._candidates = None
+                return None
+            if self._on_provider:
+                if not layers.budget.try_spend():
+                    self._skip(target, SkipReason.RETRY_BUDGET, None)
+                    self._candidates = None
+                    continue
+            else:
+                layers.budget.deposit()
+            probe = admission.probe_token is not None and not self._on_provider
+            self._on_provider += 1
+            return self._attempt(layers, connection, target.model, admission, probe)
 
     def _attempt(
         self, layers: ProviderLayers, connection: str, model: str, admission: BreakerAdmission,
