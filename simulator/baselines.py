@@ -38,7 +38,6 @@ RETRIES = 3
 BACKOFF_BASE_MS = 1000
 BACKOFF_CAP_MS = 20_000
 _ADMITTED = BreakerAdmission(True, 0)
-_TRANSPORT_STATUS = {"timeout": 504, "network": 502}
 
 
 class BaselineRouter:
@@ -124,7 +123,7 @@ class BaselineRouting(StepMachine):
                 if outcome.kind is None or outcome.kind is FailureKind.CLIENT_ERROR:
                     yield self._respond(status, attempt)
                     return
-        yield self._respond(status or _TRANSPORT_STATUS.get(kind or "", 502), None)
+        yield self._respond(FailureKind.answer_status(status, kind), None)
 
     def _respond(self, status: int, upstream: Attempt | None) -> Response:
         now = self.router.clock.now_ms()

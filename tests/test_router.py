@@ -319,3 +319,10 @@ def test_after_cancel_the_next_step_is_the_499_answer() -> None:
     assert cancelled.status == 499
     assert routing.next_step() is cancelled
     assert [e["kind"] for e in recorder.of("result")] == ["cancelled"]
+
+
+def test_the_answer_status_after_a_transport_failure() -> None:
+    assert FailureKind.answer_status(0, "timeout") == 504
+    assert FailureKind.answer_status(0, "network") == 502
+    assert FailureKind.answer_status(0, None) == 502
+    assert FailureKind.answer_status(429, "rate_limited") == 429

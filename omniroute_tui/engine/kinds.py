@@ -21,6 +21,14 @@ class FailureKind(StrEnum):
     CLIENT_ERROR = "client_error"
     CANCELLED = "cancelled"
 
+    @classmethod
+    def answer_status(cls, status: int, kind: str | None) -> int:
+        """The status to answer with after a last attempt that got `status` (0 when no
+        HTTP answer came: 504 for a timeout, 502 for anything else below HTTP)."""
+        if status:
+            return status
+        return 504 if kind == cls.TIMEOUT else 502
+
 
 #: Kinds that count as breaker failures unless a per-kind override says otherwise.
 BREAKER_FAILURE_KINDS = frozenset(

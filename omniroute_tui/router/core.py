@@ -26,7 +26,6 @@ _NEXT_TARGET = frozenset({FailureKind.SERVER_ERROR, FailureKind.TIMEOUT, Failure
 # enum members bound once: attribute access on an Enum class is slow on the hot path
 _CLIENT_ERROR = FailureKind.CLIENT_ERROR
 _ROUND_ROBIN = Strategy.ROUND_ROBIN
-_TRANSPORT_STATUS = {FailureKind.TIMEOUT: 504, FailureKind.NETWORK: 502}
 
 
 class UnknownRoute(LookupError):
@@ -332,7 +331,7 @@ class RequestRouting:
         if not self.records:
             return self._unavailable_response()
         last = self.records[-1]
-        status = last.status or _TRANSPORT_STATUS.get(FailureKind(last.kind or "network"), 502)
+        status = FailureKind.answer_status(last.status, last.kind)
         body = {"error": {
             "type": "upstream_error",
             "code": "all_attempts_failed",

@@ -29,6 +29,7 @@ from ...engine.events import (
     ResultEvent,
     SkipEvent,
 )
+from ...engine.kinds import BreakerState
 
 __all__ = [
     "BREAKER_GLYPHS",
@@ -40,7 +41,10 @@ __all__ = [
     "sparkline",
 ]
 
-BREAKER_GLYPHS = {"CLOSED": "●", "DEGRADED": "◐", "OPEN": "○", "HALF_OPEN": "◌"}
+BREAKER_GLYPHS: dict[str, str] = {
+    BreakerState.CLOSED: "●", BreakerState.DEGRADED: "◐", BreakerState.OPEN: "○",
+    BreakerState.HALF_OPEN: "◌",
+}
 SPARK = " ▁▂▃▄▅▆▇█"
 HISTORY = 30  # seconds of sparkline
 EVENT_LOG_LINES = 500
@@ -200,7 +204,7 @@ class ConsoleModel:
             return
         view.state = event.to
         view.failures = event.failures
-        if event.to == "OPEN":
+        if event.to == BreakerState.OPEN:
             view.open_until = event.t + (event.retry_after_ms or 0)
             if event.reason == "probe_failed":
                 view.cycles += 1
@@ -272,8 +276,8 @@ class ConsoleModel:
                 view = self.providers[b["provider"]] = ProviderView(b["provider"], "?",
                                                                    b["threshold"])
             view.state, view.failures, view.cycles = b["state"], b["failures"], b["cycles"]
-            view.open_until = (b["opened_at"] + b["open_for_ms"]
-                               if b["state"] == "OPEN" and b["opened_at"] is not None else None)
+            opened = b["state"] == BreakerState.OPEN and b["opened_at"] is not None
+            view.open_until = b["opened_at"] + b["open_for_ms"] if opened else None
         for c in connections:
             key = (c["provider"], c["connection"])
             cview = self.connections.get(key)
@@ -309,7 +313,7 @@ class ConsoleModel:
 
     def counts(self, now: int) -> tuple[int, int, int]:
         """Open breakers, cooling connections, locked models."""
-        open_breakers = sum(1 for v in self.providers.values() if v.state == "OPEN")
+        open_breakers = sum(1 for v in self.providers.values() if v.state == BreakerState.OPEN)
         cooling = sum(1 for c in self.connections.values()
                       if not c.disabled and c.cooling_until > now)
         locked = sum(1 for v in self.lockouts.values() if v.until > now)
