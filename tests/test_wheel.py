@@ -3,6 +3,7 @@ shipped scenarios and the console's demo: nothing it needs is left in the source
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -37,8 +38,13 @@ def _run(*args: str | Path, cwd: Path, timeout: float = 240) -> str:
 
 
 def test_a_wheel_in_a_fresh_venv_runs_scenarios_and_the_demo(tmp_path: Path) -> None:
+    # built from a copy: a build leaves `build/` behind, and stale files there would
+    # end up in later wheels
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"))
     _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path / "dist",
-         ROOT, cwd=tmp_path)
+         source, cwd=tmp_path)
     wheel = next((tmp_path / "dist").glob("omniroute_tui-*.whl"))
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)

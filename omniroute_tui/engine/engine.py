@@ -174,14 +174,11 @@ class ResilienceEngine:
         hint = outcome.hint_ms
         per_model = state.spec.per_model_quota
         if kind in _COOLDOWN_KINDS or (kind in _QUOTA_KINDS and not per_model):
-            cooldown.record_failure(now, kind, hint)
-            state.pool.reindex(connection, now)
+            state.pool.record_failure(pos, now, kind, hint)
         elif kind in _LOCKOUT_KINDS or kind in _QUOTA_KINDS:
             state.lockouts.record_failure(now, connection, model, kind, hint)
         elif kind is FailureKind.AUTH_FAILED:
-            cooldown.last_error, cooldown.last_error_at = kind, now
-            cooldown.disable(now, "auth_failed")
-            state.pool.reindex(connection, now)
+            state.pool.disable_for_auth(pos, now)
         if breaker.settings.counts(kind):
             window = None if admission.probe else state.dedup.admit(now, connection, kind)
             if window is None:
@@ -214,20 +211,14 @@ class ResilienceEngine:
 
     def clear_cooldown(self, provider: str, connection: str, *, actor: str) -> bool:
         state, pos = self._pool_entry(provider, connection)
-        now = self.now()
-        changed = state.pool.cooldowns[pos].clear(now)
-        state.pool.reindex(connection, now)
+        changed = state.pool.clear(pos, self.now())
         self._audit("clear_cooldown", f"{provider}/{connection}", actor,
                     "ok" if changed else "nothing to clear")
         return changed
 
     def set_enabled(self, provider: str, connection: str, enabled: bool, *, actor: str) -> bool:
         state, pos = self._pool_entry(provider, connection)
-        now = self.now()
-        cooldown = state.pool.cooldowns[pos]
-        reason = f"operator {actor}"
-        changed = cooldown.enable(now, reason) if enabled else cooldown.disable(now, reason)
-        state.pool.reindex(connection, now)
+        changed = state.pool.set_enabled(pos, self.now(), enabled, f"operator {actor}")
         self._audit("enable" if enabled else "disable", f"{provider}/{connection}", actor,
                     "ok" if changed else "unchanged")
         return changed
@@ -288,8 +279,7 @@ class ResilienceEngine:
             state = self._providers.get(conn.provider)
             if state is None or conn.connection not in state.pool.position:
                 continue
-            state.pool.get(conn.connection).restore(conn, now)
-            state.pool.reindex(conn.connection, now)
+            state.pool.restore(conn, now)
         for lockout in snapshot.lockouts:
             state = self._providers.get(lockout.provider)
             if state is not None and lockout.connection in state.pool.position:

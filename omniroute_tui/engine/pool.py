@@ -11,7 +11,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from .cooldown import ConnectionCooldown
+from .cooldown import ConnectionCooldown, ConnectionSnapshot
 from .events import Event
 from .jitter import Jitter
 from .kinds import FailureKind, SkipReason
@@ -56,11 +56,42 @@ class ConnectionPool:
     def get(self, connection: str) -> ConnectionCooldown:
         return self.cooldowns[self.position[connection]]
 
+    # -- changes: each keeps the index true -----------------------------------------------
+
+    def record_failure(self, pos: int, now: int, kind: FailureKind, hint_ms: int | None
+                       ) -> None:
+        """A cooldown-causing failure of the connection at `pos` (SPEC §4)."""
+        self.cooldowns[pos].record_failure(now, kind, hint_ms)
+        self._reindex(pos, now)
+
+    def disable_for_auth(self, pos: int, now: int) -> None:
+        """A 401: the connection is disabled until an operator enables it."""
+        cooldown = self.cooldowns[pos]
+        cooldown.last_error, cooldown.last_error_at = FailureKind.AUTH_FAILED, now
+        cooldown.disable(now, "auth_failed")
+        self._reindex(pos, now)
+
+    def clear(self, pos: int, now: int) -> bool:
+        """Operator clear of the cooldown and its level; False when there was nothing."""
+        changed = self.cooldowns[pos].clear(now)
+        self._reindex(pos, now)
+        return changed
+
+    def set_enabled(self, pos: int, now: int, enabled: bool, reason: str) -> bool:
+        cooldown = self.cooldowns[pos]
+        changed = cooldown.enable(now, reason) if enabled else cooldown.disable(now, reason)
+        self._reindex(pos, now)
+        return changed
+
+    def restore(self, snapshot: ConnectionSnapshot, now: int) -> None:
+        """Load one persisted connection (an expired cooldown comes back cleared)."""
+        pos = self.position[snapshot.connection]
+        self.cooldowns[pos].restore(snapshot, now)
+        self._reindex(pos, now)
+
     # -- keeping the index true ----------------------------------------------------------
 
-    def reindex(self, connection: str, now: int) -> None:
-        """Call after any change to a connection's cooldown or disabled flag."""
-        pos = self.position[connection]
+    def _reindex(self, pos: int, now: int) -> None:
         cooldown = self.cooldowns[pos]
         if cooldown.available(now):
             if not self._is_ready[pos]:
