@@ -219,7 +219,7 @@ OPS = st.one_of(
 )
 
 
-@settings(max_examples=30, deadline=None, database=None,
+@settings(max_examples=30, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(OPS, max_size=40))
 def test_every_change_reaches_the_file_once_its_faults_clear(tmp_path_factory: Any,

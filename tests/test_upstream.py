@@ -128,3 +128,22 @@ async def test_driver_cancellation_counts_as_cancelled() -> None:
     assert rec.of("result")[-1]["kind"] == "cancelled"
     assert rec.of("response")[-1]["status"] == 499
     assert router.engine.connection_snapshot("alpha", "a").level == 0
+
+
+async def test_a_stream_from_an_injected_httpx_client_is_passed_decoded() -> None:
+    import gzip
+
+    sse = b"data: {}\n\ndata: [DONE]\n\n"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=gzip.compress(sse), headers={
+            "content-type": "text/event-stream", "content-encoding": "gzip"})
+
+    client = UpstreamClient(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    reply = await client.send("http://upstream.test/v1", {"stream": True}, api_key=None,
+                              timeout_ms=5000, stream=True)
+    assert reply.status == 200
+    rest = b"".join([chunk async for chunk in reply.chunks]) if reply.chunks else b""
+    assert reply.first_chunk + rest == sse
+    await reply.aclose()
+    await client.aclose()

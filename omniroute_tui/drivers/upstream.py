@@ -79,7 +79,10 @@ class _HttpxBody:
         self._response = response
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
-        return self._response.aiter_raw()
+        """The body decoded, as `aread()` gives it: httpx asks for gzip by itself and the
+        gateway does not forward `content-encoding`; and a response made from bytes
+        (MockTransport) is already read, which `aiter_raw` refuses."""
+        return self._response.aiter_bytes()
 
     async def aread(self) -> bytes:
         return await self._response.aread()
