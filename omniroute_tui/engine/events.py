@@ -287,6 +287,8 @@ class EventBus:
     def __init__(self) -> None:
         self._subscriptions: tuple[tuple[Subscriber, frozenset[type[Event]] | None], ...] = ()
         self._by_type: dict[type[Event], tuple[Subscriber, ...]] = {}
+        #: whether anyone would receive an event of a type (truthy: its subscribers)
+        self.wants: Callable[[type[Event]], tuple[Subscriber, ...] | None] = self._by_type.get
         self._index()
         self._pending: deque[Event] = deque()
         self._delivering = False
@@ -296,6 +298,9 @@ class EventBus:
             kind: tuple(s for s, types in self._subscriptions if types is None or kind in types)
             for kind in EVENT_CLASSES
         }
+        # `wants` is asked several times per request: the dict's own `get` answers it
+        # without a Python call (the subscribers, truthy, or an empty tuple)
+        self.wants = self._by_type.get
 
     def subscribe(self, subscriber: Subscriber, *types: type[Event]) -> Callable[[], None]:
         """Add a subscriber for `types` (all events if none); returns its removal."""
@@ -308,10 +313,6 @@ class EventBus:
             self._index()
 
         return unsubscribe
-
-    def wants(self, kind: type[Event]) -> bool:
-        """Whether anyone would receive an event of this type."""
-        return bool(self._by_type.get(kind))
 
     def emit(self, event: Event) -> None:
         if self._delivering:

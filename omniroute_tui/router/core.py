@@ -145,7 +145,7 @@ class RequestRouting:
         self.engine = router.engine
         self.request_id = request_id
         self.route = route
-        self.started_at = self.engine.now()
+        self.started_at = self.engine.clock.now_ms()
         self.records: list[AttemptRecord] = []
         self.skips: list[Skip] = []
         self.response: Response | None = None
@@ -294,7 +294,7 @@ class RequestRouting:
 
     def _note_result(self, attempt: Attempt, status: int, outcome: Classification) -> None:
         engine = self.engine
-        now = engine.now()
+        now = engine.clock.now_ms()
         kind = outcome.kind.value if outcome.kind is not None else None
         bus = engine.bus
         if bus.wants(ResultEvent):  # positional: a third cheaper to build than by keyword
@@ -311,7 +311,7 @@ class RequestRouting:
         self.skips.append(Skip(str(target), reason.value, retry_after_ms))
         bus = self.engine.bus
         if bus.wants(SkipEvent):
-            bus.emit(SkipEvent(self.engine.now(), self.request_id, target.provider,
+            bus.emit(SkipEvent(self.engine.clock.now_ms(), self.request_id, target.provider,
                                target.model, reason.value, retry_after_ms))
 
     def _admission_wait(self) -> int | None:
@@ -367,7 +367,7 @@ class RequestRouting:
         self, status: int, upstream: Attempt | None, body: dict[str, Any] | None,
         retry_after_ms: int | None,
     ) -> Response:
-        now = self.engine.now()
+        now = self.engine.clock.now_ms()
         response = Response(
             request_id=self.request_id, status=status, upstream=upstream, body=body,
             retry_after_ms=retry_after_ms, attempts=tuple(self.records),
