@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from omniroute_tui.engine import FailureKind
+from omniroute_tui.engine import FailureKind, ResilienceEngine
 from omniroute_tui.engine.events import ResultEvent
 from omniroute_tui.store import Recovery, SqliteStore, StoreError, StoreProblem, schema
 
@@ -26,6 +26,15 @@ async def _until(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no
     async with asyncio.timeout(timeout_s):
         while not predicate():
             await asyncio.sleep(0.01)
+
+
+async def attached(db: Path, *connections: str, **options: Any
+                   ) -> tuple[SqliteStore, ResilienceEngine]:
+    """A store on `db` following a fresh engine with provider `p` of `connections`."""
+    engine, _, _ = make_engine({"p": connections})
+    store = await SqliteStore.open(db, **options)
+    await store.attach(engine)
+    return store, engine
 
 
 def _on_disk(db: Path, sql: str) -> list[tuple[object, ...]]:
@@ -40,9 +49,7 @@ def _digest(path: Path) -> str:
 async def test_a_locked_file_delays_writes_but_loses_none(tmp_path: Path,
                                                           caplog: pytest.LogCaptureFixture) -> None:
     db = tmp_path / "s.db"
-    engine, clock, _ = make_engine({"p": ("a", "b")})
-    store = await SqliteStore.open(db, busy_timeout_ms=50)
-    await store.attach(engine)
+    store, engine = await attached(db, "a", "b", busy_timeout_ms=50)
     assert await store.flush()
     other = sqlite3.connect(db, timeout=5)
     other.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
@@ -71,9 +78,7 @@ async def test_a_locked_file_delays_writes_but_loses_none(tmp_path: Path,
 async def test_a_file_that_turns_read_only_is_written_once_it_is_writable(
         tmp_path: Path) -> None:
     db = tmp_path / "s.db"
-    engine, clock, _ = make_engine({"p": ("a",)})
-    store = await SqliteStore.open(db, busy_timeout_ms=50)
-    await store.attach(engine)
+    store, engine = await attached(db, "a", busy_timeout_ms=50)
     assert await store.flush()
     files = [str(p) for p in (db, db.with_name("s.db-wal")) if p.exists()]
     if subprocess.run(["chattr", "+i", *files], capture_output=True).returncode != 0:
@@ -90,9 +95,7 @@ async def test_a_file_that_turns_read_only_is_written_once_it_is_writable(
 
 async def test_a_value_the_file_cannot_hold_is_retried_until_it_changes(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
-    engine, clock, _ = make_engine({"p": ("a",)})
-    store = await SqliteStore.open(db)
-    await store.attach(engine)
+    store, engine = await attached(db, "a")
     # the engine refuses such a duration at its door; here it is put past the door
     with pytest.raises(ValueError, match="30 days"):
         engine.force_open("p", 2**70, actor="ops")
@@ -110,9 +113,7 @@ async def test_a_value_the_file_cannot_hold_is_retried_until_it_changes(tmp_path
 async def test_close_is_bounded_and_says_what_it_could_not_write(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     db = tmp_path / "s.db"
-    engine, clock, _ = make_engine({"p": ("a",)})
-    store = await SqliteStore.open(db, busy_timeout_ms=50)
-    await store.attach(engine)
+    store, engine = await attached(db, "a", busy_timeout_ms=50)
     assert await store.flush()
     other = sqlite3.connect(db, timeout=5)
     other.execute("BEGIN EXCLUSIVE")
@@ -193,9 +194,7 @@ async def test_rows_with_hostile_values_are_ignored_not_a_traceback(
                     "'not-a-kind', NULL)")
         raw.execute("INSERT INTO connections VALUES ('p', 'b', 3, 9000000, 0, NULL, NULL, NULL)")
         raw.execute("INSERT INTO lockouts VALUES ('p', 'b', 'm', NULL, 'x', 0, 1)")
-    engine, clock, _ = make_engine({"p": ("a", "b")})
-    store = await SqliteStore.open(db)
-    await store.attach(engine)
+    store, engine = await attached(db, "a", "b")
     b = engine.connection_snapshot("p", "b")
     assert (b.level, b.cooling_until) == (3, 9_000_000)
     assert engine.connection_snapshot("p", "a").cooling_until == 0

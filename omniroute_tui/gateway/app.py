@@ -19,6 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config.durations import parse_duration_ms
+from ..config.limits import GatewayLimits
 from ..config.router_config import ProviderConfig
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
@@ -29,7 +30,7 @@ from ..store import SqliteStore
 from .auth import bearer_matches
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
-from .protocol import GatewayLimits, client_log
+from .protocol import client_log
 from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
 from .views import state_view
 
@@ -252,7 +253,7 @@ class Gateway:
     async def _json_body(self, request: Request) -> dict[str, Any] | Response:
         try:
             raw = await read_body(request, MANAGEMENT_BODY_BYTES)
-            return json_object(raw, 4) if raw.strip() else {}
+            return json_object(raw, MANAGEMENT_JSON_DEPTH) if raw.strip() else {}
         except BadRequest as exc:
             return _bad_request(exc)
         except ClientGone:
@@ -322,6 +323,7 @@ class Gateway:
 
 
 MANAGEMENT_BODY_BYTES = 16 * 1024
+MANAGEMENT_JSON_DEPTH = 4  # the deepest management body is {"for": "5m"}: one level
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

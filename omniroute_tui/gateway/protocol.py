@@ -20,7 +20,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config.limits import GatewayLimits
 
-__all__ = ["GatewayLimits", "client_log", "limited_protocol"]
+__all__ = ["ClientLog", "client_log", "limited_protocol"]
 
 log = logging.getLogger("omniroute.gateway")
 

@@ -18,7 +18,7 @@ import os
 import sqlite3
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -68,8 +68,7 @@ class StoreHealth:
     pending: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "failing_since": self.failing_since, "error": self.error,
-                "pending": self.pending}
+        return asdict(self)
 
 
 @dataclass
@@ -85,8 +84,7 @@ class _Batch:
                 + len(self.audit) + len(self.events))
 
     def __bool__(self) -> bool:
-        return bool(self.breakers or self.connections or self.lockouts or self.audit
-                    or self.events)
+        return self.size() > 0
 
     def describe(self) -> str:
         counts = ((len(self.breakers), "breaker(s)"), (len(self.connections), "connection(s)"),
@@ -249,10 +247,9 @@ class SqliteStore:
         elif isinstance(event, LockoutEvent):
             dirty.lockouts.add((event.provider, event.connection, event.model))
         elif isinstance(event, OperatorEvent):
-            if len(dirty.audit) >= _MAX_PENDING_AUDIT:
-                del dirty.audit[0]
             dirty.audit.append(AuditEntry(event.t, event.actor, event.action, event.target,
                                           event.result))
+            self._trim_audit()
         self._wake.set()
 
     async def _flush_loop(self) -> None:
@@ -286,11 +283,22 @@ class SqliteStore:
         dirty.connections |= batch.connections
         dirty.lockouts |= batch.lockouts
         dirty.audit[:0] = batch.audit
-        del dirty.audit[:-_MAX_PENDING_AUDIT]
+        self._trim_audit()
         newer = list(self._events)
         self._events.clear()
         self._events.extend(batch.events)  # the deque keeps the newest `max_events`
         self._events.extend(newer)
+
+    def _trim_audit(self) -> None:
+        """Operator actions waiting for the disk are bounded: past the bound the oldest
+        are dropped, and the log says how many (a long outage, or a runaway script)."""
+        audit = self._dirty.audit
+        excess = len(audit) - _MAX_PENDING_AUDIT
+        if excess > 0:
+            del audit[:excess]
+            log.error("state database %s: %d operator action(s) dropped from the audit "
+                      "log: %d are waiting for the disk already", self.path, excess,
+                      _MAX_PENDING_AUDIT)
 
     async def _flush(self) -> bool:
         self._wake.clear()
