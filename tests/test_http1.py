@@ -322,3 +322,10 @@ async def test_https_goes_through_a_connect_tunnel(tmp_path: Path) -> None:
         await pool.aclose()
     tls_server.close()
     await tls_server.wait_closed()
+
+
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "HTTP_PROXY"])
+def test_a_proxy_this_client_cannot_use_is_refused_at_start(variable: str) -> None:
+    with pytest.raises(ValueError, match=f"{variable}='socks5://p:1080': only http://"):
+        http1.Proxies.from_environ({variable: "socks5://p:1080"})
+    assert http1.Proxies.from_environ({variable: "proxy.internal:3128"}) is not None

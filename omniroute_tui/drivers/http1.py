@@ -55,6 +55,15 @@ class Proxies:
     https: str | None = None
     no_proxy: str = ""
 
+    def __post_init__(self) -> None:
+        """A proxy this client cannot use is an error at start, not a failure per request."""
+        for variable, proxy in (("HTTP_PROXY", self.http), ("HTTPS_PROXY", self.https)):
+            if proxy is not None:
+                parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+                if parts.scheme != "http" or not parts.hostname:
+                    raise ValueError(f"{variable}={proxy!r}: only http:// proxies are "
+                                     "supported (https targets go through them by CONNECT)")
+
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Proxies:
         env = {k.lower(): v for k, v in (environ if environ is not None else
@@ -276,9 +285,8 @@ def _proxy_auth(proxy: str) -> str | None:
 async def _via_proxy(proxy: str, origin: _Origin, context: SSLContext | None) -> _Conn:
     """A connection to `origin` through an HTTP proxy: plain for http (the request goes
     in absolute form), a CONNECT tunnel with TLS inside for https."""
-    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-    if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"only http:// proxies are supported, got {proxy!r}")
+    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")  # checked in Proxies
+    assert parts.hostname is not None
     reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80,
                                                    limit=MAX_HEAD)
     scheme, host, port = origin

@@ -108,6 +108,22 @@ class PostPool(Protocol):
     async def aclose(self) -> None: ...
 
 
+class _HttpxPool:
+    """An `httpx.AsyncClient` (for instance on `httpx.MockTransport`) as a PostPool."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+
+    async def post(self, url: str, headers: dict[str, str], body: bytes,
+                   connect_timeout_s: float) -> _HttpxBody:
+        request = self._client.build_request("POST", url, content=body, headers=headers,
+                                             timeout=httpx.Timeout(connect_timeout_s))
+        return _HttpxBody(await self._client.send(request, stream=True))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
 class UpstreamClient:
     """Performs single attempts; retries and fallback are the router's business.
 
@@ -118,23 +134,11 @@ class UpstreamClient:
 
     def __init__(self, client: httpx.AsyncClient | None = None, *,
                  pool: PostPool | None = None) -> None:
-        self._httpx = client
-        self._pool: PostPool | None = pool or (Http1Pool() if client is None else None)
+        self._pool: PostPool = pool or (
+            _HttpxPool(client) if client is not None else Http1Pool())
 
     async def aclose(self) -> None:
-        if self._httpx is not None:
-            await self._httpx.aclose()
-        if self._pool is not None:
-            await self._pool.aclose()
-
-    async def _open(self, url: str, headers: dict[str, str], payload: bytes,
-                    seconds: float) -> ResponseBody:
-        if self._pool is not None:
-            return await self._pool.post(url, headers, payload, seconds)
-        assert self._httpx is not None
-        request = self._httpx.build_request("POST", url, content=payload, headers=headers,
-                                            timeout=httpx.Timeout(seconds))
-        return _HttpxBody(await self._httpx.send(request, stream=True))
+        await self._pool.aclose()
 
     async def send(
         self,
@@ -156,7 +160,7 @@ class UpstreamClient:
         response: ResponseBody | None = None
         try:
             async with asyncio.timeout(seconds):
-                response = await self._open(url, headers, payload, seconds)
+                response = await self._pool.post(url, headers, payload, seconds)
                 ok = 200 <= response.status < 300
                 if stream and ok:
                     # the first bytes decide: a stream that breaks before them is a failed
