@@ -41,11 +41,16 @@ class EventLog(RichLog):
         self.filter_text = ""
 
     def show(self, lines: Iterable[tuple[int, str, str]]) -> None:
+        """Append the lines that pass the filter and end scrolled to the last one.
+
+        The scroll travels with the last write: before the log knows its size, RichLog
+        defers writes, and a separate `scroll_end` would run before them.
+        """
         needle = self.filter_text.lower()
-        for t, _, text in lines:
-            if not needle or needle in text.lower():
-                self.write(f"{clock_text(t)}  {text}", scroll_end=False)
-        self.scroll_end(animate=False)
+        shown = [f"{clock_text(t)}  {text}" for t, _, text in lines
+                 if not needle or needle in text.lower()]
+        for i, line in enumerate(shown, 1):
+            self.write(line, scroll_end=i == len(shown), animate=False)
 
 
 def timeline_lines(
