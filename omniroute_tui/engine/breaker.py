@@ -130,7 +130,8 @@ class ProviderBreaker:
 
     def admit(self, now: int) -> BreakerAdmission:
         """Admit an attempt, claiming a probe slot when HALF_OPEN."""
-        self._refresh(now)
+        if self._state is not _CLOSED or self._failures:  # else nothing can have expired
+            self._refresh(now)
         if self._state is _OPEN:
             return BreakerAdmission(
                 False, self._epoch, skip=SkipReason.CIRCUIT_OPEN,

@@ -69,11 +69,13 @@ class ProviderLayers:
     provider up for every question it asks.
     """
 
-    __slots__ = ("breaker", "budget", "dedup", "lockouts", "name", "pool", "spec", "timeout_ms")
+    __slots__ = ("_bus", "breaker", "budget", "dedup", "lockouts", "name", "pool", "spec",
+                 "timeout_ms")
 
     def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random) -> None:
         settings = spec.settings
         jitter = Jitter(settings.jitter, rng)
+        self._bus = bus
         self.spec = spec
         self.name = spec.name
         self.timeout_ms = settings.request.timeout_ms
@@ -88,11 +90,44 @@ class ProviderLayers:
         self.dedup = FailureDedup(settings.dedup)
         self.budget = RetryBudget(settings.retry_budget)
 
-    def candidates(self, now: int, model: str, start: int = 0) -> Iterator[str]:
-        return self.pool.candidates(now, model, self.lockouts, start)
-
     def unavailable(self, now: int, model: str) -> Unavailable:
         return self.pool.unavailable(now, model, self.lockouts)
+
+    def record(self, now: int, connection: str, model: str, admission: BreakerAdmission,
+               outcome: Classification) -> None:
+        """Apply one attempt's classified outcome to every layer (table of SPEC §2)."""
+        pos = self.pool.position.get(connection)
+        if pos is None:
+            raise UnknownTarget(f"provider {self.name!r} has no connection {connection!r}")
+        kind = outcome.kind
+        breaker = self.breaker
+        if kind is None:  # success never changes whether the connection is selectable
+            breaker.record_success(now, admission)
+            cooldown = self.pool.cooldowns[pos]
+            if cooldown.level or cooldown.last_error is not None:
+                cooldown.record_success(now)
+            if (connection, model) in self.lockouts.entries:
+                self.lockouts.record_success(now, connection, model)
+            return
+        if kind is FailureKind.CANCELLED:
+            breaker.record_cancelled(admission)
+            return
+        hint = outcome.hint_ms
+        if kind in _COOLDOWN_KINDS or (kind in _QUOTA_KINDS and not self.spec.per_model_quota):
+            self.pool.record_failure(pos, now, kind, hint)
+        elif kind in _LOCKOUT_KINDS or kind in _QUOTA_KINDS:
+            self.lockouts.record_failure(now, connection, model, kind, hint)
+        elif kind is FailureKind.AUTH_FAILED:
+            self.pool.disable_for_auth(pos, now)
+        if breaker.settings.counts(kind):
+            window = None if admission.probe else self.dedup.admit(now, connection, kind)
+            if window is None:
+                breaker.record_failure(now, kind, admission, hint)
+            elif self._bus.wants(DedupEvent):
+                self._bus.emit(DedupEvent(now, self.name, connection, kind.value, window))
+        else:
+            # the provider answered: for the breaker, that is a success (§3)
+            breaker.record_success(now, admission)
 
 
 class ResilienceEngine:
@@ -147,7 +182,8 @@ class ResilienceEngine:
         return self._state(provider).breaker.admit(self.now())
 
     def candidates(self, provider: str, model: str, start: int = 0) -> Iterator[str]:
-        return self._state(provider).candidates(self.now(), model, start)
+        state = self._state(provider)
+        return state.pool.candidates(self.now(), model, state.lockouts, start)
 
     def record(
         self,
@@ -158,39 +194,7 @@ class ResilienceEngine:
         outcome: Classification,
     ) -> None:
         """Apply one attempt's classified outcome to every layer (table of SPEC §2)."""
-        state, pos = self._pool_entry(provider, connection)
-        now = self.now()
-        kind = outcome.kind
-        breaker = state.breaker
-        cooldown = state.pool.cooldowns[pos]
-        if kind is None:  # success never changes whether the connection is selectable
-            breaker.record_success(now, admission)
-            cooldown.record_success(now)
-            state.lockouts.record_success(now, connection, model)
-            return
-        if kind is FailureKind.CANCELLED:
-            breaker.record_cancelled(admission)
-            return
-        hint = outcome.hint_ms
-        per_model = state.spec.per_model_quota
-        if kind in _COOLDOWN_KINDS or (kind in _QUOTA_KINDS and not per_model):
-            state.pool.record_failure(pos, now, kind, hint)
-        elif kind in _LOCKOUT_KINDS or kind in _QUOTA_KINDS:
-            state.lockouts.record_failure(now, connection, model, kind, hint)
-        elif kind is FailureKind.AUTH_FAILED:
-            state.pool.disable_for_auth(pos, now)
-        if breaker.settings.counts(kind):
-            window = None if admission.probe else state.dedup.admit(now, connection, kind)
-            if window is None:
-                breaker.record_failure(now, kind, admission, hint)
-            else:
-                self.bus.emit(DedupEvent(
-                    t=now, provider=provider, connection=connection, kind=kind.value,
-                    window=window,
-                ))
-        else:
-            # the provider answered: for the breaker, that is a success (§3)
-            breaker.record_success(now, admission)
+        self._state(provider).record(self.now(), connection, model, admission, outcome)
 
     # -- operator actions --------------------------------------------------------------
 

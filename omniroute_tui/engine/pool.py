@@ -122,10 +122,13 @@ class ConnectionPool:
         Lazy: each step re-reads the index, so a connection that fails meanwhile is not
         offered again, and only the connections actually tried are looked at.
         """
-        self._refresh(now)
+        cooling = self._cooling
+        if cooling and cooling[0][0] <= now:
+            self._refresh(now)
         count = len(self.order)
         if count == 0:
             return
+        locks = lockouts.entries
         visited = 0
         cursor = start % count
         while visited < count:
@@ -143,7 +146,8 @@ class ConnectionPool:
             pos = nxt % count
             cursor = pos + 1
             name = self.order[pos]
-            if lockouts.locked_until(name, model, now) is None:
+            lock = locks.get((name, model)) if locks else None
+            if lock is None or lock.until <= now:
                 yield name
             if cursor >= count:
                 cursor -= count

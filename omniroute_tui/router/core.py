@@ -28,6 +28,10 @@ _CLIENT_ERROR = FailureKind.CLIENT_ERROR
 _ROUND_ROBIN = Strategy.ROUND_ROBIN
 
 
+#: a route's targets, each with its provider's layers and its `provider/model` label
+Plan = tuple[tuple[Target, ProviderLayers, str], ...]
+
+
 class UnknownRoute(LookupError):
     """The client asked for a model that is neither a route nor a `provider/model`."""
 
@@ -80,7 +84,7 @@ class Router:
         self._rr_counters: dict[str, int] = {}
         self._rotations: dict[str, tuple[int, ...]] = {}
         self._direct: dict[str, Route] = {}
-        self._plans: dict[str, tuple[tuple[Target, ProviderLayers], ...]] = {}
+        self._starts: dict[str, tuple[Route, Plan]] = {}  # model as asked -> route and plan
 
     def resolve(self, model: str) -> Route:
         """The route a client means by `model`: a route name or `provider/model`."""
@@ -102,15 +106,12 @@ class Router:
 
     def start(self, request_id: str, model: str) -> RequestRouting:
         """Begin routing one request; raises UnknownRoute for an unknown `model`."""
-        return RequestRouting(self, request_id, self.resolve(model))
-
-    def plan(self, route: Route) -> tuple[tuple[Target, ProviderLayers], ...]:
-        """The route's targets with their providers' layers, looked up once per route."""
-        plan = self._plans.get(route.name)
-        if plan is None:
-            plan = tuple((t, self.engine.layers(t.provider)) for t in route.targets)
-            self._plans[route.name] = plan
-        return plan
+        known = self._starts.get(model)
+        if known is None:  # the route's providers are looked up once per name asked for
+            route = self.resolve(model)
+            plan = tuple((t, self.engine.layers(t.provider), str(t)) for t in route.targets)
+            known = self._starts[model] = (route, plan)
+        return RequestRouting(self, request_id, *known)
 
     def rotation_start(self, layers: ProviderLayers) -> int:
         """The connection position a round-robin request starts at on a provider."""
@@ -135,12 +136,12 @@ class RequestRouting:
     its next step straight away, as a driver asks for it next.
     """
 
-    __slots__ = ("_admission", "_candidates", "_inflight", "_layers", "_next", "_on_provider",
-                 "_pass", "_plan", "_round_robin", "_target", "_target_index", "engine",
-                 "records", "request_id", "response", "route", "router", "skips",
+    __slots__ = ("_admission", "_candidates", "_inflight", "_label", "_layers", "_next",
+                 "_on_provider", "_pass", "_plan", "_round_robin", "_target", "_target_index",
+                 "engine", "records", "request_id", "response", "route", "router", "skips",
                  "started_at", "waited_ms")
 
-    def __init__(self, router: Router, request_id: str, route: Route) -> None:
+    def __init__(self, router: Router, request_id: str, route: Route, plan: Plan) -> None:
         self.router = router
         self.engine = router.engine
         self.request_id = request_id
@@ -153,12 +154,13 @@ class RequestRouting:
         self._inflight: Attempt | None = None
         self._next: Step | None = None
         self._pass = 0
-        self._plan = router.plan(route)
+        self._plan = plan
         self._round_robin = route.strategy is _ROUND_ROBIN
         self._target_index = 0
         self._candidates: Iterator[str] | None = None  # the current provider's, while open
         self._target: Target | None = None
         self._layers: ProviderLayers | None = None
+        self._label = ""
         self._admission: BreakerAdmission | None = None
         self._on_provider = 0
         bus = self.engine.bus
@@ -171,7 +173,7 @@ class RequestRouting:
         """What to do now. After an Attempt, call `record()` before asking again."""
         step = self._next
         if step is None:
-            step = self._next = self._advance()
+            step = self._next = self._advance(self.engine.clock.now_ms())
         if isinstance(step, Wait):
             self._next = None
             self.waited_ms += step.delay_ms
@@ -185,28 +187,29 @@ class RequestRouting:
         if attempt is None:
             raise RuntimeError("record() without an attempt in flight")
         self._inflight = None
-        self._note_result(attempt, status, outcome)
+        now = self.engine.clock.now_ms()
+        self._note_result(now, attempt, status, outcome)
         kind = outcome.kind
         if kind is None or kind is _CLIENT_ERROR:
-            self._next = self._respond(status, attempt, None, None)
+            self._next = self._respond(now, status, attempt, None, None)
             return
         layers = self._layers
         assert layers is not None
-        if kind in _NEXT_TARGET or not layers.breaker.admits_traffic(
-                self.engine.clock.now_ms()):
+        if kind in _NEXT_TARGET or not layers.breaker.admits_traffic(now):
             self._candidates = None  # on to the next target
-        self._next = self._advance()
+        self._next = self._advance(now)
 
     def cancel(self) -> Response:
         """The client gave up: the in-flight attempt counts as `cancelled`."""
         if self.response is not None:
             return self.response
+        now = self.engine.clock.now_ms()
         if self._inflight is not None:
             attempt = self._inflight
             self._inflight = None
-            self._note_result(attempt, 0, Classification(FailureKind.CANCELLED))
+            self._note_result(now, attempt, 0, Classification(FailureKind.CANCELLED))
         self._candidates = None
-        self._next = self._respond(499, None, {"error": {
+        self._next = self._respond(now, 499, None, {"error": {
             "type": "cancelled", "code": "client_closed_request",
             "message": "the client closed the request",
         }}, None)
@@ -214,11 +217,11 @@ class RequestRouting:
 
     # -- the algorithm -----------------------------------------------------------------
 
-    def _advance(self) -> Step:
+    def _advance(self, now: int) -> Step:
         """The next step after the current position: an attempt, a wait or the answer."""
         if self.response is not None:
             return self.response
-        attempt = self._walk()
+        attempt = self._walk(now)
         if attempt is not None:
             return attempt
         # every target walked in this pass without an answer
@@ -227,13 +230,11 @@ class RequestRouting:
             if wait is not None:  # route once more after it
                 self._pass, self._target_index, self.skips = 1, 0, []
                 return Wait(wait)
-        return self._final_response()
+        return self._final_response(now)
 
-    def _walk(self) -> Attempt | None:
+    def _walk(self, now: int) -> Attempt | None:
         """Walk on from the current position to the next attempt; None past the last
         target (SPEC §7)."""
-        engine = self.engine
-        clock = engine.clock
         records = self.records
         max_attempts = self.router.max_attempts
         while True:
@@ -241,17 +242,18 @@ class RequestRouting:
             if candidates is None:  # on to the next target
                 if self._target_index >= len(self._plan) or len(records) >= max_attempts:
                     return None
-                next_target, next_layers = self._plan[self._target_index]
+                next_target, next_layers, label = self._plan[self._target_index]
                 self._target_index += 1
-                granted = next_layers.breaker.admit(clock.now_ms())
+                granted = next_layers.breaker.admit(now)
                 if not granted.allowed:
                     assert granted.skip is not None
-                    self._skip(next_target, granted.skip, granted.retry_after_ms)
+                    self._skip(now, next_target, granted.skip, granted.retry_after_ms)
                     continue
                 start = self.router.rotation_start(next_layers) if self._round_robin else 0
-                candidates = self._candidates = next_layers.candidates(
-                    clock.now_ms(), next_target.model, start)
+                candidates = self._candidates = next_layers.pool.candidates(
+                    now, next_target.model, next_layers.lockouts, start)
                 self._target, self._layers, self._admission = next_target, next_layers, granted
+                self._label = label
                 self._on_provider = 0
             target, layers, admission = self._target, self._layers, self._admission
             assert target is not None and layers is not None and admission is not None
@@ -260,8 +262,8 @@ class RequestRouting:
                 self._candidates = None
                 if self._on_provider == 0:
                     layers.breaker.release(admission)
-                    unavailable = layers.unavailable(clock.now_ms(), target.model)
-                    self._skip(target, unavailable.reason, unavailable.retry_after_ms)
+                    unavailable = layers.unavailable(now, target.model)
+                    self._skip(now, target, unavailable.reason, unavailable.retry_after_ms)
                 continue
             if len(records) >= max_attempts:
                 layers.breaker.release(admission)
@@ -269,20 +271,19 @@ class RequestRouting:
                 return None
             if self._on_provider:
                 if not layers.budget.try_spend():
-                    self._skip(target, SkipReason.RETRY_BUDGET, None)
+                    self._skip(now, target, SkipReason.RETRY_BUDGET, None)
                     self._candidates = None
                     continue
             else:
                 layers.budget.deposit()
             probe = admission.probe_token is not None and not self._on_provider
             self._on_provider += 1
-            return self._attempt(layers, connection, target.model, admission, probe)
+            return self._attempt(now, layers, connection, target.model, admission, probe)
 
     def _attempt(
-        self, layers: ProviderLayers, connection: str, model: str, admission: BreakerAdmission,
-        probe: bool,
+        self, now: int, layers: ProviderLayers, connection: str, model: str,
+        admission: BreakerAdmission, probe: bool,
     ) -> Attempt:
-        now = self.engine.clock.now_ms()
         n = len(self.records) + 1
         attempt = Attempt(self.request_id, n, layers.name, connection, model, probe,
                           layers.timeout_ms, now, admission)
@@ -292,27 +293,27 @@ class RequestRouting:
                                   probe))
         return attempt
 
-    def _note_result(self, attempt: Attempt, status: int, outcome: Classification) -> None:
-        engine = self.engine
-        now = engine.clock.now_ms()
+    def _note_result(self, now: int, attempt: Attempt, status: int, outcome: Classification
+                     ) -> None:
+        """Tell the events, the request's records and the attempt's provider's layers."""
         kind = outcome.kind.value if outcome.kind is not None else None
-        bus = engine.bus
+        bus = self.engine.bus
         if bus.wants(ResultEvent):  # positional: a third cheaper to build than by keyword
             bus.emit(ResultEvent(now, self.request_id, attempt.n, attempt.provider,
                                  attempt.connection, attempt.model, status, kind,
                                  now - attempt.started_at))
-        self.records.append(AttemptRecord(
-            f"{attempt.provider}/{attempt.model}", attempt.connection, status, kind
-        ))
-        engine.record(attempt.provider, attempt.connection, attempt.model, attempt.admission,
-                      outcome)
+        self.records.append(AttemptRecord(self._label, attempt.connection, status, kind))
+        layers = self._layers  # the attempt's: nothing moves the walk while it is in flight
+        assert layers is not None
+        layers.record(now, attempt.connection, attempt.model, attempt.admission, outcome)
 
-    def _skip(self, target: Target, reason: SkipReason, retry_after_ms: int | None) -> None:
+    def _skip(self, now: int, target: Target, reason: SkipReason, retry_after_ms: int | None
+              ) -> None:
         self.skips.append(Skip(str(target), reason.value, retry_after_ms))
         bus = self.engine.bus
         if bus.wants(SkipEvent):
-            bus.emit(SkipEvent(self.engine.clock.now_ms(), self.request_id, target.provider,
-                               target.model, reason.value, retry_after_ms))
+            bus.emit(SkipEvent(now, self.request_id, target.provider, target.model,
+                               reason.value, retry_after_ms))
 
     def _admission_wait(self) -> int | None:
         """The wait before routing once more, or None to fail at once (SPEC §6)."""
@@ -327,9 +328,9 @@ class RequestRouting:
             return None
         return earliest + self.router._jitter.stretch(self.router.admission.margin_ms)
 
-    def _final_response(self) -> Response:
+    def _final_response(self, now: int) -> Response:
         if not self.records:
-            return self._unavailable_response()
+            return self._unavailable_response(now)
         last = self.records[-1]
         status = FailureKind.answer_status(last.status, last.kind)
         body = {"error": {
@@ -341,13 +342,13 @@ class RequestRouting:
             "skipped": [skip.to_dict() for skip in self.skips],
         }}
         retry = self._earliest_retry()
-        return self._respond(status, None, body, retry)
+        return self._respond(now, status, None, body, retry)
 
     def _earliest_retry(self) -> int | None:
         known = [s.retry_after_ms for s in self.skips if s.retry_after_ms is not None]
         return min(known) if known else None
 
-    def _unavailable_response(self) -> Response:
+    def _unavailable_response(self, now: int) -> Response:
         temporary = bool(self.skips) and all(
             SkipReason(skip.reason).is_temporary_unavailability for skip in self.skips
         )
@@ -361,13 +362,12 @@ class RequestRouting:
             "retry_after_ms": retry,
             "skipped": [skip.to_dict() for skip in self.skips],
         }}
-        return self._respond(status, None, body, retry)
+        return self._respond(now, status, None, body, retry)
 
     def _respond(
-        self, status: int, upstream: Attempt | None, body: dict[str, Any] | None,
+        self, now: int, status: int, upstream: Attempt | None, body: dict[str, Any] | None,
         retry_after_ms: int | None,
     ) -> Response:
-        now = self.engine.clock.now_ms()
         response = Response(
             request_id=self.request_id, status=status, upstream=upstream, body=body,
             retry_after_ms=retry_after_ms, attempts=tuple(self.records),
