@@ -114,7 +114,7 @@ class BaselineRouting(StepMachine):
                 reply = yield attempt
                 assert reply is not None  # the step protocol sends every attempt's result
                 status, outcome = reply
-                kind = outcome.kind.value if outcome.kind is not None else None
+                kind = outcome.kind
                 end = router.clock.now_ms()
                 router.bus.emit(ResultEvent(end, self.request_id, n, target.provider,
                                             connection, target.model, status, kind,

@@ -19,6 +19,7 @@ from omniroute_tui.engine.events import (
     ResponseEvent,
     ResultEvent,
 )
+from omniroute_tui.engine.kinds import BreakerState
 
 from .scenario import Fault, Scenario
 
@@ -149,14 +150,14 @@ class MetricsCollector:
 
     def _breaker(self, event: BreakerEvent) -> None:
         stats = self.providers[event.provider]
-        if event.from_ == "OPEN":
+        if event.from_ is BreakerState.OPEN:
             stats.leave_open(event.t)
-        if event.to == "OPEN":
+        if event.to is BreakerState.OPEN:
             stats.breaker_opens += 1
             stats.open_since = event.t
             stats.open_for = event.retry_after_ms or 0
             stats.episode_attempts = 0
-        elif event.to in ("CLOSED", "DEGRADED"):
+        elif event.to is not BreakerState.HALF_OPEN:
             stats.episode_attempts = None
 
     def _dedup(self, event: Any) -> None:

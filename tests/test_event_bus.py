@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from omniroute_tui.engine import Event, EventBus
-from omniroute_tui.engine.events import BreakerEvent, FaultEvent, OperatorEvent, RequestEvent
+import json
+
+import pytest
+
+from omniroute_tui.engine import BreakerState, Classification, Event, EventBus, FailureKind
+from omniroute_tui.engine.events import (
+    BreakerEvent,
+    FaultEvent,
+    OperatorEvent,
+    RequestEvent,
+    ResultEvent,
+    event_from_dict,
+)
 
 from .helpers import make_engine, make_router
 
@@ -60,3 +71,25 @@ def test_an_event_emitted_during_delivery_follows_it_for_every_subscriber() -> N
     bus.subscribe(lambda e: second.append(e.TYPE), RequestEvent, FaultEvent)
     bus.emit(RequestEvent(1, "r1", "r"))
     assert first == second == ["request", "fault"]
+
+
+def test_events_carry_the_engines_enums_and_read_back_as_them() -> None:
+    engine, _, _ = make_engine()
+    seen: list[Event] = []
+    engine.bus.subscribe(seen.append)
+    routing = make_router(engine).start("r1", "r")
+    routing.next_step()
+    routing.record(0, Classification(FailureKind.TIMEOUT))
+    result = next(e for e in seen if isinstance(e, ResultEvent))
+    assert result.kind is FailureKind.TIMEOUT
+    line = result.to_json()
+    assert '"kind":"timeout"' in line  # the trace holds the word, as before
+    back = event_from_dict(json.loads(line))
+    assert back == result and back.kind is FailureKind.TIMEOUT  # type: ignore[attr-defined]
+    breaker = event_from_dict({"t": 1, "type": "breaker", "provider": "p", "from": "OPEN",
+                               "to": "HALF_OPEN", "reason": "reset_timeout", "failures": 0,
+                               "retry_after_ms": None})
+    assert breaker.to is BreakerState.HALF_OPEN  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        event_from_dict({"t": 1, "type": "skip", "request": "r", "provider": "p",
+                         "model": "m", "reason": "bored", "retry_after_ms": None})

@@ -312,9 +312,5 @@ class ProviderBreaker:
         retry_after = None
         if to is _OPEN:
             retry_after = self._open_for_ms
-        self._emit(
-            BreakerEvent(
-                t=now, provider=self.provider, from_=before.value, to=to.value,
-                reason=reason, failures=self._failures, retry_after_ms=retry_after,
-            )
-        )
+        self._emit(BreakerEvent(now, self.provider, before, to, reason, self._failures,
+                                retry_after))

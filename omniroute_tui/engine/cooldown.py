@@ -83,10 +83,8 @@ class ConnectionCooldown:
             self.cooling_until = now + duration
             self.level = min(self.level + 1, self.settings.max_level)
         if (self.level, self.cooling_until) != before:
-            self._emit(CooldownEvent(
-                t=now, provider=self.provider, connection=self.connection, kind=kind.value,
-                level=self.level, until=self.cooling_until, hint_ms=hint_ms,
-            ))
+            self._emit(CooldownEvent(now, self.provider, self.connection, kind, self.level,
+                                     self.cooling_until, hint_ms))
 
     def record_success(self, now: int) -> None:
         """The connection served: backoff level back to 0, last error cleared."""

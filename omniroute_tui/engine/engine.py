@@ -124,7 +124,7 @@ class ProviderLayers:
             if window is None:
                 breaker.record_failure(now, kind, admission, hint)
             elif self._bus.wants(DedupEvent):
-                self._bus.emit(DedupEvent(now, self.name, connection, kind.value, window))
+                self._bus.emit(DedupEvent(now, self.name, connection, kind, window))
         else:
             # the provider answered: for the breaker, that is a success (§3)
             breaker.record_success(now, admission)

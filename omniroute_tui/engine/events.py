@@ -11,9 +11,11 @@ import json
 from collections import deque
 from collections.abc import Callable
 from dataclasses import fields
+from enum import StrEnum
 from json.encoder import encode_basestring
 from typing import Any, ClassVar
 
+from .kinds import BreakerState, FailureKind, SkipReason
 from .values import value
 
 __all__ = [
@@ -38,13 +40,18 @@ __all__ = [
 ]
 
 
+#: the engine's vocabulary, as event fields carry it (each a StrEnum: a trace line holds
+#: its value, and reading the line back gives the member again)
+_ENUMS: dict[str, type[StrEnum]] = {
+    cls.__name__: cls for cls in (BreakerState, FailureKind, SkipReason)}
+
+
 def _json_any(value: Any) -> str:
     if value is None:
         return "null"
-    kind = type(value)
-    if kind is int:
+    if type(value) is int:
         return str(value)
-    if kind is str:
+    if isinstance(value, str):  # a StrEnum member is its value
         return encode_basestring(value)
     return _json_dumps(value)
 
@@ -65,7 +72,7 @@ def _compile_to_json(cls: type[Event]) -> Callable[[Event], str]:
         kind = hints[name]
         if kind == "int":
             value = f"{{e.{name}}}"
-        elif kind == "str":
+        elif kind == "str" or kind in _ENUMS:
             value = f"{{_s(e.{name})}}"
         elif kind == "bool":
             value = f"{{_b[e.{name}]}}"
@@ -142,7 +149,7 @@ class ResultEvent(Event):
     connection: str
     model: str
     status: int
-    kind: str | None
+    kind: FailureKind | None
     latency_ms: int
 
 
@@ -152,7 +159,7 @@ class SkipEvent(Event):
     request: str
     provider: str
     model: str
-    reason: str
+    reason: SkipReason
     retry_after_ms: int | None
 
 
@@ -171,8 +178,8 @@ class ResponseEvent(Event):
 class BreakerEvent(Event):
     TYPE: ClassVar[str] = "breaker"
     provider: str
-    from_: str
-    to: str
+    from_: BreakerState
+    to: BreakerState
     reason: str
     failures: int
     retry_after_ms: int | None
@@ -185,7 +192,7 @@ class CooldownEvent(Event):
     TYPE: ClassVar[str] = "cooldown"
     provider: str
     connection: str
-    kind: str | None
+    kind: FailureKind | None
     level: int
     until: int
     hint_ms: int | None
@@ -215,7 +222,7 @@ class LockoutEvent(Event):
     provider: str
     connection: str
     model: str
-    kind: str | None
+    kind: FailureKind | None
     failures: int
     until: int
 
@@ -225,7 +232,7 @@ class DedupEvent(Event):
     TYPE: ClassVar[str] = "dedup"
     provider: str
     connection: str
-    kind: str
+    kind: FailureKind
     window: str
 
 
@@ -268,10 +275,26 @@ def event_from_dict(data: dict[str, Any]) -> Event:
         raise ValueError(f"unknown event type {data.get('type')!r}")
     if "from" in fields_:
         fields_["from_"] = fields_.pop("from")
+    for name, enum in _ENUM_FIELDS[cls]:
+        if fields_.get(name) is not None:
+            fields_[name] = enum(fields_[name])  # ValueError for a word it does not know
     try:
         return cls(**fields_)
     except TypeError as exc:
         raise ValueError(f"a {cls.TYPE} event with the wrong fields: {exc}") from None
+
+
+def _enum_fields(cls: type[Event]) -> tuple[tuple[str, type[StrEnum]], ...]:
+    """The fields of `cls` that hold one of the engine's enums, with that enum."""
+    found = []
+    for f in fields(cls):
+        for name in str(f.type).replace(" ", "").split("|"):
+            if name in _ENUMS:
+                found.append((f.name, _ENUMS[name]))
+    return tuple(found)
+
+
+_ENUM_FIELDS = {cls: _enum_fields(cls) for cls in EVENT_CLASSES}
 
 
 class EventBus:

@@ -22,7 +22,7 @@ class FailureKind(StrEnum):
     CANCELLED = "cancelled"
 
     @classmethod
-    def answer_status(cls, status: int, kind: str | None) -> int:
+    def answer_status(cls, status: int, kind: FailureKind | None) -> int:
         """The status to answer with after a last attempt that got `status` (0 when no
         HTTP answer came: 504 for a timeout, 502 for anything else below HTTP)."""
         if status:

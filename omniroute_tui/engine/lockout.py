@@ -86,10 +86,7 @@ class ModelLockouts:
             duration = self._jitter.stretch(self.settings.duration_ms(failures))
         until = max(until, now + duration)
         self.entries[(connection, model)] = _Entry(kind, failures, now, until)
-        self._emit(LockoutEvent(
-            t=now, provider=self.provider, connection=connection, model=model,
-            kind=kind.value, failures=failures, until=until,
-        ))
+        self._emit(LockoutEvent(now, self.provider, connection, model, kind, failures, until))
 
     def record_success(self, now: int, connection: str, model: str) -> None:
         """Success halves the failure count; at 0 the key's history is dropped."""

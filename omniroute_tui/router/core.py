@@ -278,25 +278,19 @@ class RequestRouting:
                 layers.budget.deposit()
             probe = admission.probe_token is not None and not self._on_provider
             self._on_provider += 1
-            return self._attempt(now, layers, connection, target.model, admission, probe)
-
-    def _attempt(
-        self, now: int, layers: ProviderLayers, connection: str, model: str,
-        admission: BreakerAdmission, probe: bool,
-    ) -> Attempt:
-        n = len(self.records) + 1
-        attempt = Attempt(self.request_id, n, layers.name, connection, model, probe,
-                          layers.timeout_ms, now, admission)
-        bus = self.engine.bus
-        if bus.wants(AttemptEvent):
-            bus.emit(AttemptEvent(now, self.request_id, n, layers.name, connection, model,
-                                  probe))
-        return attempt
+            n = len(records) + 1
+            attempt = Attempt(self.request_id, n, layers.name, connection, target.model, probe,
+                              layers.timeout_ms, now, admission)
+            bus = self.engine.bus
+            if bus.wants(AttemptEvent):
+                bus.emit(AttemptEvent(now, self.request_id, n, layers.name, connection,
+                                      target.model, probe))
+            return attempt
 
     def _note_result(self, now: int, attempt: Attempt, status: int, outcome: Classification
                      ) -> None:
         """Tell the events, the request's records and the attempt's provider's layers."""
-        kind = outcome.kind.value if outcome.kind is not None else None
+        kind = outcome.kind
         bus = self.engine.bus
         if bus.wants(ResultEvent):  # positional: a third cheaper to build than by keyword
             bus.emit(ResultEvent(now, self.request_id, attempt.n, attempt.provider,
@@ -309,11 +303,11 @@ class RequestRouting:
 
     def _skip(self, now: int, target: Target, reason: SkipReason, retry_after_ms: int | None
               ) -> None:
-        self.skips.append(Skip(str(target), reason.value, retry_after_ms))
+        self.skips.append(Skip(str(target), reason, retry_after_ms))
         bus = self.engine.bus
         if bus.wants(SkipEvent):
             bus.emit(SkipEvent(now, self.request_id, target.provider, target.model,
-                               reason.value, retry_after_ms))
+                               reason, retry_after_ms))
 
     def _admission_wait(self) -> int | None:
         """The wait before routing once more, or None to fail at once (SPEC §6)."""
@@ -350,7 +344,7 @@ class RequestRouting:
 
     def _unavailable_response(self, now: int) -> Response:
         temporary = bool(self.skips) and all(
-            SkipReason(skip.reason).is_temporary_unavailability for skip in self.skips
+            skip.reason.is_temporary_unavailability for skip in self.skips
         )
         status = 429 if temporary else 503
         retry = self._earliest_retry()
@@ -368,11 +362,8 @@ class RequestRouting:
         self, now: int, status: int, upstream: Attempt | None, body: dict[str, Any] | None,
         retry_after_ms: int | None,
     ) -> Response:
-        response = Response(
-            request_id=self.request_id, status=status, upstream=upstream, body=body,
-            retry_after_ms=retry_after_ms, attempts=tuple(self.records),
-            latency_ms=now - self.started_at, waited_ms=self.waited_ms,
-        )
+        response = Response(self.request_id, status, upstream, body, retry_after_ms,
+                            tuple(self.records), now - self.started_at, self.waited_ms)
         self.response = response
         bus = self.engine.bus
         if bus.wants(ResponseEvent):

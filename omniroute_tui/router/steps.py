@@ -9,6 +9,7 @@ from typing import Any
 
 from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
+from ..engine.kinds import FailureKind, SkipReason
 from ..engine.values import value
 
 __all__ = ["Attempt", "AttemptRecord", "Response", "Routine", "Skip", "Step", "StepMachine",
@@ -44,7 +45,7 @@ class Wait:
 @value
 class Skip:
     target: str
-    reason: str
+    reason: SkipReason
     retry_after_ms: int | None
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,7 +57,7 @@ class AttemptRecord:
     target: str
     connection: str
     status: int
-    kind: str | None
+    kind: FailureKind | None
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "connection": self.connection, "status": self.status,

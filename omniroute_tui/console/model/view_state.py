@@ -204,13 +204,13 @@ class ConsoleModel:
             return
         view.state = event.to
         view.failures = event.failures
-        if event.to == BreakerState.OPEN:
+        if event.to is BreakerState.OPEN:
             view.open_until = event.t + (event.retry_after_ms or 0)
             if event.reason == "probe_failed":
                 view.cycles += 1
         else:
             view.open_until = None
-            if event.to == "CLOSED":
+            if event.to is BreakerState.CLOSED:
                 view.cycles = 0
         view.history.append(f"{clock_text(event.t)} {event.from_} → {event.to} "
                             f"({event.reason}, {event.failures} failures)")
