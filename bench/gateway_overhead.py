@@ -150,7 +150,6 @@ def main() -> None:
             deadline = time.monotonic() + 30
             while not config.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            time.sleep(0.2)
             direct = yaml.safe_load(config.read_text())["providers"]["fake"]["base_url"]
             ports = {"gateway": free_port(), "aiohttp": free_port()}
             env = {**os.environ, "OMNIROUTE_TOKEN": ""}

@@ -54,11 +54,14 @@ async def _serve(scenario: Scenario, length_ms: int, config_out: Path,
     servers = await start_fakes(scenario, clock)
     clock.restart()  # the faults' timeline starts once every fake is listening
     try:
-        config_out.write_text(
+        # written beside and renamed: whoever waits for the file never reads half of it
+        partial = config_out.with_name(config_out.name + ".partial")
+        partial.write_text(
             "# written by omniroute-sim serve: the fakes of "
             f"{scenario.name}; it holds fake keys only\n"
             + yaml.safe_dump(router_config_for(scenario, servers), sort_keys=False)
         )
+        partial.replace(config_out)
         for server in servers:
             console.print(f"[bold]{server.provider:12}[/] {server.base_url}")
         console.print(f"router config: {config_out}   (Ctrl-C to stop; stops by itself "

@@ -19,6 +19,7 @@ from omniroute_tui.gateway.events_stream import EventBroadcaster
 from omniroute_tui.gateway.protocol import client_log
 
 from .gateway_helpers import TOKEN, running_gateway
+from .waiting import eventually
 
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 CHAT = "/v1/chat/completions"
@@ -93,7 +94,12 @@ async def test_management_bodies_are_validated_and_durations_bounded(tmp_path: P
         reply = await http.post(force, content=b'{"for": "' + b"1" * 20_000 + b'"}')
         assert reply.status_code == 413
         assert (await http.post(force, json={"for": "30d"})).status_code == 200
-        await asyncio.sleep(0.1)
+
+        async def written() -> bool:
+            store = (await http.get("/health")).json()["store"]
+            return bool(store["pending"] == 0)
+
+        await eventually(written, what="the store's write")
         health = (await http.get("/health")).json()
         assert health["status"] == "ok" and health["store"]["ok"] is True
 
@@ -169,9 +175,13 @@ async def test_a_client_that_hangs_up_mid_body_is_one_line_not_a_traceback(
             writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
                          b"content-length: 1000\r\n\r\n{\"model\": \"chat\"")
             await writer.drain()
-            await asyncio.sleep(0.05)
             writer.close()
-        await asyncio.sleep(0.2)
+            await writer.wait_closed()
+
+        def hung_up() -> bool:
+            return any("hung up" in r.getMessage() for r in caplog.records)
+
+        await eventually(hung_up, what="the hang-up's log line")
         async with httpx.AsyncClient(base_url=gw.url) as http:
             assert (await http.get("/health")).status_code == 200
     _no_tracebacks(caplog)
@@ -267,7 +277,6 @@ async def test_health_and_state_report_a_failing_store_until_it_recovers(
         tmp_path: Path) -> None:
     async with running_gateway(tmp_path, db=True, busy_timeout_ms=50) as gw, \
             httpx.AsyncClient(base_url=gw.url, headers=AUTH) as http:
-        await asyncio.sleep(0.1)
         other = sqlite3.connect(tmp_path / "state.db", timeout=5)
         other.execute("BEGIN EXCLUSIVE")
         try:

@@ -11,6 +11,7 @@ import httpx
 from omniroute_tui.engine import BreakerState
 
 from .gateway_helpers import TOKEN, running_gateway
+from .waiting import eventually
 
 AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "alice"}
 
@@ -108,7 +109,7 @@ async def test_event_stream_delivers_events_in_order(tmp_path: Path) -> None:
                             return
 
         reader = asyncio.create_task(read())
-        await asyncio.sleep(0.3)
+        await eventually(lambda: gw.gateway.events.subscribers == 1, what="the subscription")
         for provider in ("healthy", "broken", "throttled"):
             await http.post(f"/api/resilience/breakers/{provider}/reset")
         await asyncio.wait_for(reader, timeout=10)

@@ -21,12 +21,13 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 @asynccontextmanager
-async def raw_server(handler: Handler) -> AsyncIterator[tuple[str, list[int]]]:
-    """A server on an ephemeral port; yields its URL and the count of connections made."""
-    connections: list[int] = []
+async def raw_server(handler: Handler) -> AsyncIterator[tuple[str, list[asyncio.StreamWriter]]]:
+    """A server on an ephemeral port; yields its URL and the server side of every
+    connection made."""
+    connections: list[asyncio.StreamWriter] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.append(1)
+        connections.append(writer)
         try:
             await handler(reader, writer)
         finally:
@@ -110,7 +111,7 @@ async def test_a_pooled_connection_the_peer_closed_is_not_reused() -> None:
         for _ in range(3):
             response = await pool.post(url, {}, b"{}", 5)
             assert await response.aread() == b"ok"
-            await asyncio.sleep(0.05)  # the peer's close reaches us while it is idle
+            await connections[-1].wait_closed()  # the peer's close is on the wire
         assert served == 3 and len(connections) == 3
         await pool.aclose()
 
@@ -196,7 +197,6 @@ async def test_a_request_is_never_sent_twice_when_a_kept_alive_connection_dies()
         assert second.status == 0
         assert second.classification.kind is FailureKind.NETWORK
         assert "not resent" in (second.error or "")
-        await asyncio.sleep(0.05)
         assert received == [b'{"n":1}', b'{"n":2}'] and len(connections) == 1
         await client.aclose()
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,8 @@ from omniroute_tui.config import load_router_config
 from simulator.live import run_live
 from simulator.scenario import load_scenario
 from simulator.virtual import run_virtual
+
+from .waiting import eventually_sync
 
 LIVE = """\
 name: live-mix
@@ -91,10 +92,8 @@ def test_serve_writes_a_router_config_for_the_fakes(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while not config_path.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.2)
+        # the file is written whole, once the fakes are up
+        eventually_sync(config_path.exists, timeout_s=20, what="the router config")
         config = load_router_config(config_path)
         raw = yaml.safe_load(config_path.read_text())
         assert set(raw["routes"]) == {"r429", "r503", "rreset", "rquota", "rsse"}
@@ -103,13 +102,17 @@ def test_serve_writes_a_router_config_for_the_fakes(tmp_path: Path) -> None:
         key = broken.connections[0].api_key
         assert key is not None
         with httpx.Client(timeout=5) as client:
-            # the 503 fault is over after 1 s of launch: the fake answers
-            time.sleep(1.0)
-            reply = client.post(f"{broken.base_url}/chat/completions",
-                                headers={"authorization": f"Bearer {key.reveal()}"},
-                                json={"model": "m", "messages": []})
-            assert reply.status_code == 200
-            assert reply.json()["choices"][0]["message"]["content"]
+            replies: list[httpx.Response] = []
+
+            def answered() -> bool:  # the 503 fault is over 1 s after launch
+                replies.append(client.post(f"{broken.base_url}/chat/completions",
+                                           headers={"authorization": f"Bearer {key.reveal()}"},
+                                           json={"model": "m", "messages": []}))
+                return replies[-1].status_code == 200
+
+            eventually_sync(answered, poll_s=0.1, what="the fake's answer after its fault")
+            assert {r.status_code for r in replies} <= {503, 200}
+            assert replies[-1].json()["choices"][0]["message"]["content"]
             unknown = client.post(f"{broken.base_url}/chat/completions",
                                   headers={"authorization": "Bearer nope"},
                                   json={"model": "m", "messages": []})

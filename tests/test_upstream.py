@@ -14,6 +14,7 @@ from omniroute_tui.drivers import AsyncDriver, UpstreamClient
 from omniroute_tui.engine import FailureKind, TransportFailure
 
 from .helpers import Recorder
+from .waiting import eventually
 
 CONFIG = """\
 providers:
@@ -121,7 +122,7 @@ async def test_driver_cancellation_counts_as_cancelled() -> None:
     rec = Recorder(router.engine.bus)
     driver = AsyncDriver(router, config.providers, client_for(handler))
     task = asyncio.create_task(driver.complete({"model": "r", "messages": []}))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: rec.of("attempt"), what="the attempt")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
