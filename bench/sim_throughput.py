@@ -20,6 +20,16 @@ from simulator.virtual import run_virtual
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "hour-long-mixed.yaml"
 
 
+def loop_step_ns(steps: int = 2_000_000) -> float:
+    """CPU nanoseconds per step of a bare Python loop: the machine's speed at the moment,
+    printed beside the figures so runs on a busier or slower machine can be compared."""
+    started = time.process_time_ns()
+    total = 0
+    for i in range(steps):
+        total += i
+    return (time.process_time_ns() - started) / steps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", type=Path, default=SCENARIO)
@@ -27,6 +37,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     scenario = load_scenario(args.scenario)
+    references = [loop_step_ns()]
     plain_walls, traced_walls = [], []
     plain_cpus, traced_cpus = [], []
     requests = 0
@@ -44,6 +55,7 @@ def main() -> None:
                 traced_walls.append(time.perf_counter() - started)
                 traced_cpus.append(time.process_time() - cpu)
             size_mb = trace_path.stat().st_size / 1e6
+            references.append(loop_step_ns())
     plain, traced = min(plain_walls), min(traced_walls)
     print(f"{scenario.name}: {requests:,} requests over {scenario.duration_ms / 3.6e6:g} h "
           f"({args.policy}), best of {args.repeat}")
@@ -55,6 +67,8 @@ def main() -> None:
           f"{requests / traced:10,.0f} req per wall s  (best {traced:.2f} s, "
           f"median {statistics.median(traced_walls):.2f} s, {size_mb:.0f} MB trace)")
     print(f"  ratio with/without trace (CPU): {plain_cpu / traced_cpu:.2f}")
+    print(f"  machine: {statistics.median(references):.0f} ns per bare loop step "
+          "(the figures above scale inversely with it)")
 
 
 if __name__ == "__main__":

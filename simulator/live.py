@@ -52,7 +52,7 @@ class LiveRun:
         self.metrics = MetricsCollector(scenario)
         self.metrics.subscribe(self.bus)
         if trace is not None:
-            self.bus.subscribe(TraceWriter(trace, batch=1))
+            TraceWriter(trace, batch=1).subscribe(self.bus)
         for subscriber in subscribers:
             self.bus.subscribe(subscriber)
         self.router = build_policy(scenario, policy, self.clock, self.bus)

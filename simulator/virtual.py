@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from omniroute_tui.clock import ManualClock
-from omniroute_tui.engine.events import Event, EventBus, FaultEvent
+from omniroute_tui.engine.events import EVENT_CLASSES, Event, EventBus, FaultEvent, json_encoder
 from omniroute_tui.router.steps import Attempt, Wait
 
 from .fakes import FakeProviders
@@ -36,11 +36,21 @@ class TraceWriter:
         self._lines: list[str] = []
         self._batch = batch
 
-    def __call__(self, event: Event) -> None:
-        lines = self._lines
-        lines.append(event.to_json())
-        if len(lines) >= self._batch:
-            self.flush()
+    def subscribe(self, bus: EventBus) -> None:
+        """Take every event type from `bus`, each with its own encoder: the trace is the
+        busiest subscriber there is (a replay writes millions of lines)."""
+        for cls in EVENT_CLASSES:
+            bus.subscribe(self._writer(json_encoder(cls)), cls)
+
+    def _writer(self, encode: Callable[[Event], str]) -> Callable[[Event], None]:
+        lines, batch, flush = self._lines, self._batch, self.flush
+
+        def write(event: Event) -> None:
+            lines.append(encode(event))
+            if len(lines) >= batch:
+                flush()
+
+        return write
 
     def flush(self) -> None:
         if self._lines:
@@ -71,7 +81,7 @@ class VirtualRun:
         self.metrics.subscribe(self.bus)
         self._writer = TraceWriter(trace) if trace is not None else None
         if self._writer is not None:
-            self.bus.subscribe(self._writer)
+            self._writer.subscribe(self.bus)
         for subscriber in subscribers:
             self.bus.subscribe(subscriber)
         self.router = build_policy(scenario, policy, self.clock, self.bus)

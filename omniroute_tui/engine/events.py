@@ -104,11 +104,7 @@ class Event:
 
     def to_json(self) -> str:
         """The event as one compact JSON line (no newline)."""
-        cls = type(self)
-        encoder = _ENCODERS.get(cls)
-        if encoder is None:
-            encoder = _ENCODERS[cls] = _compile_to_json(cls)
-        return encoder(self)
+        return json_encoder(type(self))(self)
 
     @classmethod
     def _field_names(cls) -> tuple[str, ...]:
@@ -120,6 +116,14 @@ class Event:
 
 
 _ENCODERS: dict[type[Event], Callable[[Event], str]] = {}
+
+
+def json_encoder(cls: type[Event]) -> Callable[[Event], str]:
+    """The function behind `cls.to_json`, for writers that know the type in advance."""
+    encoder = _ENCODERS.get(cls)
+    if encoder is None:
+        encoder = _ENCODERS[cls] = _compile_to_json(cls)
+    return encoder
 
 
 @value
