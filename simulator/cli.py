@@ -16,23 +16,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from omniroute_tui.config import ConfigError, parse_duration_ms
 
 from .report import build_report, evaluate, render
-from .scenario import POLICIES, Scenario, load_scenario
+from .scenario import POLICIES, SCENARIOS_DIR, Scenario, load_scenario, resolve_scenario
 from .virtual import run_virtual
 
 __all__ = ["main"]
 
 #: the shipped scenarios: `scenarios/` in the source tree, package data once installed
-SCENARIOS_DIR = Path(__file__).parent / "scenarios"
-
-
-def resolve_scenario(name: str) -> Path:
-    """A path, or the name of a shipped scenario (`429-storm`)."""
-    path = Path(name)
-    if path.exists() or path.suffix in (".yaml", ".yml"):
-        return path
-    shipped = SCENARIOS_DIR / f"{name}.yaml"
-    return shipped if shipped.exists() else path
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(

@@ -20,7 +20,7 @@ from typing import Any
 
 from omniroute_tui.config.durations import parse_rate_per_s
 from omniroute_tui.config.overrides import parse_overrides, validate_settings
-from omniroute_tui.config.problems import Path
+from omniroute_tui.config.problems import ConfigError, Path, Problem
 from omniroute_tui.config.readers import (
     read_duration,
     read_int,
@@ -446,6 +446,29 @@ def _read_expect(
         return None
     return Expect(metric, match.group(1), float(match.group(2)), policy, during, provider,
                   src.line(path))
+
+
+#: the scenarios that ship with the package (`omniroute-sim list`)
+SCENARIOS_DIR = FsPath(__file__).parent / "scenarios"
+
+
+def shipped_scenarios() -> list[str]:
+    return sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml"))
+
+
+def resolve_scenario(name: str) -> FsPath:
+    """A scenario file's path, or the shipped scenario of that name (`429-storm`).
+
+    Raises ConfigError naming the shipped scenarios when `name` is neither.
+    """
+    path = FsPath(name)
+    if path.exists():
+        return path
+    shipped = SCENARIOS_DIR / f"{name}.yaml"
+    if shipped.exists():
+        return shipped
+    raise ConfigError([Problem(name, None, "(file)", "no such file, and no shipped scenario "
+                               f"of that name (shipped: {', '.join(shipped_scenarios())})")])
 
 
 def load_scenario(path: str | FsPath, *, text: str | None = None) -> Scenario:

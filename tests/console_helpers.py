@@ -6,8 +6,7 @@ from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.model.backends import SimulationBackend
 from omniroute_tui.console.model.view_state import ConsoleModel
 from omniroute_tui.engine import Event
-from simulator.cli import SCENARIOS_DIR
-from simulator.scenario import load_scenario
+from simulator.scenario import SCENARIOS_DIR, load_scenario
 
 
 def console_app(scenario: str = "demo", at_ms: int = 40_000, *, read_only: bool = False

@@ -123,7 +123,8 @@ async def test_live_console_shows_real_traffic(tmp_path: Path) -> None:
     ("argv", "message"),
     [
         (["--db", "x.db"], "--db keeps a router's state"),
-        (["--scenario", "no-such-scenario"], "no such file"),
+        (["--scenario", "no-such-scenario"],
+         "no shipped scenario of that name (shipped: 429-storm, auth-revoked, demo,"),
         (["--speed", "0"], "--speed must be above 0"),
     ],
 )

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from omniroute_tui.config import ConfigError
-from simulator.cli import SCENARIOS_DIR, main
-from simulator.scenario import load_scenario
+from simulator.cli import main
+from simulator.scenario import SCENARIOS_DIR, load_scenario
 from simulator.virtual import run_virtual
 
 SHIPPED = sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml"))
@@ -128,6 +128,8 @@ def test_binary_garbage_and_missing_files(tmp_path: Path,
     assert main(["run", str(tmp_path / "absent.yaml")]) == 2
     err = capsys.readouterr().err
     assert "binary data" in err and "no such file" in err
+    assert main(["run", "nope"]) == 2  # a name: the shipped ones are listed
+    assert f"(shipped: {', '.join(SHIPPED)})" in capsys.readouterr().err
 
 
 # -- generated scenarios --------------------------------------------------------------

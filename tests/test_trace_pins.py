@@ -7,8 +7,7 @@ import io
 
 import pytest
 
-from simulator.cli import SCENARIOS_DIR
-from simulator.scenario import load_scenario
+from simulator.scenario import SCENARIOS_DIR, load_scenario
 from simulator.virtual import run_virtual
 
 #: sha256 of each shipped scenario's trace under the resilient policy (seed from the file)

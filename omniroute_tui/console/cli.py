@@ -106,8 +106,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
         bus.subscribe(model.on_event)
         return ConsoleApp(router_backend, model, operator=_operator(args.operator),
                           read_only=args.read_only, listen=listen, token=token)
-    from simulator.cli import resolve_scenario
-    from simulator.scenario import load_scenario
+    from simulator.scenario import load_scenario, resolve_scenario
 
     scenario = load_scenario(resolve_scenario(args.scenario or "demo"))
     model = ConsoleModel(scenario.providers, lambda: 0)
