@@ -29,6 +29,13 @@ ACTIONS: tuple[ConsoleAction, ...] = (
     ConsoleAction("pane('scenario')", "5", "Scenario", "show the scenario timeline"),
     ConsoleAction("filter", "slash", "Filter", "filter the rows of this pane by text",
                   key_display="/"),
+    ConsoleAction("sort", "s", "Sort", "sort the rows: failures, cooldown left, level, ...",
+                  show=False),
+    ConsoleAction("move('down')", "j", "Down", "next row (or scroll the log down)",
+                  show=False),
+    ConsoleAction("move('up')", "k", "Up", "previous row (or scroll the log up)", show=False),
+    ConsoleAction("move('top')", "g", "Top", "first row (top of the log)", show=False),
+    ConsoleAction("move('bottom')", "G", "Bottom", "last row (end of the log)", show=False),
     ConsoleAction("detail", "enter", "Detail", "transitions and errors of the selected row",
                   show=False),
     ConsoleAction("pause", "space", "Pause", "pause or resume the scenario",
@@ -56,10 +63,15 @@ ACTIONS: tuple[ConsoleAction, ...] = (
 )
 
 
+#: shown first in the footer, so that a narrow terminal still shows how to get help and out
+FOOTER_FIRST = ("help", "quit")
+
+
 def bindings() -> list[Binding]:
+    ordered = sorted(ACTIONS, key=lambda a: a.name not in FOOTER_FIRST)
     return [
         Binding(a.key, a.name, a.description, show=a.show, key_display=a.key_display,
                 tooltip=a.help, id=a.name.split("(")[0] + (
                     "-" + a.name.split("'")[1] if "'" in a.name else ""))
-        for a in ACTIONS
+        for a in ordered
     ]

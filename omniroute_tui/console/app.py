@@ -4,27 +4,25 @@ one-shot timer re-armed after each paint (at most 4 a second) applies keyed diff
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-import httpx
 from textual.actions import ActionParseResult
 from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import BindingType
 from textual.dom import DOMNode
-from textual.widgets import Footer, Input, TabbedContent, TabPane
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from ..config.durations import format_ms
 from ..engine.engine import UnknownTarget
-from ..gateway.views import state_view
+from ..state_view import state_view
 from ..store import StoreError, StoreProblem
 from .actions import ACTIONS, bindings
 from .commands import ConsoleCommands
-from .model.backends import Backend, RouterBackend, SimulationBackend
-from .model.view_state import ConsoleModel, clock_text
+from .model.backends import Backend
+from .model.view_state import SORTS, ConsoleModel, clock_text
 from .screens.modals import ConfirmScreen, DetailScreen, HelpScreen
 from .widgets.keyed_table import KeyedTable
 from .widgets.panels import EventLog, FaultBanner, ScenarioTimeline, StatusBar, timeline_lines
@@ -65,6 +63,7 @@ class ConsoleApp(App[None]):
         self.autoplay = autoplay
         self._last_tick = time.monotonic()
         self._events_shown = 0
+        self._sort = dict.fromkeys(SORTS, 0)  # per table, the index into SORTS[pane]
 
     # -- layout -------------------------------------------------------------------------
 
@@ -85,6 +84,7 @@ class ConsoleApp(App[None]):
                 yield EventLog(id="events-log")
             with TabPane("5 Scenario", id="scenario"):
                 yield ScenarioTimeline(id="timeline")
+        yield Static("", id="no-matches")
         yield Input(placeholder="filter rows (enter to apply, escape to clear)", id="filter",
                     disabled=True)
         yield Footer()
@@ -97,19 +97,21 @@ class ConsoleApp(App[None]):
             self._last_tick = time.monotonic()
             self.set_timer(FRAME_S, self._tick)
 
-    async def _start_backend(self) -> None:
+    async def _start_backend(self, recover: bool = False) -> None:
         """Bring up what the backend needs (servers, the state database) off the UI path."""
         try:
-            await self.backend.start()
+            await self.backend.start(recover=recover)
         except StoreError as exc:
             self._store_problem(exc)
             return
         except OSError as exc:
             self.notify(f"could not start: {exc}", severity="error", timeout=30)
             return
-        if isinstance(self.backend, RouterBackend) and self.backend.store is not None:
+        served = self.backend.served()
+        if served is not None and served.store is not None:
             # a restore is silent (no events): take the restored state over as a whole
-            self.model.load_state_view(state_view(self.backend.engine, self.backend.providers))
+            self.model.load_state_view(state_view(served.router.engine,
+                                                  self.backend.providers))
         if self.listen is not None:
             await self._serve_gateway(*self.listen)
         self.refresh_view()
@@ -118,11 +120,12 @@ class ConsoleApp(App[None]):
         """Serve the gateway from this console's own router (`--listen`)."""
         from ..gateway import Gateway, GatewayServer
 
-        router = getattr(self.backend, "router", None) or getattr(
-            getattr(self.backend, "run", None), "router", None)
-        store = getattr(self.backend, "store", None)
-        gateway = Gateway(router, self.backend.providers, token=self.token,  # type: ignore[arg-type]
-                          store=store)
+        served = self.backend.served()
+        if served is None:
+            self.notify("this console has no router on real time to serve", severity="error")
+            return
+        gateway = Gateway(served.router, self.backend.providers, token=self.token,
+                          store=served.store)
         server = GatewayServer(gateway, host, port)
         try:
             await server.start()
@@ -144,10 +147,8 @@ class ConsoleApp(App[None]):
             if not start_empty:
                 self.exit(message=str(exc))
                 return
-            backend = self.backend
-            if isinstance(backend, RouterBackend):
-                backend.recover = True
-            self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
+            self.run_worker(self._start_backend(recover=True), group="backend",
+                            exit_on_error=False)
 
         self.push_screen(ConfirmScreen(
             f"{exc.path}: {exc.detail}.\n\nStart with an empty store and keep the bad file "
@@ -183,33 +184,35 @@ class ConsoleApp(App[None]):
         with self.batch_update():
             self._paint_status(now)
             pane = self.active_pane
-            if pane == "providers":
-                self.query_one("#providers-table", KeyedTable).sync(model.provider_rows(now))
-            elif pane == "connections":
-                self.query_one("#connections-table", KeyedTable).sync(
-                    model.connection_rows(now))
-            elif pane == "lockouts":
-                self.query_one("#lockouts-table", KeyedTable).sync(model.lockout_rows(now))
+            matched: int | None = None
+            if pane in SORTS:
+                rows = {"providers": model.provider_rows, "connections": model.connection_rows,
+                        "lockouts": model.lockout_rows}[pane](now)
+                order = model.order(pane, SORTS[pane][self._sort[pane]], now)
+                matched = self.query_one(f"#{pane}-table", KeyedTable).sync(
+                    rows, list(rows) if order is None else order)
             elif pane == "events":
                 self._paint_events()
+                matched = self.query_one(EventLog).matched
             else:
                 self._paint_timeline(now)
+            self._paint_no_matches(matched)
+
+    def _paint_no_matches(self, matched: int | None) -> None:
+        """A line that says so when the filter leaves nothing to show."""
+        text = self.query_one("#filter", Input).value
+        line = self.query_one("#no-matches", Static)
+        empty = bool(text) and matched == 0
+        line.set_class(empty, "-shown")
+        if empty:
+            line.update(f"no rows match {text!r} (/ then escape clears the filter)")
 
     def _paint_status(self, now: int) -> None:
         model, backend = self.model, self.backend
         rate, ok = model.rates(now)
         opened, cooling, locked = model.counts(now)
         age = "–" if model.last_event_at is None else format_ms(max(0, now - model.last_event_at))
-        if backend.mode == "virtual":
-            state = "paused" if backend.paused else f"×{backend.speed:g}"
-            mode = f"sim {clock_text(now)} {state}"
-        elif backend.mode == "attached":
-            connected = getattr(backend, "connected", False)
-            retry = getattr(backend, "retry_in_s", None)
-            mode = "attached" if connected else (
-                f"DISCONNECTED, retry in {retry:g}s" if retry else "connecting")
-        else:
-            mode = "live"
+        mode = backend.status()
         success = "–" if ok is None else f"{ok * 100:.0f}%"
         flags = " (read-only)" if self.read_only else ""
         failing = backend.store_failing_since()
@@ -238,17 +241,19 @@ class ConsoleApp(App[None]):
     def _paint_timeline(self, now: int) -> None:
         backend = self.backend
         timeline = self.query_one(ScenarioTimeline)
-        scenario = getattr(backend, "scenario", None)
+        scenario, replay = backend.scenario, backend.replay
         if scenario is None:
             timeline.update("No scenario: this console shows a router on real time.")
             return
         width = max(20, self.size.width - 40)
         faults = [(f.name, f.at_ms, f.until_ms, str(f.target)) for f in scenario.faults]
         share = min(1.0, now / max(1, scenario.duration_ms))
-        if backend.mode == "live":
+        if replay is None:
             state = "live, real time"
+        elif replay.finished:
+            state = "finished: R replays it"
         else:
-            state = "paused" if backend.paused else f"playing ×{backend.speed:g}"
+            state = "paused" if replay.paused else f"playing ×{replay.speed:g}"
         header = (f"{scenario.name}: {clock_text(now)} of {clock_text(scenario.duration_ms)} "
                   f"({share:.0%}), {state}; {self.model.total_requests:,} requests")
         body = "\n".join(timeline_lines(faults, scenario.duration_ms, now, width))
@@ -266,6 +271,28 @@ class ConsoleApp(App[None]):
             self.query_one(EventLog).clear()
         self.refresh_view()
         self._focus_pane()
+
+    def action_sort(self) -> None:
+        pane = self.active_pane
+        if pane not in SORTS:
+            self.notify("sorting is for the providers, connections and lockouts panes",
+                        severity="warning")
+            return
+        self._sort[pane] = (self._sort[pane] + 1) % len(SORTS[pane])
+        self.notify(f"{pane} sorted by {SORTS[pane][self._sort[pane]]}", timeout=3)
+        self.refresh_view()
+
+    def action_move(self, where: str) -> None:
+        """j/k/g/G: rows in a table, lines in the events log."""
+        pane = self.active_pane
+        if pane in SORTS:
+            table = self.query_one(f"#{pane}-table", KeyedTable)
+            {"down": table.action_cursor_down, "up": table.action_cursor_up,
+             "top": table.action_scroll_top, "bottom": table.action_scroll_bottom}[where]()
+        elif pane == "events":
+            log = self.query_one(EventLog)
+            {"down": log.scroll_down, "up": log.scroll_up, "top": log.scroll_home,
+             "bottom": log.scroll_end}[where](animate=False)
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -348,26 +375,33 @@ class ConsoleApp(App[None]):
 
     # -- scenario controls --------------------------------------------------------------
 
+    def _replay(self, what: str) -> Any:
+        """The replay controls, or None with a word to the user on real time."""
+        replay = self.backend.replay
+        if replay is None:
+            self.notify(f"this console runs on real time: nothing to {what}",
+                        severity="warning")
+        return replay
+
     def action_pause(self) -> None:
-        if not isinstance(self.backend, SimulationBackend):
-            self.notify("this console runs on real time: nothing to pause", severity="warning")
-            return
-        self.backend.paused = not self.backend.paused
-        self.refresh_view()
+        if replay := self._replay("pause"):
+            replay.paused = not replay.paused
+            self.refresh_view()
 
     def action_faster(self) -> None:
-        if isinstance(self.backend, SimulationBackend):
-            self.backend.faster()
+        if replay := self._replay("speed up"):
+            replay.faster()
             self.refresh_view()
 
     def action_slower(self) -> None:
-        if isinstance(self.backend, SimulationBackend):
-            self.backend.slower()
+        if replay := self._replay("slow down"):
+            replay.slower()
             self.refresh_view()
 
     def action_step(self) -> None:
-        self.backend.step(1000)
-        self.refresh_view()
+        if replay := self._replay("step"):
+            replay.step(1000)
+            self.refresh_view()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -425,23 +459,20 @@ class ConsoleApp(App[None]):
             return f"{'Enable' if conn.disabled else 'Disable'} {key}?"
         return None
 
-    def _operate(self, do: Any) -> None:
-        """Run an operator action: at once on an in-process engine, in a worker when the
-        engine is a gateway's (the action is then an HTTP call)."""
-        try:
-            outcome = do()
-        except (UnknownTarget, ValueError) as exc:
-            self.notify(str(exc), severity="error")
-            return
-        if inspect.isawaitable(outcome):
-            self.run_worker(self._await_action(outcome), group="operator")
-        self.refresh_view()
+    def _operate(self, what: str, target: str, do: Callable[[], Awaitable[None]]) -> None:
+        """Carry out an operator action in a worker (on an attached console it is an HTTP
+        call); a failure names the action, its target and the reason."""
+        self.run_worker(self._carry_out(what, target, do), group="operator")
 
-    async def _await_action(self, outcome: Any) -> None:
+    async def _carry_out(self, what: str, target: str,
+                         do: Callable[[], Awaitable[None]]) -> None:
         try:
-            await outcome
-        except (ValueError, OSError, httpx.HTTPError) as exc:
-            self.notify(str(exc), severity="error")
+            await do()
+        except (UnknownTarget, ValueError, OSError) as exc:
+            self.notify(f"{what} {target} failed: {exc}", title="action failed",
+                        severity="error", timeout=10)
+            return
+        self.refresh_view()
 
     def _selected_provider(self) -> str | None:
         """The provider of the selected row, whichever pane it is in."""
@@ -450,31 +481,36 @@ class ConsoleApp(App[None]):
 
     def action_reset_breaker(self) -> None:
         if provider := self._selected_provider():
-            self._operate(lambda: self.backend.engine.reset_breaker(provider,
-                                                                    actor=self.operator))
+            op = self.backend.operator
+            self._operate("reset of the breaker of", provider,
+                          lambda: op.reset_breaker(provider, actor=self.operator))
 
     def action_force_open(self) -> None:
         if provider := self._selected_provider():
-            self._operate(lambda: self.backend.engine.force_open(
-                provider, FORCE_OPEN_MS, actor=self.operator))
+            op = self.backend.operator
+            self._operate("force-open of", provider,
+                          lambda: op.force_open(provider, FORCE_OPEN_MS, actor=self.operator))
 
     def action_clear(self) -> None:
         pane, key = self._selected()
         if key is None:
             return
-        engine = self.backend.engine
+        op = self.backend.operator
         if pane == "connections":
             provider, conn = key.split("/", 1)
-            self._operate(lambda: engine.clear_cooldown(provider, conn, actor=self.operator))
+            self._operate("clearing the cooldown of", key,
+                          lambda: op.clear_cooldown(provider, conn, actor=self.operator))
         elif pane == "lockouts":
             provider, conn, model = key.split("/", 2)
-            self._operate(lambda: engine.clear_lockouts(provider, conn, model,
-                                                        actor=self.operator))
+            self._operate("clearing the lockout of", key,
+                          lambda: op.clear_lockouts(provider, conn, model,
+                                                    actor=self.operator))
 
     def action_clear_provider_lockouts(self) -> None:
         if provider := self._selected_provider():
-            self._operate(lambda: self.backend.engine.clear_lockouts(provider,
-                                                                     actor=self.operator))
+            op = self.backend.operator
+            self._operate("clearing the lockouts of", provider,
+                          lambda: op.clear_lockouts(provider, actor=self.operator))
 
     def action_toggle_enabled(self) -> None:
         pane, key = self._selected()
@@ -482,21 +518,20 @@ class ConsoleApp(App[None]):
             return
         provider, conn = key.split("/", 1)
         disabled = self.model.connections[(provider, conn)].disabled
-        self._operate(lambda: self.backend.engine.set_enabled(
-            provider, conn, disabled, actor=self.operator))
+        op = self.backend.operator
+        self._operate("enabling" if disabled else "disabling", key,
+                      lambda: op.set_enabled(provider, conn, disabled, actor=self.operator))
 
     def action_restart(self) -> None:
-        backend = self.backend
-        if not isinstance(backend, SimulationBackend):
+        replay = self.backend.replay
+        if replay is None:
             return
-        model = ConsoleModel(backend.providers, backend.now_ms)
-        restarted = SimulationBackend(backend.scenario, speed=backend.speed,
-                                      subscribers=(model.on_event,))
+        model = ConsoleModel(self.backend.providers, replay.now_ms)
+        restarted = replay.restarted(subscribers=(model.on_event,))
         model.now = restarted.now_ms
         self.backend, self.model = restarted, model
         for table in self.query(KeyedTable):
-            table.clear()
-            table._shown.clear()
+            table.reset()
         self.query_one(EventLog).clear()
         self._events_shown = 0
         self.refresh_view()

@@ -26,13 +26,13 @@ from ..drivers.async_driver import Completion
 from ..engine.engine import UnknownTarget
 from ..engine.events import Event, OperatorEvent
 from ..router.core import Router, UnknownRoute
+from ..state_view import state_view
 from ..store import SqliteStore
 from .auth import bearer_matches
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
 from .protocol import client_log
 from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
-from .views import state_view
 
 __all__ = ["Gateway", "error_response"]
 

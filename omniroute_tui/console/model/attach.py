@@ -41,15 +41,20 @@ def fetch_state(url: str, token: str, timeout_s: float = 5.0) -> dict[str, Any]:
 
 
 class RemoteOperator:
-    """The engine's operator actions, carried out by the gateway (each returns a coroutine)."""
+    """The operator actions, carried out by the gateway over its management API."""
 
     def __init__(self, client: httpx.AsyncClient) -> None:
         self._client = client
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
                     actor: str = "console") -> None:
-        reply = await self._client.request(method, path, json=body,
-                                           headers={"x-omniroute-operator": actor})
+        try:
+            reply = await self._client.request(method, path, json=body,
+                                               headers={"x-omniroute-operator": actor})
+        except httpx.HTTPError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise OSError(f"the gateway at {self._client.base_url} did not answer "
+                          f"({reason})") from None
         if reply.status_code >= 400:
             try:
                 message = reply.json()["error"]["message"]
@@ -57,29 +62,30 @@ class RemoteOperator:
                 message = reply.text[:200]
             raise ValueError(f"the gateway refused: {message}")
 
-    def reset_breaker(self, provider: str, *, actor: str) -> Any:
-        return self._call("POST", f"/api/resilience/breakers/{provider}/reset", actor=actor)
+    async def reset_breaker(self, provider: str, *, actor: str) -> None:
+        await self._call("POST", f"/api/resilience/breakers/{provider}/reset", actor=actor)
 
-    def force_open(self, provider: str, duration_ms: int, *, actor: str) -> Any:
-        return self._call("POST", f"/api/resilience/breakers/{provider}/force-open",
+    async def force_open(self, provider: str, duration_ms: int, *, actor: str) -> None:
+        await self._call("POST", f"/api/resilience/breakers/{provider}/force-open",
                           {"for": duration_ms}, actor=actor)
 
-    def clear_cooldown(self, provider: str, connection: str, *, actor: str) -> Any:
-        return self._call("POST", f"/api/resilience/connections/{provider}/{connection}/clear",
+    async def clear_cooldown(self, provider: str, connection: str, *, actor: str) -> None:
+        await self._call("POST", f"/api/resilience/connections/{provider}/{connection}/clear",
                           actor=actor)
 
-    def set_enabled(self, provider: str, connection: str, enabled: bool, *, actor: str) -> Any:
+    async def set_enabled(self, provider: str, connection: str, enabled: bool, *,
+                          actor: str) -> None:
         action = "enable" if enabled else "disable"
-        return self._call("POST",
+        await self._call("POST",
                           f"/api/resilience/connections/{provider}/{connection}/{action}",
                           actor=actor)
 
-    def clear_lockouts(self, provider: str | None = None, connection: str | None = None,
-                       model: str | None = None, *, actor: str) -> Any:
+    async def clear_lockouts(self, provider: str | None = None, connection: str | None = None,
+                             model: str | None = None, *, actor: str) -> None:
         body: dict[str, str | bool] = {
             k: v for k, v in (("provider", provider), ("connection", connection),
                               ("model", model)) if v is not None} or {"all": True}
-        return self._call("DELETE", "/api/resilience/lockouts", body, actor=actor)
+        await self._call("DELETE", "/api/resilience/lockouts", body, actor=actor)
 
 
 class AttachBackend(RealTimeBackend):
@@ -94,7 +100,7 @@ class AttachBackend(RealTimeBackend):
         self.providers: dict[str, Any] = {}
         self._client = httpx.AsyncClient(base_url=self.url, timeout=10,
                                          headers={"authorization": f"Bearer {token}"})
-        self.engine = RemoteOperator(self._client)
+        self.operator = RemoteOperator(self._client)
         self._on_event = on_event
         self._on_state = on_state
         self._clock = SystemClock()
@@ -105,7 +111,12 @@ class AttachBackend(RealTimeBackend):
     def now_ms(self) -> int:
         return self._clock.now_ms()
 
-    async def start(self) -> None:
+    def status(self) -> str:
+        if self.connected:
+            return "attached"
+        return f"DISCONNECTED, retry in {self.retry_in_s:g}s" if self.retry_in_s else "connecting"
+
+    async def start(self, *, recover: bool = False) -> None:
         self._task = asyncio.create_task(self._follow(), name="omniroute-attach")
 
     async def stop(self) -> None:

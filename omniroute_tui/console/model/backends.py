@@ -1,41 +1,112 @@
-"""What the console runs: a paced virtual-time scenario, or a router on real time."""
+"""What the console runs: a paced virtual-time scenario, a scenario's fakes on real time, a
+router from a config file, or (in `attach.py`) a gateway over its management API.
+
+Every backend speaks one protocol. What differs is said by plain attributes, never found
+out by probing: `replay` is the scenario controls (None on real time), `scenario` what is
+being played (None for a router), `operator` the async operator actions.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...clock import SystemClock
 from ...config.router_config import ProviderConfig, RouterConfig
 from ...engine.engine import ResilienceEngine
 from ...engine.events import Event, EventBus
 
+if TYPE_CHECKING:
+    from simulator.scenario import Scenario
+
+    from ...router.core import Router
+
 __all__ = [
-    "SPEEDS", "Backend", "LiveBackend", "RealTimeBackend", "RouterBackend", "SimulationBackend",
+    "SPEEDS", "Backend", "EngineOperator", "LiveBackend", "Operator", "RealTimeBackend",
+    "RouterBackend", "Served", "SimulationBackend",
 ]
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 
 
+class Operator(Protocol):
+    """The operator actions, the same whether the engine is in this process or a
+    gateway's; each raises ValueError (or an I/O error) with the reason it failed."""
+
+    async def reset_breaker(self, provider: str, *, actor: str) -> None: ...
+
+    async def force_open(self, provider: str, duration_ms: int, *, actor: str) -> None: ...
+
+    async def clear_cooldown(self, provider: str, connection: str, *, actor: str) -> None: ...
+
+    async def set_enabled(self, provider: str, connection: str, enabled: bool, *,
+                          actor: str) -> None: ...
+
+    async def clear_lockouts(self, provider: str | None = None, connection: str | None = None,
+                             model: str | None = None, *, actor: str) -> None: ...
+
+
+class EngineOperator:
+    """The operator actions on an engine in this process (done at once, before the await
+    returns: the next paint already shows them)."""
+
+    def __init__(self, engine: ResilienceEngine) -> None:
+        self._engine = engine
+
+    async def reset_breaker(self, provider: str, *, actor: str) -> None:
+        self._engine.reset_breaker(provider, actor=actor)
+
+    async def force_open(self, provider: str, duration_ms: int, *, actor: str) -> None:
+        self._engine.force_open(provider, duration_ms, actor=actor)
+
+    async def clear_cooldown(self, provider: str, connection: str, *, actor: str) -> None:
+        self._engine.clear_cooldown(provider, connection, actor=actor)
+
+    async def set_enabled(self, provider: str, connection: str, enabled: bool, *,
+                          actor: str) -> None:
+        self._engine.set_enabled(provider, connection, enabled, actor=actor)
+
+    async def clear_lockouts(self, provider: str | None = None, connection: str | None = None,
+                             model: str | None = None, *, actor: str) -> None:
+        self._engine.clear_lockouts(provider, connection, model, actor=actor)
+
+
+class Served:
+    """What a gateway started from the console (`--listen`) serves: this console's router
+    and its state database, if any."""
+
+    def __init__(self, router: Router, store: Any = None) -> None:
+        self.router = router
+        self.store = store
+
+
 class Backend(Protocol):
-    mode: str
+    mode: str  # virtual | live | router | attached
     title: str
-    engine: ResilienceEngine
     providers: Mapping[str, ProviderConfig]
-    paused: bool
-    speed: float
+    operator: Operator
+    scenario: Scenario | None
+    replay: SimulationBackend | None  # pause, speed, step and restart; None on real time
 
     def now_ms(self) -> int: ...
 
     def tick(self, wall_s: float) -> None: ...
 
-    def step(self, virtual_ms: int = 1000) -> None: ...
+    def status(self) -> str:
+        """The mode as the status bar says it (`attached`, `DISCONNECTED, retry in 2s`)."""
+        ...
 
     def store_failing_since(self) -> int | None:
         """Epoch ms since the state database has been failing writes; None if it is not."""
         ...
 
-    async def start(self) -> None: ...
+    def served(self) -> Served | None:
+        """The router a `--listen` gateway would serve; None when there is none here."""
+        ...
+
+    async def start(self, *, recover: bool = False) -> None:
+        """Bring up what the backend needs; `recover` sets a corrupt state file aside."""
+        ...
 
     async def stop(self) -> None: ...
 
@@ -46,28 +117,29 @@ class SimulationBackend:
     mode = "virtual"
 
     def __init__(
-        self, scenario: object, *, speed: float = 2.0,
+        self, scenario: Scenario, *, speed: float = 2.0, paused: bool = False,
         subscribers: tuple[Callable[[Event], None], ...] = (),
     ) -> None:
-        from simulator.scenario import Scenario
         from simulator.virtual import VirtualRun
 
-        assert isinstance(scenario, Scenario)
-        self.scenario = scenario
+        self.scenario: Scenario | None = scenario
+        self._scenario = scenario
         self.title = scenario.name
         self.providers = scenario.providers
         self.speed = speed
-        self.paused = False
+        self.paused = paused
+        self.replay: SimulationBackend | None = self
         self.run = VirtualRun(scenario, "resilient", subscribers=subscribers)
         self.engine: ResilienceEngine = self.run.router.engine  # type: ignore[attr-defined]
+        self.operator: Operator = EngineOperator(self.engine)
 
     @property
     def duration_ms(self) -> int:
-        return self.scenario.duration_ms
+        return self._scenario.duration_ms
 
     @property
     def finished(self) -> bool:
-        return self.run.now_ms >= self.scenario.duration_ms and self.run.done
+        return self.run.now_ms >= self._scenario.duration_ms and self.run.done
 
     def now_ms(self) -> int:
         return self.run.now_ms
@@ -77,18 +149,29 @@ class SimulationBackend:
             self.advance(round(wall_s * self.speed * 1000))
 
     def advance(self, virtual_ms: int) -> None:
-        target = min(self.run.now_ms + virtual_ms, self.scenario.duration_ms)
-        if target >= self.scenario.duration_ms:
-            target = 2**62 if self.run.done else self.scenario.duration_ms
-        self.run.advance_to(max(target, self.run.now_ms))
+        """Play on by `virtual_ms`; past the scenario's end only the requests still in
+        flight are left, and the replay is finished once they have answered."""
+        if not self.run.done:
+            self.run.advance_to(self.run.now_ms + max(0, virtual_ms))
 
     def step(self, virtual_ms: int = 1000) -> None:
         self.advance(virtual_ms)
 
+    def status(self) -> str:
+        from .view_state import clock_text
+
+        if self.finished:
+            return f"sim {clock_text(self._scenario.duration_ms)} finished (R replays)"
+        state = "paused" if self.paused else f"×{self.speed:g}"
+        return f"sim {clock_text(self.now_ms())} {state}"
+
     def store_failing_since(self) -> int | None:
         return None  # a replay keeps no state database
 
-    async def start(self) -> None:
+    def served(self) -> Served | None:
+        return None  # virtual time: nothing to serve over HTTP
+
+    async def start(self, *, recover: bool = False) -> None:
         """A replay needs nothing started: it advances on the console's ticks."""
 
     async def stop(self) -> None:
@@ -100,20 +183,29 @@ class SimulationBackend:
     def slower(self) -> None:
         self.speed = next((s for s in reversed(SPEEDS) if s < self.speed), self.speed)
 
+    def restarted(self, subscribers: tuple[Callable[[Event], None], ...]
+                  ) -> SimulationBackend:
+        """The same scenario from its start, at the same speed, paused if this one is."""
+        return SimulationBackend(self._scenario, speed=self.speed, paused=self.paused,
+                                 subscribers=subscribers)
+
 
 class RealTimeBackend:
-    """What every real-time backend shares: time passes by itself, nothing to step."""
+    """What every real-time backend shares: time passes by itself, nothing to replay."""
 
-    paused = False
-    speed = 1.0
+    replay: SimulationBackend | None = None
+    scenario: Scenario | None = None
 
     def tick(self, wall_s: float) -> None:
         """Real time passes by itself."""
 
-    def step(self, virtual_ms: int = 1000) -> None:
-        """Nothing to step on real time."""
+    def status(self) -> str:
+        return "live"
 
     def store_failing_since(self) -> int | None:
+        return None
+
+    def served(self) -> Served | None:
         return None
 
 
@@ -122,26 +214,33 @@ class LiveBackend(RealTimeBackend):
 
     mode = "live"
 
-    def __init__(self, scenario: object, *,
+    def __init__(self, scenario: Scenario, *,
                  subscribers: tuple[Callable[[Event], None], ...] = ()) -> None:
         from simulator.live import LiveRun
-        from simulator.scenario import Scenario
 
-        assert isinstance(scenario, Scenario)
         self.scenario = scenario
+        self._scenario = scenario
         self.title = f"{scenario.name} (live)"
         self.providers = scenario.providers
         self.run = LiveRun(scenario, subscribers=subscribers)
         self.engine: ResilienceEngine = self.run.router.engine  # type: ignore[attr-defined]
+        self.operator: Operator = EngineOperator(self.engine)
 
     @property
     def duration_ms(self) -> int:
-        return self.scenario.duration_ms
+        return self._scenario.duration_ms
 
     def now_ms(self) -> int:
         return self.run.clock.now_ms()
 
-    async def start(self) -> None:
+    def served(self) -> Served | None:
+        from ...router.core import Router
+
+        router = self.run.router
+        assert isinstance(router, Router)  # a live console runs the resilient policy
+        return Served(router)
+
+    async def start(self, *, recover: bool = False) -> None:
         await self.run.start()
 
     async def stop(self) -> None:
@@ -163,33 +262,32 @@ class RouterBackend(RealTimeBackend):
         self.providers = config.providers
         self.router = config.build(SystemClock(), bus=bus)
         self.engine = self.router.engine
+        self.operator: Operator = EngineOperator(self.engine)
         self.db = db
         self.recover = recover
-        self.store: object | None = None
+        self.store: Any = None
 
     def now_ms(self) -> int:
         return self.engine.now()
 
     def store_failing_since(self) -> int | None:
-        from ...store import SqliteStore
+        return None if self.store is None else self.store.health().failing_since
 
-        if isinstance(self.store, SqliteStore):
-            return self.store.health().failing_since
-        return None
+    def served(self) -> Served | None:
+        return Served(self.router, self.store)
 
-    async def start(self) -> None:
-        """Open the state database (raises StoreError for a locked or corrupt file)."""
+    async def start(self, *, recover: bool = False) -> None:
+        """Open the state database (raises StoreError for a locked or corrupt file; with
+        `recover`, a corrupt one is set aside and the router starts empty)."""
         if self.db is None:
             return
         from ...store import Recovery, SqliteStore
 
         store = await SqliteStore.open(
-            self.db, recover=Recovery.SET_ASIDE if self.recover else Recovery.FAIL)
+            self.db, recover=Recovery.SET_ASIDE if recover or self.recover else Recovery.FAIL)
         await store.attach(self.engine)
         self.store = store
 
     async def stop(self) -> None:
-        from ...store import SqliteStore
-
-        if isinstance(self.store, SqliteStore):
+        if self.store is not None:
             await self.store.close()

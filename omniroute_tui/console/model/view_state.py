@@ -33,6 +33,7 @@ from ...engine.kinds import BreakerState
 
 __all__ = [
     "BREAKER_GLYPHS",
+    "SORTS",
     "ConnectionView",
     "ConsoleModel",
     "LockoutView",
@@ -45,6 +46,14 @@ BREAKER_GLYPHS: dict[str, str] = {
     BreakerState.CLOSED: "●", BreakerState.DEGRADED: "◐", BreakerState.OPEN: "○",
     BreakerState.HALF_OPEN: "◌",
 }
+#: the orders each table can be sorted in (`s` cycles them); the first is the default
+SORTS: dict[str, tuple[str, ...]] = {
+    "providers": ("config order", "failures", "state"),
+    "connections": ("config order", "cooldown left", "backoff level"),
+    "lockouts": ("name", "time left", "failures"),
+}
+_SEVERITY = {BreakerState.OPEN: 0, BreakerState.HALF_OPEN: 1, BreakerState.DEGRADED: 2,
+             BreakerState.CLOSED: 3}
 SPARK = " ▁▂▃▄▅▆▇█"
 HISTORY = 30  # seconds of sparkline
 EVENT_LOG_LINES = 500
@@ -263,7 +272,7 @@ class ConsoleModel:
             self.active_faults.pop(event.name, None)
 
     def load_state_view(self, state: Mapping[str, object]) -> None:
-        """Take over whole state in the management API's shape (`gateway.views.state_view`):
+        """Take over whole state in the management API's shape (`omniroute_tui.state_view`):
         a gateway's when attaching, the engine's own after a restore."""
         breakers = state.get("breakers", [])
         connections = state.get("connections", [])
@@ -359,6 +368,30 @@ class ConsoleModel:
             rows[f"{provider}/{conn}/{model}"] = (
                 provider, conn, model, v.kind, str(v.failures), format_ms(v.until - now))
         return rows
+
+
+    def order(self, pane: str, sort: str, now: int) -> list[str] | None:
+        """Row keys of `pane` in the order `sort` (one of SORTS[pane]) puts them; None for
+        the rows' own order. Ties keep that order (the sorts are stable)."""
+        if sort == SORTS[pane][0]:
+            return None
+        if pane == "providers":
+            views = list(self.providers.values())
+            if sort == "failures":
+                views.sort(key=lambda v: -v.failures)
+            else:
+                views.sort(key=lambda v: _SEVERITY.get(BreakerState(v.state), 4))
+            return [v.name for v in views]
+        if pane == "connections":
+            conns = list(self.connections.values())
+            if sort == "cooldown left":
+                conns.sort(key=lambda c: -max(0, c.cooling_until - now))
+            else:
+                conns.sort(key=lambda c: -c.level)
+            return [f"{c.provider}/{c.connection}" for c in conns]
+        locks = sorted(self.lockouts.values(),
+                       key=lambda lk: -lk.until if sort == "time left" else -lk.failures)
+        return [f"{lk.provider}/{lk.connection}/{lk.model}" for lk in locks]
 
 
 def clock_text(t_ms: int) -> str:

@@ -16,7 +16,10 @@ __all__ = ["ConfirmScreen", "DetailScreen", "HelpScreen"]
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """Asks before a destructive action; `y` confirms, `n` or escape cancels."""
+    """Asks before a destructive action; `y` confirms, `n` or escape cancels. **No** has
+    the focus, so a stray Enter cancels."""
+
+    AUTO_FOCUS = "#no"
 
     BINDINGS = [
         Binding("y", "answer(True)", "Yes", id="confirm-yes"),
@@ -43,9 +46,14 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every key of the console, from the action table."""
+    """Every key of the console, from the action table; it scrolls where it does not fit."""
 
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close", id="help-close")]
+    BINDINGS = [
+        Binding("escape,question_mark,q", "dismiss", "Close", id="help-close"),
+        Binding("j", "scroll('down')", "Down", show=False, id="help-down"),
+        Binding("k", "scroll('up')", "Up", show=False, id="help-up"),
+    ]
+    AUTO_FOCUS = "#keys-scroll"
 
     def compose(self) -> ComposeResult:
         rows = [f"{(a.key_display or a.key):>7}  {a.help}"
@@ -53,8 +61,16 @@ class HelpScreen(ModalScreen[None]):
         rows.append(f"{'ctrl+p':>7}  command palette: every action, jump to any entity")
         with Vertical(id="dialog"):
             yield Label("Keys", id="title")
-            yield Static("\n".join(rows), id="keys")
-            yield Label("escape closes", id="hint")
+            with VerticalScroll(id="keys-scroll"):
+                yield Static("\n".join(rows), id="keys")
+            yield Label("↑↓ j k scroll · escape closes", id="hint")
+
+    def action_scroll(self, where: str) -> None:
+        scroll = self.query_one("#keys-scroll", VerticalScroll)
+        if where == "down":
+            scroll.scroll_down()
+        else:
+            scroll.scroll_up()
 
 
 class DetailScreen(ModalScreen[None]):

@@ -1,9 +1,9 @@
 """A DataTable that applies keyed diffs: stale rows removed, changed cells updated, new
-rows added; nothing is cleared and refilled."""
+rows added; nothing is cleared and refilled. It can keep the rows in a given order."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from textual.widgets import DataTable
 
@@ -19,6 +19,7 @@ class KeyedTable(DataTable[str]):
         super().__init__(id=id, cursor_type="row", zebra_stripes=False)
         self._column_names = columns
         self._shown: dict[str, tuple[str, ...]] = {}
+        self._sorted_as: tuple[str, ...] = ()
         self.filter_text = ""
 
     def on_mount(self) -> None:
@@ -35,8 +36,10 @@ class KeyedTable(DataTable[str]):
             return None
         return key
 
-    def sync(self, rows: Mapping[str, tuple[str, ...]]) -> None:
-        """Make the table show `rows` (key -> cells), touching only what changed."""
+    def sync(self, rows: Mapping[str, tuple[str, ...]],
+             order: Sequence[str] | None = None) -> int:
+        """Make the table show `rows` (key -> cells), touching only what changed, in
+        `order` (row keys) when given; returns how many rows pass the filter."""
         needle = self.filter_text.lower()
         if needle:
             rows = {k: v for k, v in rows.items()
@@ -56,6 +59,25 @@ class KeyedTable(DataTable[str]):
             else:
                 continue
             shown[key] = cells
+        if order is not None:
+            self._order(order)
+        return len(rows)
+
+    def _order(self, order: Sequence[str]) -> None:
+        """Sort the rows into `order` (DataTable sorts by cell values: its rows' cells,
+        which hold their keys' columns, are looked up back to their keys)."""
+        wanted = tuple(k for k in order if k in self._shown)
+        if wanted == self._sorted_as:
+            return  # the same rows in the same order: no re-layout
+        rank = {self._shown[k]: i for i, k in enumerate(wanted)}
+        self.sort(key=lambda cells: rank.get(tuple(cells), len(rank)))
+        self._sorted_as = wanted
+
+    def reset(self) -> None:
+        """Forget every row (a new model is coming)."""
+        self.clear()
+        self._shown.clear()
+        self._sorted_as = ()
 
     def select_key(self, key: str) -> bool:
         if key not in self._shown:

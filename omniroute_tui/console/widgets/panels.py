@@ -39,6 +39,11 @@ class EventLog(RichLog):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, max_lines=500, wrap=False, markup=False, highlight=False)
         self.filter_text = ""
+        self.matched = 0  # lines written since the last clear
+
+    def clear(self) -> EventLog:
+        self.matched = 0
+        return super().clear()
 
     def show(self, lines: Iterable[tuple[int, str, str]]) -> None:
         """Append the lines that pass the filter and end scrolled to the last one.
@@ -51,6 +56,7 @@ class EventLog(RichLog):
                  if not needle or needle in text.lower()]
         for i, line in enumerate(shown, 1):
             self.write(line, scroll_end=i == len(shown), animate=False)
+        self.matched += len(shown)
 
 
 def timeline_lines(

@@ -1,12 +1,13 @@
-"""JSON views of the engine's state for the management API (secrets masked)."""
+"""The engine's state as plain JSON values (secrets masked): what the management API
+serves and what the console takes over on attach or after a restore."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ..config.router_config import ProviderConfig
-from ..engine.engine import ResilienceEngine
+from .config.router_config import ProviderConfig
+from .engine.engine import ResilienceEngine
 
 __all__ = ["state_view"]
 

@@ -1,0 +1,143 @@
+"""Pilot tests: the conventions SREs bring from other consoles (issue: keys, safe
+defaults, sentences instead of raw errors)."""
+
+from __future__ import annotations
+
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+from textual.widgets._footer import FooterKey
+
+from omniroute_tui.console.actions import ACTIONS
+from omniroute_tui.console.screens.modals import ConfirmScreen, HelpScreen
+from omniroute_tui.console.widgets.keyed_table import KeyedTable
+from omniroute_tui.engine import BreakerState
+
+from .console_helpers import console_app
+from .test_console_keys import operator_events
+
+
+async def test_confirm_focuses_no_so_enter_cancels() -> None:
+    app, seen = console_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("down", "o")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.focused is not None and app.screen.focused.id == "no"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+    assert app.backend.engine.breaker_snapshot("anthropic").state is not BreakerState.OPEN
+    assert operator_events(seen) == []
+
+
+async def test_help_lists_every_key_and_scrolls_at_80x24() -> None:
+    app, _ = console_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one("#keys", Static).render())
+        for action in ACTIONS:
+            assert f"{action.key_display or action.key}  {action.help}" in text, action.name
+        scroll = app.screen.query_one("#keys-scroll", VerticalScroll)
+        assert scroll.max_scroll_y > 0  # more keys than lines: it scrolls
+        await pilot.press("j", "j", "j")
+        await pilot.pause()
+        assert scroll.scroll_y > 0
+        await pilot.press("q")  # closes help, does not quit
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen) and app.is_running
+
+
+async def test_footer_shows_help_and_quit_first_at_80_columns() -> None:
+    app, _ = console_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        keys = [k for k in app.screen.query(FooterKey)]
+        assert [k.key_display for k in keys[:2]] == ["?", "q"]
+        assert all(k.region.right <= 80 and k.region.width > 0 for k in keys[:2])
+
+
+async def test_j_k_g_G_move_the_cursor() -> None:
+    app, _ = console_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2")
+        table = app.query_one("#connections-table", KeyedTable)
+        await pilot.press("j", "j")
+        assert table.cursor_row == 2
+        await pilot.press("k")
+        assert table.cursor_row == 1
+        await pilot.press("G")
+        assert table.cursor_row == table.row_count - 1
+        await pilot.press("g")
+        assert table.cursor_row == 0
+
+
+async def test_s_sorts_connections_by_cooldown_left_then_level() -> None:
+    app, _ = console_app(at_ms=24_500)  # openai's keys are cooling in the storm
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2")
+        table = app.query_one("#connections-table", KeyedTable)
+        model, now = app.model, app.backend.now_ms()
+
+        def keys() -> list[str]:
+            return [str(table.coordinate_to_cell_key((i, 0)).row_key.value)
+                    for i in range(table.row_count)]
+
+        config_order = keys()
+        await pilot.press("s")
+        await pilot.pause()
+        left = [max(0, model.connections[tuple(k.split("/", 1))].cooling_until - now)
+                for k in keys()]
+        assert left == sorted(left, reverse=True) and left[0] > 0
+        await pilot.press("s")
+        await pilot.pause()
+        levels = [model.connections[tuple(k.split("/", 1))].level for k in keys()]
+        assert levels == sorted(levels, reverse=True)
+        await pilot.press("s")
+        await pilot.pause()
+        assert keys() == config_order
+
+
+async def test_a_filter_that_matches_nothing_says_so() -> None:
+    app, _ = console_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2", "slash", *"zzz", "enter")
+        await pilot.pause()
+        line = app.query_one("#no-matches", Static)
+        assert line.has_class("-shown") and "no rows match 'zzz'" in str(line.render())
+        await pilot.press("slash", "escape")
+        await pilot.pause()
+        assert not line.has_class("-shown")
+
+
+async def test_restart_keeps_pause_and_a_finished_replay_says_so() -> None:
+    app, _ = console_app(at_ms=200_000)  # the demo lasts 3 minutes
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        status = str(app.query_one("#status", Static).render())
+        assert "finished (R replays)" in status
+        await pilot.press("5")
+        await pilot.pause()
+        assert "finished: R replays it" in str(app.query_one("#timeline", Static).render())
+        await pilot.press("R", "y")
+        await pilot.pause()
+        assert app.backend.now_ms() == 0
+        assert app.backend.replay is not None and app.backend.replay.paused
+
+
+async def test_a_failed_action_names_the_action_target_and_reason() -> None:
+    app, _ = console_app()
+
+    class Unreachable:
+        async def reset_breaker(self, provider: str, *, actor: str) -> None:
+            raise OSError("the gateway at http://127.0.0.1:9 did not answer "
+                          "(All connection attempts failed)")
+
+    app.backend.operator = Unreachable()  # type: ignore[assignment]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("r", "y")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+    assert ("reset of the breaker of openai failed: the gateway at http://127.0.0.1:9 did "
+            "not answer (All connection attempts failed)") in messages
