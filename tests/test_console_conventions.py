@@ -10,7 +10,8 @@ from textual.widgets._footer import FooterKey
 from omniroute_tui.console.actions import ACTIONS
 from omniroute_tui.console.screens.modals import ConfirmScreen, HelpScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
-from omniroute_tui.engine import BreakerState
+from omniroute_tui.engine import BreakerState, FailureKind
+from omniroute_tui.engine.events import CooldownEvent
 
 from .console_helpers import console_app
 from .test_console_keys import operator_events
@@ -141,3 +142,36 @@ async def test_a_failed_action_names_the_action_target_and_reason() -> None:
         messages = [n.message for n in app._notifications]
     assert ("reset of the breaker of openai failed: the gateway at http://127.0.0.1:9 did "
             "not answer (All connection attempts failed)") in messages
+
+
+async def test_forced_open_is_its_own_state_with_a_countdown_and_who() -> None:
+    app, _ = console_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("down", "o", "y")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        row = app.model.provider_rows(app.backend.now_ms())["anthropic"]
+        assert row[1] == "⊘ FORCED OPEN" and row[3] == "5m (tester)"
+        await pilot.press("n")  # a virtual second later
+        row = app.model.provider_rows(app.backend.now_ms())["anthropic"]
+        assert row[3] == "4m59s (tester)"
+        await pilot.press("r", "y")
+        await app.workers.wait_for_complete()
+        row = app.model.provider_rows(app.backend.now_ms())["anthropic"]
+        assert row[1] == "● CLOSED"
+
+
+def test_cooldowns_say_what_they_wait_for() -> None:
+    app, _ = console_app("429-storm", at_ms=35_000)  # the storm's 429s carry Retry-After
+    rows = app.model.connection_rows(app.backend.now_ms())
+    assert rows["alpha/a1"][2].endswith(" hinted")
+    model = app.model
+    model.on_event(CooldownEvent(40_000, "alpha", "a2", FailureKind.QUOTA_EXHAUSTED, 0,
+                                 3_640_000, None))
+    assert model.connection_rows(40_000)["alpha/a2"][2] == "◷ 1h00m quota"
+    # a success elsewhere resets the level while the quota wait goes on: not a "lift"
+    lifted = CooldownEvent(41_000, "alpha", "a2", None, 0, 3_640_000, None)
+    model.on_event(lifted)
+    assert model.events[-1][2] == ("cooldown alpha/a2: backoff level reset to 0, still "
+                                   "cooling until 60:40.0")
+    assert model.connection_rows(41_000)["alpha/a2"][2] == "◷ 59m59s quota"

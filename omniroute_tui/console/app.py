@@ -22,7 +22,7 @@ from ..store import StoreError, StoreProblem
 from .actions import ACTIONS, bindings
 from .commands import ConsoleCommands
 from .model.backends import Backend
-from .model.view_state import SORTS, ConsoleModel, clock_text
+from .model.view_state import COLUMNS, SORTS, ConsoleModel, clock_text
 from .screens.modals import ConfirmScreen, DetailScreen, HelpScreen
 from .widgets.keyed_table import KeyedTable
 from .widgets.panels import EventLog, FaultBanner, ScenarioTimeline, StatusBar, timeline_lines
@@ -72,14 +72,11 @@ class ConsoleApp(App[None]):
         yield FaultBanner(id="banner")
         with TabbedContent(initial="providers", id="panes"):
             with TabPane("1 Providers", id="providers"):
-                yield KeyedTable(("provider", "breaker", "fail/thr", "retry in", "cycles",
-                                  "last error", "attempts", "fails"), id="providers-table")
+                yield KeyedTable(COLUMNS["providers"], id="providers-table")
             with TabPane("2 Connections", id="connections"):
-                yield KeyedTable(("provider", "connection", "cooldown", "backoff",
-                                  "last error", "key"), id="connections-table")
+                yield KeyedTable(COLUMNS["connections"], id="connections-table")
             with TabPane("3 Lockouts", id="lockouts"):
-                yield KeyedTable(("provider", "connection", "model", "kind", "failures",
-                                  "remaining"), id="lockouts-table")
+                yield KeyedTable(COLUMNS["lockouts"], id="lockouts-table")
             with TabPane("4 Events", id="events"):
                 yield EventLog(id="events-log")
             with TabPane("5 Scenario", id="scenario"):
@@ -219,9 +216,10 @@ class ConsoleApp(App[None]):
         store = "" if failing is None else (
             f"STORE FAILING {format_ms(max(0, now - failing))} │ ")
         status = self.query_one(StatusBar)
+        # the scenario's or config's name goes last: a narrow terminal cuts it, not the counts
         status.update(
-            f"{store}{mode} │ {backend.title}{flags} │ {rate:.1f}/s ok {success} │ "
-            f"open {opened} cool {cooling} lock {locked} │ age {age}")
+            f"{store}{mode} │ {rate:.1f}/s ok {success} │ open {opened} cool {cooling} "
+            f"lock {locked} │ age {age} │ {backend.title}{flags}")
         status.set_class(opened > 0 or failing is not None, "-alert")
         banner = self.query_one(FaultBanner)
         faults = model.active_faults
@@ -356,13 +354,13 @@ class ConsoleApp(App[None]):
             provider = model.providers[key]
             row = model.provider_rows(now)[key]
             history = provider.history
-            columns = ("provider", "breaker", "fail/thr", "retry in", "cycles", "last error")
+            columns = tuple(name for name, _ in COLUMNS["providers"])[:6]
         elif pane == "connections":
             provider_name, conn = key.split("/", 1)
             view = model.connections[(provider_name, conn)]
             row = model.connection_rows(now)[key]
             history = view.history
-            columns = ("provider", "connection", "cooldown", "backoff", "last error", "key")
+            columns = tuple(name for name, _ in COLUMNS["connections"])
         else:
             parts = key.split("/", 2)
             lockout = model.lockouts.get((parts[0], parts[1], parts[2]))
@@ -370,7 +368,7 @@ class ConsoleApp(App[None]):
                 return
             row = model.lockout_rows(now).get(key, ())
             history = lockout.history
-            columns = ("provider", "connection", "model", "kind", "failures", "remaining")
+            columns = tuple(name for name, _ in COLUMNS["lockouts"])
         self.push_screen(DetailScreen(key, zip(columns, row, strict=False), history))
 
     # -- scenario controls --------------------------------------------------------------

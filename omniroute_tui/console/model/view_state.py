@@ -29,10 +29,12 @@ from ...engine.events import (
     ResultEvent,
     SkipEvent,
 )
-from ...engine.kinds import BreakerState
+from ...engine.kinds import BreakerState, FailureKind
 
 __all__ = [
     "BREAKER_GLYPHS",
+    "COLUMNS",
+    "FORCED_OPEN",
     "SORTS",
     "ConnectionView",
     "ConsoleModel",
@@ -42,9 +44,44 @@ __all__ = [
     "sparkline",
 ]
 
+HISTORY = 30  # seconds of sparkline
+#: an OPEN breaker that an operator forced: its own state on screen, not a tripped one
+FORCED_OPEN = "FORCED OPEN"
 BREAKER_GLYPHS: dict[str, str] = {
     BreakerState.CLOSED: "●", BreakerState.DEGRADED: "◐", BreakerState.OPEN: "○",
-    BreakerState.HALF_OPEN: "◌",
+    BreakerState.HALF_OPEN: "◌", FORCED_OPEN: "⊘",
+}
+#: what a cooling connection waits for: backoff (its level), a quota, or the server's hint
+COOLDOWN_KINDS = ("backoff", "quota", "hinted")
+_LONGEST_DURATION = len("720h00m")  # format_ms of the longest deadline there is (30 days)
+
+
+def _longest(words: Iterable[str]) -> int:
+    return max(len(w) for w in words)
+
+
+#: each table's columns with the width its vocabulary needs (None: as wide as the names
+#: and numbers it holds): a state, kind or reason is never cut, whatever rows come first
+COLUMNS: dict[str, tuple[tuple[str, int | None], ...]] = {
+    "providers": (
+        ("provider", None),
+        ("breaker", 2 + _longest([*BreakerState, FORCED_OPEN])),
+        ("fail/thr", None), ("retry in", None), ("cycles", None),
+        ("last error", _longest(FailureKind) + len(" (429)")),
+        ("attempts", HISTORY // 3), ("fails", HISTORY // 3),
+    ),
+    "connections": (
+        ("provider", None), ("connection", None),
+        ("cooldown", 2 + _LONGEST_DURATION + 1 + _longest([*COOLDOWN_KINDS, "disabled"])),
+        ("backoff", None),
+        ("last error", _longest(FailureKind) + len(" (429)")),
+        ("key", None),
+    ),
+    "lockouts": (
+        ("provider", None), ("connection", None), ("model", None),
+        ("kind", _longest(FailureKind)), ("failures", None),
+        ("remaining", _LONGEST_DURATION),
+    ),
 }
 #: the orders each table can be sorted in (`s` cycles them); the first is the default
 SORTS: dict[str, tuple[str, ...]] = {
@@ -55,7 +92,6 @@ SORTS: dict[str, tuple[str, ...]] = {
 _SEVERITY = {BreakerState.OPEN: 0, BreakerState.HALF_OPEN: 1, BreakerState.DEGRADED: 2,
              BreakerState.CLOSED: 3}
 SPARK = " ▁▂▃▄▅▆▇█"
-HISTORY = 30  # seconds of sparkline
 EVENT_LOG_LINES = 500
 ENTITY_HISTORY = 40
 
@@ -102,6 +138,8 @@ class ProviderView:
     state: str = "CLOSED"
     failures: int = 0
     open_until: int | None = None
+    forced: bool = False  # OPEN because an operator forced it
+    forced_by: str = ""
     cycles: int = 0
     last_error: str = ""
     attempts: _Buckets = field(default_factory=_Buckets)
@@ -117,6 +155,7 @@ class ConnectionView:
     max_level: int
     level: int = 0
     cooling_until: int = 0
+    cooling_kind: str = "backoff"  # one of COOLDOWN_KINDS
     disabled: bool = False
     last_error: str = ""
     history: deque[str] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
@@ -161,6 +200,7 @@ class ConsoleModel:
             BreakerEvent: self._breaker, CooldownEvent: self._cooldown,
             DisabledEvent: self._enabled_changed, EnabledEvent: self._enabled_changed,
             LockoutEvent: self._lockout, FaultEvent: self._fault,
+            OperatorEvent: self._operator,
         }
 
     # -- consuming events ---------------------------------------------------------------
@@ -213,6 +253,9 @@ class ConsoleModel:
             return
         view.state = event.to
         view.failures = event.failures
+        view.forced = event.reason == "operator_force_open"
+        if not view.forced:
+            view.forced_by = ""
         if event.to is BreakerState.OPEN:
             view.open_until = event.t + (event.retry_after_ms or 0)
             if event.reason == "probe_failed":
@@ -232,8 +275,9 @@ class ConsoleModel:
         conn.level = event.level
         conn.cooling_until = event.until
         if event.kind is None:
-            conn.history.append(f"{clock_text(event.t)} cooldown lifted, level {event.level}")
+            conn.history.append(f"{clock_text(event.t)} {_lifted(event)}")
         else:
+            conn.cooling_kind = cooldown_kind(event.kind, event.hint_ms)
             hint = f", server said {format_ms(event.hint_ms)}" if event.hint_ms else ""
             conn.history.append(
                 f"{clock_text(event.t)} cooling {format_ms(max(0, event.until - event.t))} "
@@ -264,6 +308,12 @@ class ConsoleModel:
         view.history.append(f"{clock_text(event.t)} {event.kind or 'decay'}: "
                             f"{event.failures} failures, until {clock_text(event.until)}")
 
+    def _operator(self, event: object) -> None:
+        assert isinstance(event, OperatorEvent)
+        view = self.providers.get(event.target)
+        if event.action == "force_open" and view is not None and view.forced:
+            view.forced_by = event.actor  # the audit follows the breaker's own event
+
     def _fault(self, event: object) -> None:
         assert isinstance(event, FaultEvent)
         if event.phase == "start":
@@ -287,6 +337,8 @@ class ConsoleModel:
             view.state, view.failures, view.cycles = b["state"], b["failures"], b["cycles"]
             opened = b["state"] == BreakerState.OPEN and b["opened_at"] is not None
             view.open_until = b["opened_at"] + b["open_for_ms"] if opened else None
+            view.forced = opened and b.get("forced_until") is not None
+            view.forced_by = (b.get("forced_by") or "an operator") if view.forced else ""
         for c in connections:
             key = (c["provider"], c["connection"])
             cview = self.connections.get(key)
@@ -338,8 +390,11 @@ class ConsoleModel:
                 retry = format_ms(left) if left > 0 else "probe due"
             else:
                 retry = "–"
+            state = v.state
+            if v.forced and v.state == BreakerState.OPEN:
+                state, retry = FORCED_OPEN, f"{retry} ({v.forced_by or 'an operator'})"
             rows[name] = (
-                name, f"{BREAKER_GLYPHS.get(v.state, '?')} {v.state}",
+                name, f"{BREAKER_GLYPHS.get(state, '?')} {state}",
                 f"{v.failures}/{v.threshold}", retry, str(v.cycles), v.last_error or "–",
                 sparkline(v.attempts.counts)[-10:], sparkline(v.errors.counts)[-10:],
             )
@@ -351,7 +406,7 @@ class ConsoleModel:
             if v.disabled:
                 state = "✗ disabled"
             elif v.cooling_until > now:
-                state = f"◷ {format_ms(v.cooling_until - now)}"
+                state = f"◷ {format_ms(v.cooling_until - now)} {v.cooling_kind}"
             else:
                 state = "✓ ready"
             rows[f"{provider}/{conn}"] = (
@@ -405,6 +460,22 @@ def clock_text(t_ms: int) -> str:
     return f"{minutes:02d}:{seconds:02d}.{ms // 100}"
 
 
+def cooldown_kind(kind: str, hint_ms: int | None) -> str:
+    """What a cooldown waits for, in COOLDOWN_KINDS' words."""
+    if kind == FailureKind.QUOTA_EXHAUSTED:
+        return "quota"
+    return "hinted" if hint_ms is not None else "backoff"
+
+
+def _lifted(event: CooldownEvent) -> str:
+    """A cooldown event without a kind: lifted, or only its backoff level reset (a success
+    elsewhere while a quota wait goes on is not a lift)."""
+    if event.until > event.t:
+        return (f"backoff level reset to {event.level}, still cooling until "
+                f"{clock_text(event.until)}")
+    return f"lifted, level {event.level}"
+
+
 def describe(event: Event) -> str | None:
     """One human line for the events pane; None for the per-request noise."""
     if isinstance(event, BreakerEvent):
@@ -412,7 +483,7 @@ def describe(event: Event) -> str | None:
                 f"{event.failures} failures)")
     if isinstance(event, CooldownEvent):
         if event.kind is None:
-            return f"cooldown {event.provider}/{event.connection}: lifted, level {event.level}"
+            return f"cooldown {event.provider}/{event.connection}: {_lifted(event)}"
         return (f"cooldown {event.provider}/{event.connection}: {event.kind}, level "
                 f"{event.level}, until {clock_text(event.until)}")
     if isinstance(event, LockoutEvent):

@@ -15,16 +15,22 @@ class KeyedTable(DataTable[str]):
     KeyedTable { height: 1fr; }
     """
 
-    def __init__(self, columns: tuple[str, ...], *, id: str | None = None) -> None:
+    def __init__(self, columns: tuple[tuple[str, int | None], ...], *,
+                 id: str | None = None) -> None:
+        """`columns`: names with a fixed width, or None for one that grows with its
+        contents."""
         super().__init__(id=id, cursor_type="row", zebra_stripes=False)
-        self._column_names = columns
+        self._columns = columns
+        self._column_names = tuple(name for name, _ in columns)
+        self._grows = {name for name, width in columns if width is None}
         self._shown: dict[str, tuple[str, ...]] = {}
         self._sorted_as: tuple[str, ...] = ()
         self.filter_text = ""
 
     def on_mount(self) -> None:
-        for name in self._column_names:
-            self.add_column(name, key=name)
+        for name, width in self._columns:
+            self.add_column(name, key=name,
+                            width=None if width is None else max(width, len(name)))
 
     @property
     def selected_key(self) -> str | None:
@@ -55,7 +61,7 @@ class KeyedTable(DataTable[str]):
             elif before != cells:
                 for name, old, new in zip(self._column_names, before, cells, strict=True):
                     if old != new:
-                        self.update_cell(key, name, new)
+                        self.update_cell(key, name, new, update_width=name in self._grows)
             else:
                 continue
             shown[key] = cells
