@@ -8,7 +8,7 @@ import pytest
 
 from .console_helpers import console_app
 
-PANES = {"providers": "1", "connections": "2", "lockouts": "3", "events": "4",
+PANES = {"overview": "0", "providers": "1", "connections": "2", "lockouts": "3", "events": "4",
          "scenario": "5"}
 
 

@@ -22,6 +22,8 @@ class ConsoleAction:
 
 
 ACTIONS: tuple[ConsoleAction, ...] = (
+    ConsoleAction("pane('overview')", "0", "Overview",
+                  "every layer at a glance (a dashboard from 120x36 up)"),
     ConsoleAction("pane('providers')", "1", "Providers", "show the providers pane"),
     ConsoleAction("pane('connections')", "2", "Conns", "show the connections pane"),
     ConsoleAction("pane('lockouts')", "3", "Lockouts", "show the model lockouts pane"),

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from textual.actions import ActionParseResult
 from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import BindingType
+from textual.containers import Vertical
 from textual.dom import DOMNode
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
@@ -31,7 +32,12 @@ __all__ = ["ConsoleApp"]
 
 FRAME_S = 0.25  # at most four paints a second
 FORCE_OPEN_MS = 5 * 60_000
-PANES = ("providers", "connections", "lockouts", "events", "scenario")
+PANES = ("overview", "providers", "connections", "lockouts", "events", "scenario")
+#: from this size up, the overview pane is a dashboard: every layer and the events at once
+DASHBOARD_SIZE = (120, 36)
+#: the dashboard's compact tables: which of each pane's columns they show
+DASHBOARD_PICKS = {"providers": (0, 1, 2, 3, 4, 5, 6), "connections": (0, 1, 2, 3),
+                   "lockouts": (1, 2, 3, 5)}
 _DESTRUCTIVE = {a.name for a in ACTIONS if a.destructive}
 
 
@@ -40,6 +46,9 @@ class ConsoleApp(App[None]):
     CSS_PATH = Path(__file__).parent / "styles" / "console.tcss"
     BINDINGS: ClassVar[list[BindingType]] = bindings()  # type: ignore[assignment]
     COMMANDS = App.COMMANDS | {ConsoleCommands}
+    # the screen gets -wide and -tall from DASHBOARD_SIZE up: the CSS shows the dashboard
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (DASHBOARD_SIZE[0], "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (DASHBOARD_SIZE[1], "-tall")]
 
     def __init__(
         self,
@@ -62,7 +71,6 @@ class ConsoleApp(App[None]):
         self.read_only = read_only
         self.autoplay = autoplay
         self._last_tick = time.monotonic()
-        self._events_shown = 0
         self._sort = dict.fromkeys(SORTS, 0)  # per table, the index into SORTS[pane]
 
     # -- layout -------------------------------------------------------------------------
@@ -71,12 +79,24 @@ class ConsoleApp(App[None]):
         yield StatusBar(id="status")
         yield FaultBanner(id="banner")
         with TabbedContent(initial="providers", id="panes"):
+            with TabPane("0 Overview", id="overview"):
+                yield Static("", id="overview-summary")
+                with Vertical(id="dashboard"):
+                    for kind in ("providers", "connections", "lockouts"):
+                        table = KeyedTable(kind, COLUMNS[kind], pick=DASHBOARD_PICKS[kind],
+                                           id=f"dash-{kind}")
+                        table.border_title = kind.capitalize()
+                        yield table
+                    log = EventLog(id="dash-events")
+                    log.border_title = "Events"
+                    yield log
             with TabPane("1 Providers", id="providers"):
-                yield KeyedTable(COLUMNS["providers"], id="providers-table")
+                yield KeyedTable("providers", COLUMNS["providers"], id="providers-table")
             with TabPane("2 Connections", id="connections"):
-                yield KeyedTable(COLUMNS["connections"], id="connections-table")
+                yield KeyedTable("connections", COLUMNS["connections"],
+                                 id="connections-table")
             with TabPane("3 Lockouts", id="lockouts"):
-                yield KeyedTable(COLUMNS["lockouts"], id="lockouts-table")
+                yield KeyedTable("lockouts", COLUMNS["lockouts"], id="lockouts-table")
             with TabPane("4 Events", id="events"):
                 yield EventLog(id="events-log")
             with TabPane("5 Scenario", id="scenario"):
@@ -87,6 +107,8 @@ class ConsoleApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        if self.dashboard_fits:
+            self.query_one(TabbedContent).active = "overview"
         self.refresh_view()
         self._focus_pane()
         self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
@@ -183,17 +205,37 @@ class ConsoleApp(App[None]):
             pane = self.active_pane
             matched: int | None = None
             if pane in SORTS:
-                rows = {"providers": model.provider_rows, "connections": model.connection_rows,
-                        "lockouts": model.lockout_rows}[pane](now)
-                order = model.order(pane, SORTS[pane][self._sort[pane]], now)
-                matched = self.query_one(f"#{pane}-table", KeyedTable).sync(
-                    rows, list(rows) if order is None else order)
+                matched = self._paint_table(self.query_one(f"#{pane}-table", KeyedTable), now)
             elif pane == "events":
-                self._paint_events()
-                matched = self.query_one(EventLog).matched
+                log = self.query_one("#events-log", EventLog)
+                log.catch_up(model.events, model.event_serial)
+                matched = log.matched
+            elif pane == "overview":
+                self._paint_overview(now)
             else:
                 self._paint_timeline(now)
             self._paint_no_matches(matched)
+
+    @property
+    def dashboard_fits(self) -> bool:
+        width, height = self.size
+        return width >= DASHBOARD_SIZE[0] and height >= DASHBOARD_SIZE[1]
+
+    def _paint_table(self, table: KeyedTable, now: int) -> int:
+        model, kind = self.model, table.kind
+        rows = {"providers": model.provider_rows, "connections": model.connection_rows,
+                "lockouts": model.lockout_rows}[kind](now)
+        order = model.order(kind, SORTS[kind][self._sort[kind]], now)
+        return table.sync(rows, list(rows) if order is None else order)
+
+    def _paint_overview(self, now: int) -> None:
+        """The summary of every layer; from DASHBOARD_SIZE up, the tables and events too."""
+        model = self.model
+        self.query_one("#overview-summary", Static).update("\n".join(model.overview_lines(now)))
+        if self.dashboard_fits:
+            for kind in SORTS:
+                self._paint_table(self.query_one(f"#dash-{kind}", KeyedTable), now)
+            self.query_one("#dash-events", EventLog).catch_up(model.events, model.event_serial)
 
     def _paint_no_matches(self, matched: int | None) -> None:
         """A line that says so when the filter leaves nothing to show."""
@@ -227,15 +269,6 @@ class ConsoleApp(App[None]):
         if faults:
             banner.update("⚠ FAULT ACTIVE: " + ", ".join(f"{n} on {t}" for n, t in faults.items()))
 
-    def _paint_events(self) -> None:
-        log = self.query_one(EventLog)
-        new = self.model.event_serial - self._events_shown
-        if new <= 0:
-            return
-        lines = list(self.model.events)
-        log.show(lines[-min(new, len(lines)):])
-        self._events_shown = self.model.event_serial
-
     def _paint_timeline(self, now: int) -> None:
         backend = self.backend
         timeline = self.query_one(ScenarioTimeline)
@@ -265,30 +298,43 @@ class ConsoleApp(App[None]):
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.active_pane == "events":
-            self._events_shown = 0
-            self.query_one(EventLog).clear()
+            self.query_one("#events-log", EventLog).clear()
         self.refresh_view()
         self._focus_pane()
 
-    def action_sort(self) -> None:
+    def on_resize(self) -> None:
+        self.refresh_view()  # the dashboard comes and goes with the terminal's size
+
+    def _table(self) -> KeyedTable | None:
+        """The table keys act on: the focused one, else the active pane's."""
+        focused = self.focused
+        if isinstance(focused, KeyedTable):
+            return focused
         pane = self.active_pane
-        if pane not in SORTS:
-            self.notify("sorting is for the providers, connections and lockouts panes",
+        return self.query_one(f"#{pane}-table", KeyedTable) if pane in SORTS else None
+
+    def action_sort(self) -> None:
+        table = self._table()
+        if table is None:
+            self.notify("sorting is for the providers, connections and lockouts tables",
                         severity="warning")
             return
-        self._sort[pane] = (self._sort[pane] + 1) % len(SORTS[pane])
-        self.notify(f"{pane} sorted by {SORTS[pane][self._sort[pane]]}", timeout=3)
+        kind = table.kind
+        self._sort[kind] = (self._sort[kind] + 1) % len(SORTS[kind])
+        self.notify(f"{kind} sorted by {SORTS[kind][self._sort[kind]]}", timeout=3)
         self.refresh_view()
 
     def action_move(self, where: str) -> None:
-        """j/k/g/G: rows in a table, lines in the events log."""
-        pane = self.active_pane
-        if pane in SORTS:
-            table = self.query_one(f"#{pane}-table", KeyedTable)
+        """j/k/g/G: rows in a table, lines in an events log."""
+        table = self._table()
+        if table is not None:
             {"down": table.action_cursor_down, "up": table.action_cursor_up,
              "top": table.action_scroll_top, "bottom": table.action_scroll_bottom}[where]()
-        elif pane == "events":
-            log = self.query_one(EventLog)
+            return
+        focused = self.focused
+        log = focused if isinstance(focused, EventLog) else (
+            self.query_one("#events-log", EventLog) if self.active_pane == "events" else None)
+        if log is not None:
             {"down": log.scroll_down, "up": log.scroll_up, "top": log.scroll_home,
              "bottom": log.scroll_end}[where](animate=False)
 
@@ -315,17 +361,18 @@ class ConsoleApp(App[None]):
             box.disabled = True
         for table in self.query(KeyedTable):
             table.filter_text = text
-        log = self.query_one(EventLog)
-        log.filter_text = text
-        log.clear()
-        self._events_shown = 0
+        for log in self.query(EventLog):
+            log.filter_text = text
+            log.clear()
         self._focus_pane()
         self.refresh_view()
 
     def _focus_pane(self) -> None:
         pane = self.active_pane
-        if pane in ("providers", "connections", "lockouts"):
+        if pane in SORTS:
             self.query_one(f"#{pane}-table", KeyedTable).focus()
+        elif pane == "overview" and self.dashboard_fits:
+            self.query_one("#dash-providers", KeyedTable).focus()
 
     def jump(self, pane: str, key: str) -> None:
         self.action_pane(pane)
@@ -336,10 +383,11 @@ class ConsoleApp(App[None]):
         table.focus()
 
     def _selected(self) -> tuple[str, str | None]:
-        pane = self.active_pane
-        if pane not in ("providers", "connections", "lockouts"):
-            return pane, None
-        return pane, self.query_one(f"#{pane}-table", KeyedTable).selected_key
+        """The kind of the selected row (providers, connections, lockouts) and its key."""
+        table = self._table()
+        if table is None:
+            return self.active_pane, None
+        return table.kind, table.selected_key
 
     def on_data_table_row_selected(self, event: KeyedTable.RowSelected) -> None:
         """Enter on a table row (the table consumes the key itself) opens its detail."""
@@ -530,6 +578,6 @@ class ConsoleApp(App[None]):
         self.backend, self.model = restarted, model
         for table in self.query(KeyedTable):
             table.reset()
-        self.query_one(EventLog).clear()
-        self._events_shown = 0
+        for log in self.query(EventLog):
+            log.clear()
         self.refresh_view()

@@ -425,6 +425,50 @@ class ConsoleModel:
         return rows
 
 
+    def overview_lines(self, now: int) -> list[str]:
+        """All three layers and the traffic in four lines (the overview pane, and the
+        dashboard's header)."""
+        by_state: dict[str, list[str]] = {}
+        for v in self.providers.values():
+            word = FORCED_OPEN if v.forced and v.state == BreakerState.OPEN else v.state
+            by_state.setdefault(word, []).append(v.name)
+        order = (FORCED_OPEN, BreakerState.OPEN, BreakerState.HALF_OPEN,
+                 BreakerState.DEGRADED, BreakerState.CLOSED)
+        parts = []
+        for state in order:
+            names = by_state.get(state)
+            if not names:
+                continue
+            if state == BreakerState.CLOSED:
+                parts.append(f"{len(names)} CLOSED")
+            else:
+                more = "…" if len(names) > 3 else ""
+                parts.append(f"{len(names)} {state} ({', '.join(names[:3])}{more})")
+        breakers = ", ".join(parts) or "none"
+        cooling = [c for c in self.connections.values()
+                   if not c.disabled and c.cooling_until > now]
+        kinds = {k: sum(1 for c in cooling if c.cooling_kind == k) for k in COOLDOWN_KINDS}
+        why = ", ".join(f"{n} {k}" for k, n in kinds.items() if n)
+        disabled = sum(1 for c in self.connections.values() if c.disabled)
+        locked = [v for v in self.lockouts.values() if v.until > now]
+        models = sorted({f"{v.provider}/{v.model}" for v in locked})
+        rate, ok = self.rates(now)
+        faults = ", ".join(f"{n} on {t}" for n, t in self.active_faults.items()) or "none"
+        cooling_line = f"{len(cooling)} of {len(self.connections)} connections cooling"
+        if why:
+            cooling_line += f" ({why})"
+        locked_line = f"{len(locked)} keys locked"
+        if models:
+            more = "…" if len(models) > 3 else ""
+            locked_line += f" on {len(models)} models ({', '.join(models[:3])}{more})"
+        answered = "–" if ok is None else f"{ok * 100:.0f}%"
+        return [
+            f"breakers   {breakers}",
+            f"cooldowns  {cooling_line}; {disabled} disabled",
+            f"lockouts   {locked_line}",
+            f"traffic    {rate:.1f} req/s, {answered} answered ok; faults: {faults}",
+        ]
+
     def order(self, pane: str, sort: str, now: int) -> list[str] | None:
         """Row keys of `pane` in the order `sort` (one of SORTS[pane]) puts them; None for
         the rows' own order. Ties keep that order (the sorts are stable)."""

@@ -15,11 +15,16 @@ class KeyedTable(DataTable[str]):
     KeyedTable { height: 1fr; }
     """
 
-    def __init__(self, columns: tuple[tuple[str, int | None], ...], *,
-                 id: str | None = None) -> None:
-        """`columns`: names with a fixed width, or None for one that grows with its
-        contents."""
+    def __init__(self, kind: str, columns: tuple[tuple[str, int | None], ...], *,
+                 pick: tuple[int, ...] | None = None, id: str | None = None) -> None:
+        """A table of `kind` (providers, connections, lockouts) rows. `columns`: names
+        with a fixed width, or None for one that grows with its contents; `pick` shows
+        only those of the rows' cells (a compact table on the dashboard)."""
         super().__init__(id=id, cursor_type="row", zebra_stripes=False)
+        self.kind = kind
+        self._pick = pick
+        if pick is not None:
+            columns = tuple(columns[i] for i in pick)
         self._columns = columns
         self._column_names = tuple(name for name, _ in columns)
         self._grows = {name for name, width in columns if width is None}
@@ -46,6 +51,9 @@ class KeyedTable(DataTable[str]):
              order: Sequence[str] | None = None) -> int:
         """Make the table show `rows` (key -> cells), touching only what changed, in
         `order` (row keys) when given; returns how many rows pass the filter."""
+        if self._pick is not None:
+            pick = self._pick
+            rows = {k: tuple(v[i] for i in pick) for k, v in rows.items()}
         needle = self.filter_text.lower()
         if needle:
             rows = {k: v for k, v in rows.items()

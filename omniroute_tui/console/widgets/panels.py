@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from textual.events import Resize
 from textual.widgets import RichLog, Static
 
 from ..model.view_state import clock_text
@@ -40,10 +41,25 @@ class EventLog(RichLog):
         super().__init__(id=id, max_lines=500, wrap=False, markup=False, highlight=False)
         self.filter_text = ""
         self.matched = 0  # lines written since the last clear
+        self.shown_serial = 0  # the model's event serial this log has caught up with
+
+    def on_resize(self, event: Resize) -> None:
+        """Stay on the newest line when the layout gives the log another height."""
+        super().on_resize(event)
+        self.scroll_end(animate=False, immediate=False)
 
     def clear(self) -> EventLog:
-        self.matched = 0
+        self.matched = self.shown_serial = 0
         return super().clear()
+
+    def catch_up(self, events: Sequence[tuple[int, str, str]], serial: int) -> None:
+        """Append what the model logged since this log last caught up (at most what it
+        still holds)."""
+        new = serial - self.shown_serial
+        if new <= 0:
+            return
+        self.show(list(events)[-min(new, len(events)):])
+        self.shown_serial = serial
 
     def show(self, lines: Iterable[tuple[int, str, str]]) -> None:
         """Append the lines that pass the filter and end scrolled to the last one.
