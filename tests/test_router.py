@@ -145,6 +145,9 @@ def test_retry_budget_skip_sends_request_to_next_target() -> None:
                         clock)
     assert where(attempts) == ["alpha/a", "alpha/b", "beta/x"]
     assert [e["reason"] for e in rec.of("skip")] == ["retry_budget"]
+    # the budget says why: one token (the burst) spent on the retry to b, then none left
+    assert [(e["provider"], e["spent"], e["tokens"]) for e in rec.of("budget")] == [
+        ("alpha", True, 0.0), ("alpha", False, 0.0)]
 
 
 def test_half_open_probe_then_busy_then_close() -> None:
@@ -194,6 +197,10 @@ def test_admission_wait_when_a_cooldown_ends_soon() -> None:
     assert attempts[0].started_at == 4_050  # until + the 50 ms margin
     assert response.waited_ms == 3_550
     assert rec.of("response")[0]["waited_ms"] == 3_550
+    # the wait says what it waited for, when it started and when it ended
+    assert [(e["t"], e["phase"], e["delay_ms"], e["target"], e["reason"])
+            for e in rec.of("wait")] == [(500, "start", 3_550, "alpha/m", "all_cooling"),
+                                         (4_050, "end", 3_550, "alpha/m", "all_cooling")]
 
 
 def test_no_admission_wait_beyond_max_wait_or_for_missing_models() -> None:
@@ -269,7 +276,7 @@ def test_event_sequence_of_one_request() -> None:
           [classify(429, {"Retry-After": "10"}), OK], clock)
     assert [(e.TYPE, e.t) for e in rec.events] == [
         ("request", 0), ("attempt", 0), ("result", 100), ("cooldown", 100),
-        ("attempt", 100), ("result", 200), ("response", 200),
+        ("budget", 100), ("attempt", 100), ("result", 200), ("response", 200),
     ]
 
 

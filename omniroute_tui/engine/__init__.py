@@ -7,6 +7,7 @@ from .engine import EngineSnapshot, ProviderSpec, ResilienceEngine, UnknownTarge
 from .events import (
     AttemptEvent,
     BreakerEvent,
+    BudgetEvent,
     CooldownEvent,
     DedupEvent,
     DisabledEvent,
@@ -20,6 +21,7 @@ from .events import (
     ResponseEvent,
     ResultEvent,
     SkipEvent,
+    WaitEvent,
 )
 from .kinds import BreakerState, FailureKind, SkipReason
 from .lockout import LockoutSnapshot, ModelLockouts
@@ -33,6 +35,7 @@ __all__ = [
     "BreakerEvent",
     "BreakerSnapshot",
     "BreakerState",
+    "BudgetEvent",
     "Classification",
     "ConnectionCooldown",
     "ConnectionSnapshot",
@@ -60,6 +63,7 @@ __all__ = [
     "SkipReason",
     "TransportFailure",
     "UnknownTarget",
+    "WaitEvent",
     "classify",
     "classify_transport",
     "default_settings",

@@ -22,6 +22,7 @@ __all__ = [
     "EVENT_CLASSES",
     "AttemptEvent",
     "BreakerEvent",
+    "BudgetEvent",
     "CooldownEvent",
     "DedupEvent",
     "DisabledEvent",
@@ -36,6 +37,7 @@ __all__ = [
     "ResultEvent",
     "SkipEvent",
     "Subscriber",
+    "WaitEvent",
     "event_from_dict",
 ]
 
@@ -257,13 +259,39 @@ class FaultEvent(Event):
     target: str
 
 
+@value
+class BudgetEvent(Event):
+    """A retry on the same provider asked the retry budget: `spent` a token, or refused
+    (the request then skips the provider, `retry_budget`); `tokens` is what is left."""
+
+    TYPE: ClassVar[str] = "budget"
+    request: str
+    provider: str
+    spent: bool
+    tokens: float
+
+
+@value
+class WaitEvent(Event):
+    """An admission wait (SPEC §6): `start` when the request waits `delay_ms` for the
+    earliest target to come back (`target`, skipped for `reason`), `end` when it routes
+    again (`delay_ms` then is what it waited)."""
+
+    TYPE: ClassVar[str] = "wait"
+    request: str
+    phase: str
+    delay_ms: int
+    target: str
+    reason: SkipReason
+
+
 Subscriber = Callable[[Event], None]
 
 #: every concrete event class, in the order of SPEC §9's table
 EVENT_CLASSES: tuple[type[Event], ...] = (
     RequestEvent, AttemptEvent, ResultEvent, SkipEvent, ResponseEvent, BreakerEvent,
     CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent, OperatorEvent,
-    FaultEvent,
+    FaultEvent, BudgetEvent, WaitEvent,
 )
 _EVENT_TYPES: dict[str, type[Event]] = {kind.TYPE: kind for kind in EVENT_CLASSES}
 

@@ -13,7 +13,15 @@ from typing import Any
 from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
 from ..engine.engine import ProviderLayers, ResilienceEngine
-from ..engine.events import AttemptEvent, RequestEvent, ResponseEvent, ResultEvent, SkipEvent
+from ..engine.events import (
+    AttemptEvent,
+    BudgetEvent,
+    RequestEvent,
+    ResponseEvent,
+    ResultEvent,
+    SkipEvent,
+    WaitEvent,
+)
 from ..engine.jitter import Jitter
 from ..engine.kinds import FailureKind, SkipReason
 from ..engine.settings import AdmissionSettings
@@ -138,7 +146,7 @@ class RequestRouting:
 
     __slots__ = ("_admission", "_candidates", "_inflight", "_label", "_layers", "_next",
                  "_on_provider", "_pass", "_plan", "_round_robin", "_target", "_target_index",
-                 "engine", "records", "request_id", "response", "route", "router", "skips",
+                 "_wait", "engine", "records", "request_id", "response", "route", "router", "skips",
                  "started_at", "waited_ms")
 
     def __init__(self, router: Router, request_id: str, route: Route, plan: Plan) -> None:
@@ -163,6 +171,7 @@ class RequestRouting:
         self._label = ""
         self._admission: BreakerAdmission | None = None
         self._on_provider = 0
+        self._wait: tuple[int, Skip] | None = None  # an admission wait's start, until it ends
         bus = self.engine.bus
         if bus.wants(RequestEvent):  # events are built only for someone (here and below)
             bus.emit(RequestEvent(self.started_at, request_id, route.name))
@@ -204,6 +213,8 @@ class RequestRouting:
         if self.response is not None:
             return self.response
         now = self.engine.clock.now_ms()
+        if self._wait is not None:  # it gave up while waiting
+            self._end_wait(now)
         if self._inflight is not None:
             attempt = self._inflight
             self._inflight = None
@@ -221,6 +232,8 @@ class RequestRouting:
         """The next step after the current position: an attempt, a wait or the answer."""
         if self.response is not None:
             return self.response
+        if self._wait is not None:
+            self._end_wait(now)
         attempt = self._walk(now)
         if attempt is not None:
             return attempt
@@ -228,9 +241,24 @@ class RequestRouting:
         if self._pass == 0 and not self.records:
             wait = self._admission_wait()
             if wait is not None:  # route once more after it
+                delay, cause = wait
+                self._wait = (now, cause)
+                bus = self.engine.bus
+                if bus.wants(WaitEvent):
+                    bus.emit(WaitEvent(now, self.request_id, "start", delay, cause.target,
+                                       cause.reason))
                 self._pass, self._target_index, self.skips = 1, 0, []
-                return Wait(wait)
+                return Wait(delay)
         return self._final_response(now)
+
+    def _end_wait(self, now: int) -> None:
+        assert self._wait is not None
+        started, cause = self._wait
+        self._wait = None
+        bus = self.engine.bus
+        if bus.wants(WaitEvent):
+            bus.emit(WaitEvent(now, self.request_id, "end", now - started, cause.target,
+                               cause.reason))
 
     def _walk(self, now: int) -> Attempt | None:
         """Walk on from the current position to the next attempt; None past the last
@@ -270,7 +298,12 @@ class RequestRouting:
                 self._candidates = None
                 return None
             if self._on_provider:
-                if not layers.budget.try_spend():
+                spent = layers.budget.try_spend()
+                bus = self.engine.bus
+                if bus.wants(BudgetEvent):
+                    bus.emit(BudgetEvent(now, self.request_id, layers.name, spent,
+                                         round(layers.budget.tokens, 3)))
+                if not spent:
                     self._skip(now, target, SkipReason.RETRY_BUDGET, None)
                     self._candidates = None
                     continue
@@ -309,18 +342,22 @@ class RequestRouting:
             bus.emit(SkipEvent(now, self.request_id, target.provider, target.model,
                                reason, retry_after_ms))
 
-    def _admission_wait(self) -> int | None:
-        """The wait before routing once more, or None to fail at once (SPEC §6)."""
+    def _admission_wait(self) -> tuple[int, Skip] | None:
+        """The wait before routing once more and the skip it waits out (the earliest to
+        come back), or None to fail at once (SPEC §6)."""
         waits = [
-            skip.retry_after_ms for skip in self.skips
+            skip for skip in self.skips
             if skip.retry_after_ms is not None and skip.reason != SkipReason.ALL_DISABLED
         ]
         if not waits:
             return None
-        earliest = min(waits)
-        if earliest > self.router.admission.max_wait_ms:
+        earliest = min(waits, key=lambda skip: skip.retry_after_ms or 0)
+        assert earliest.retry_after_ms is not None
+        if earliest.retry_after_ms > self.router.admission.max_wait_ms:
             return None
-        return earliest + self.router._jitter.stretch(self.router.admission.margin_ms)
+        delay = earliest.retry_after_ms + self.router._jitter.stretch(
+            self.router.admission.margin_ms)
+        return delay, earliest
 
     def _final_response(self, now: int) -> Response:
         if not self.records:
