@@ -32,12 +32,15 @@ __all__ = ["ConsoleApp"]
 
 FRAME_S = 0.25  # at most four paints a second
 FORCE_OPEN_MS = 5 * 60_000
-PANES = ("overview", "providers", "connections", "lockouts", "events", "scenario")
+PANES = ("overview", "providers", "connections", "lockouts", "events", "scenario",
+         "requests")
 #: from this size up, the overview pane is a dashboard: every layer and the events at once
 DASHBOARD_SIZE = (120, 36)
 #: the dashboard's compact tables: which of each pane's columns they show
-DASHBOARD_PICKS = {"providers": (0, 1, 2, 3, 4, 5, 6), "connections": (0, 1, 2, 3),
+DASHBOARD_PICKS = {"providers": (0, 1, 2, 3, 5, 8, 10, 11), "connections": (0, 1, 2, 3),
                    "lockouts": (1, 2, 3, 5)}
+#: the panes whose rows are operator targets (providers, connections, lockouts)
+_TARGETS = ("providers", "connections", "lockouts")
 _DESTRUCTIVE = {a.name for a in ACTIONS if a.destructive}
 
 
@@ -101,6 +104,8 @@ class ConsoleApp(App[None]):
                 yield EventLog(id="events-log")
             with TabPane("5 Scenario", id="scenario"):
                 yield ScenarioTimeline(id="timeline")
+            with TabPane("6 Requests", id="requests"):
+                yield KeyedTable("requests", COLUMNS["requests"], id="requests-table")
         yield Static("", id="no-matches")
         yield Input(placeholder="filter rows (enter to apply, escape to clear)", id="filter",
                     disabled=True)
@@ -224,7 +229,7 @@ class ConsoleApp(App[None]):
     def _paint_table(self, table: KeyedTable, now: int) -> int:
         model, kind = self.model, table.kind
         rows = {"providers": model.provider_rows, "connections": model.connection_rows,
-                "lockouts": model.lockout_rows}[kind](now)
+                "lockouts": model.lockout_rows, "requests": model.request_rows}[kind](now)
         order = model.order(kind, SORTS[kind][self._sort[kind]], now)
         return table.sync(rows, list(rows) if order is None else order)
 
@@ -233,7 +238,7 @@ class ConsoleApp(App[None]):
         model = self.model
         self.query_one("#overview-summary", Static).update("\n".join(model.overview_lines(now)))
         if self.dashboard_fits:
-            for kind in SORTS:
+            for kind in DASHBOARD_PICKS:
                 self._paint_table(self.query_one(f"#dash-{kind}", KeyedTable), now)
             self.query_one("#dash-events", EventLog).catch_up(model.events, model.event_serial)
 
@@ -394,30 +399,12 @@ class ConsoleApp(App[None]):
         self.action_detail()
 
     def action_detail(self) -> None:
-        pane, key = self._selected()
-        if key is None:
+        kind, key = self._selected()
+        if key is None or kind not in SORTS:
             return
-        model, now = self.model, self.backend.now_ms()
-        if pane == "providers":
-            provider = model.providers[key]
-            row = model.provider_rows(now)[key]
-            history = provider.history
-            columns = tuple(name for name, _ in COLUMNS["providers"])[:6]
-        elif pane == "connections":
-            provider_name, conn = key.split("/", 1)
-            view = model.connections[(provider_name, conn)]
-            row = model.connection_rows(now)[key]
-            history = view.history
-            columns = tuple(name for name, _ in COLUMNS["connections"])
-        else:
-            parts = key.split("/", 2)
-            lockout = model.lockouts.get((parts[0], parts[1], parts[2]))
-            if lockout is None:
-                return
-            row = model.lockout_rows(now).get(key, ())
-            history = lockout.history
-            columns = tuple(name for name, _ in COLUMNS["lockouts"])
-        self.push_screen(DetailScreen(key, zip(columns, row, strict=False), history))
+        detail = self.model.detail(kind, key, self.backend.now_ms())
+        if detail is not None:
+            self.push_screen(DetailScreen(*detail))
 
     # -- scenario controls --------------------------------------------------------------
 
@@ -482,7 +469,7 @@ class ConsoleApp(App[None]):
         if action == "restart":
             return "Replay the scenario from the start?"
         if provider is None:
-            self.notify("select a row first", severity="warning")
+            self.notify("select a provider, connection or lockout first", severity="warning")
             return None
         if action == "reset_breaker":
             return f"Reset the breaker of {provider} to CLOSED?"
@@ -522,8 +509,8 @@ class ConsoleApp(App[None]):
 
     def _selected_provider(self) -> str | None:
         """The provider of the selected row, whichever pane it is in."""
-        _, key = self._selected()
-        return key.split("/", 1)[0] if key else None
+        kind, key = self._selected()
+        return key.split("/", 1)[0] if key and kind in _TARGETS else None
 
     def action_reset_breaker(self) -> None:
         if provider := self._selected_provider():

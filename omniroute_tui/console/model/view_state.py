@@ -7,7 +7,7 @@ only the cells whose text changed are touched.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -16,6 +16,7 @@ from ...config.router_config import ProviderConfig
 from ...engine.events import (
     AttemptEvent,
     BreakerEvent,
+    BudgetEvent,
     CooldownEvent,
     DedupEvent,
     DisabledEvent,
@@ -28,8 +29,9 @@ from ...engine.events import (
     ResponseEvent,
     ResultEvent,
     SkipEvent,
+    WaitEvent,
 )
-from ...engine.kinds import BreakerState, FailureKind
+from ...engine.kinds import BreakerState, FailureKind, SkipReason
 
 __all__ = [
     "BREAKER_GLYPHS",
@@ -40,6 +42,7 @@ __all__ = [
     "ConsoleModel",
     "LockoutView",
     "ProviderView",
+    "RequestTrail",
     "level_gauge",
     "sparkline",
 ]
@@ -69,6 +72,9 @@ COLUMNS: dict[str, tuple[tuple[str, int | None], ...]] = {
         ("fail/thr", None), ("retry in", None), ("cycles", None),
         ("last error", _longest(FailureKind) + len(" (429)")),
         ("attempts", HISTORY // 3), ("fails", HISTORY // 3),
+        # why: retry budget left, failures dedup suppressed, admission waits, skips
+        ("budget", None), ("dedup", None), ("waits", None),
+        ("skipped", _longest(SkipReason) + len(" 99999")),
     ),
     "connections": (
         ("provider", None), ("connection", None),
@@ -82,12 +88,25 @@ COLUMNS: dict[str, tuple[tuple[str, int | None], ...]] = {
         ("kind", _longest(FailureKind)), ("failures", None),
         ("remaining", _LONGEST_DURATION),
     ),
+    "requests": (
+        ("request", None), ("route", None), ("status", None), ("attempts", None),
+        ("waited", None), ("latency", None), ("why", None), ("served by", None),
+    ),
 }
 #: the orders each table can be sorted in (`s` cycles them); the first is the default
 SORTS: dict[str, tuple[str, ...]] = {
     "providers": ("config order", "failures", "state"),
     "connections": ("config order", "cooldown left", "backoff level"),
     "lockouts": ("name", "time left", "failures"),
+    "requests": ("newest first", "slowest", "most attempts"),
+}
+RECENT_REQUESTS = 200  # requests the "why" view keeps, each with its steps
+#: the layer that decided a skip, by its reason
+SKIP_LAYERS = {
+    SkipReason.CIRCUIT_OPEN: "breaker", SkipReason.HALF_OPEN_BUSY: "breaker",
+    SkipReason.ALL_COOLING: "cooldown", SkipReason.ALL_DISABLED: "cooldown",
+    SkipReason.ALL_LOCKED: "lockout", SkipReason.RETRY_BUDGET: "retry budget",
+    SkipReason.UNKNOWN_TARGET: "router",
 }
 _SEVERITY = {BreakerState.OPEN: 0, BreakerState.HALF_OPEN: 1, BreakerState.DEGRADED: 2,
              BreakerState.CLOSED: 3}
@@ -104,9 +123,21 @@ def sparkline(values: Iterable[int]) -> str:
     return "".join(SPARK[min(8, -(-v * 8 // top))] for v in data)
 
 
-def level_gauge(level: int, max_level: int) -> str:
-    """`▰▰▱▱▱ 2/5`: the backoff level as a small gauge with its number."""
-    width = min(max_level, 8)
+def precise_ms(ms: int) -> str:
+    """A duration to the tenth of a second under a minute (`2.9s`), as a request's steps
+    need; longer ones as format_ms."""
+    if ms < 1000 or ms >= 60_000:
+        return format_ms(ms)
+    return f"{ms / 1000:.1f}s"
+
+
+def _names(kind: str) -> tuple[str, ...]:
+    return tuple(name for name, _ in COLUMNS[kind])
+
+
+def level_gauge(level: int, max_level: int, width: int = 8) -> str:
+    """`▰▰▱▱▱ 2/5`: a level (backoff, tokens) as a small gauge with its number."""
+    width = min(max_level, width)
     filled = round(level * width / max_level) if max_level else 0
     return "▰" * filled + "▱" * (width - filled) + f" {level}/{max_level}"
 
@@ -145,6 +176,29 @@ class ProviderView:
     attempts: _Buckets = field(default_factory=_Buckets)
     errors: _Buckets = field(default_factory=_Buckets)
     history: deque[str] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
+    budget_burst: float = 0.0
+    budget_tokens: float | None = None  # as the last retry found it
+    deduped: int = 0  # failures the dedup windows kept from the breaker
+    waits: int = 0  # admission waits for this provider's targets
+    waiting: set[str] = field(default_factory=set)  # requests waiting for it now
+    skips: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class RequestTrail:
+    """One recent request and every step of its routing, each with the layer that
+    decided it (the "why" view)."""
+
+    id: str
+    route: str
+    started: int
+    steps: list[tuple[int, str, str]] = field(default_factory=list)  # (t, layer, what)
+    status: int | None = None
+    attempts: int = 0
+    waited_ms: int = 0
+    latency_ms: int | None = None
+    served_by: str | None = None
+    skipped: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -180,9 +234,11 @@ class ConsoleModel:
         self.providers: dict[str, ProviderView] = {}
         self.connections: dict[tuple[str, str], ConnectionView] = {}
         self.lockouts: dict[tuple[str, str, str], LockoutView] = {}
+        self.requests: OrderedDict[str, RequestTrail] = OrderedDict()
         for name, config in providers.items():
             self.providers[name] = ProviderView(
-                name, config.auth.value, config.settings.breaker.failure_threshold)
+                name, config.auth.value, config.settings.breaker.failure_threshold,
+                budget_burst=float(config.settings.retry_budget.burst))
             for conn in config.connections:
                 masked = conn.api_key.masked if conn.api_key is not None else "(none)"
                 self.connections[(name, conn.id)] = ConnectionView(
@@ -200,7 +256,8 @@ class ConsoleModel:
             BreakerEvent: self._breaker, CooldownEvent: self._cooldown,
             DisabledEvent: self._enabled_changed, EnabledEvent: self._enabled_changed,
             LockoutEvent: self._lockout, FaultEvent: self._fault,
-            OperatorEvent: self._operator,
+            OperatorEvent: self._operator, SkipEvent: self._skip, BudgetEvent: self._budget,
+            WaitEvent: self._wait, DedupEvent: self._dedup,
         }
 
     # -- consuming events ---------------------------------------------------------------
@@ -219,22 +276,83 @@ class ConsoleModel:
         assert isinstance(event, RequestEvent)
         self.total_requests += 1
         self._requests.append(event.t)
+        trail = self.requests[event.id] = RequestTrail(event.id, event.route, event.t)
+        trail.steps.append((event.t, "router", f"request for {event.route}"))
+        if len(self.requests) > RECENT_REQUESTS:
+            self.requests.popitem(last=False)
+
+    def _step(self, request: str, t: int, layer: str, what: str) -> RequestTrail | None:
+        trail = self.requests.get(request)
+        if trail is not None:
+            trail.steps.append((t, layer, what))
+        return trail
 
     def _attempt(self, event: object) -> None:
         assert isinstance(event, AttemptEvent)
         view = self.providers.get(event.provider)
         if view is not None:
             view.attempts.add(event.t)
+        probe = " as the breaker's probe" if event.probe else ""
+        trail = self._step(event.request, event.t, "router", f"attempt {event.n} on "
+                           f"{event.provider}/{event.connection}/{event.model}{probe}")
+        if trail is not None:
+            trail.attempts = event.n
+
+    def _skip(self, event: object) -> None:
+        assert isinstance(event, SkipEvent)
+        view = self.providers.get(event.provider)
+        if view is not None:
+            view.skips[event.reason] += 1
+        back = (f", back in {precise_ms(event.retry_after_ms)}"
+                if event.retry_after_ms is not None else "")
+        trail = self._step(event.request, event.t, SKIP_LAYERS.get(event.reason, "router"),
+                           f"skipped {event.provider}/{event.model}: {event.reason}{back}")
+        if trail is not None:
+            trail.skipped.append(f"{event.provider} ({event.reason})")
+
+    def _budget(self, event: object) -> None:
+        assert isinstance(event, BudgetEvent)
+        view = self.providers.get(event.provider)
+        if view is not None:
+            view.budget_tokens = event.tokens
+        what = (f"a retry on {event.provider} spent a token ({event.tokens:g} left)"
+                if event.spent else f"no token left for a retry on {event.provider}")
+        self._step(event.request, event.t, "retry budget", what)
+
+    def _wait(self, event: object) -> None:
+        assert isinstance(event, WaitEvent)
+        view = self.providers.get(event.target.split("/", 1)[0])
+        if event.phase == "start":
+            if view is not None:
+                view.waits += 1
+                view.waiting.add(event.request)
+            what = (f"waits {precise_ms(event.delay_ms)} for {event.target} "
+                    f"({event.reason})")
+        else:
+            if view is not None:
+                view.waiting.discard(event.request)
+            what = f"routes again after waiting {precise_ms(event.delay_ms)}"
+        self._step(event.request, event.t, "admission", what)
+
+    def _dedup(self, event: object) -> None:
+        assert isinstance(event, DedupEvent)
+        view = self.providers.get(event.provider)
+        if view is not None:
+            view.deduped += 1
 
     def _result(self, event: object) -> None:
         assert isinstance(event, ResultEvent)
         view = self.providers.get(event.provider)
         conn = self.connections.get((event.provider, event.connection))
+        took = precise_ms(event.latency_ms)
         if event.kind is None:
+            self._step(event.request, event.t, "upstream",
+                       f"answered {event.status} in {took}")
             if conn is not None:
                 conn.last_error = ""
             return
         text = f"{event.kind} ({event.status})" if event.status else event.kind
+        self._step(event.request, event.t, "upstream", f"failed: {text} after {took}")
         if view is not None:
             view.errors.add(event.t)
             view.last_error = text
@@ -245,6 +363,14 @@ class ConsoleModel:
     def _response(self, event: object) -> None:
         assert isinstance(event, ResponseEvent)
         self._responses.append((event.t, 200 <= event.status < 300))
+        served = f" from {event.served_by}" if event.served_by else ""
+        trail = self._step(event.request, event.t, "router",
+                           f"answered the client {event.status}{served} after "
+                           f"{precise_ms(event.latency_ms)}")
+        if trail is not None:
+            trail.status, trail.attempts = event.status, event.attempts
+            trail.waited_ms, trail.latency_ms = event.waited_ms, event.latency_ms
+            trail.served_by = event.served_by
 
     def _breaker(self, event: object) -> None:
         assert isinstance(event, BreakerEvent)
@@ -397,8 +523,75 @@ class ConsoleModel:
                 name, f"{BREAKER_GLYPHS.get(state, '?')} {state}",
                 f"{v.failures}/{v.threshold}", retry, str(v.cycles), v.last_error or "–",
                 sparkline(v.attempts.counts)[-10:], sparkline(v.errors.counts)[-10:],
+                *self._why(v),
             )
         return rows
+
+    @staticmethod
+    def _why(v: ProviderView) -> tuple[str, str, str, str]:
+        """Budget, dedup, waits and skips of a provider, as its row shows them."""
+        if v.budget_tokens is None:
+            budget = "full"
+        else:
+            budget = level_gauge(int(v.budget_tokens), int(v.budget_burst), width=5)
+        waits = f"{v.waits}, {len(v.waiting)} now" if v.waiting else str(v.waits)
+        top = v.skips.most_common(1)
+        skipped = f"{top[0][0]} {top[0][1]}" if top else "–"
+        return budget, str(v.deduped), waits, skipped
+
+    def request_rows(self, now: int) -> dict[str, tuple[str, ...]]:
+        """The recent requests, newest first."""
+        rows: dict[str, tuple[str, ...]] = {}
+        for trail in reversed(self.requests.values()):
+            why = ", ".join(trail.skipped[:2]) + ("…" if len(trail.skipped) > 2 else "")
+            if trail.waited_ms:
+                why = f"{why}; waited" if why else "waited"
+            rows[trail.id] = (
+                trail.id, trail.route, "…" if trail.status is None else str(trail.status),
+                str(trail.attempts), format_ms(trail.waited_ms) if trail.waited_ms else "–",
+                "…" if trail.latency_ms is None else format_ms(trail.latency_ms),
+                why or "–", trail.served_by or "–",
+            )
+        return rows
+
+    def detail(self, kind: str, key: str, now: int
+               ) -> tuple[str, list[tuple[str, str]], list[str]] | None:
+        """What the detail view of a row shows: a title, the row's fields (with the
+        breakdowns that do not fit a row) and its history, oldest first."""
+        if kind == "requests":
+            trail = self.requests.get(key)
+            if trail is None:
+                return None
+            cells = self.request_rows(now)[key]
+            steps = [f"{clock_text(t)}  {layer:>12}  {what}" for t, layer, what in trail.steps]
+            return f"request {key}", list(zip(_names("requests"), cells, strict=True)), steps
+        if kind == "providers":
+            view = self.providers.get(key)
+            if view is None:
+                return None
+            pairs = list(zip(_names("providers"), self.provider_rows(now)[key], strict=True))
+            pairs = [p for p in pairs if p[0] not in ("attempts", "fails", "skipped")]
+            tokens = ("full" if view.budget_tokens is None
+                      else f"{view.budget_tokens:g} of {view.budget_burst:g} tokens")
+            pairs[pairs.index(next(p for p in pairs if p[0] == "budget"))] = ("budget", tokens)
+            if view.waiting:
+                pairs.append(("waiting now", ", ".join(sorted(view.waiting)[:6])))
+            for reason, count in view.skips.most_common():
+                pairs.append((f"skipped: {reason}", str(count)))
+            return key, pairs, list(view.history)
+        if kind == "connections":
+            provider, conn = key.split("/", 1)
+            cview = self.connections.get((provider, conn))
+            if cview is None:
+                return None
+            row = self.connection_rows(now)[key]
+            return key, list(zip(_names("connections"), row, strict=True)), list(cview.history)
+        parts = key.split("/", 2)
+        lockout = self.lockouts.get((parts[0], parts[1], parts[2]))
+        found = self.lockout_rows(now).get(key)
+        if lockout is None or found is None:
+            return None
+        return key, list(zip(_names("lockouts"), found, strict=True)), list(lockout.history)
 
     def connection_rows(self, now: int) -> dict[str, tuple[str, ...]]:
         rows: dict[str, tuple[str, ...]] = {}
@@ -488,6 +681,13 @@ class ConsoleModel:
             else:
                 conns.sort(key=lambda c: -c.level)
             return [f"{c.provider}/{c.connection}" for c in conns]
+        if pane == "requests":
+            trails = list(reversed(self.requests.values()))
+            if sort == "slowest":
+                trails.sort(key=lambda r: -(r.latency_ms or 0))
+            else:
+                trails.sort(key=lambda r: -r.attempts)
+            return [r.id for r in trails]
         locks = sorted(self.lockouts.values(),
                        key=lambda lk: -lk.until if sort == "time left" else -lk.failures)
         return [f"{lk.provider}/{lk.connection}/{lk.model}" for lk in locks]

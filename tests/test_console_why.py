@@ -1,0 +1,62 @@
+"""Why, not just what: per-provider budget, dedup, waits and skips, and a request view
+that explains every step with the layer that decided it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from omniroute_tui.console.screens.modals import DetailScreen
+from omniroute_tui.console.widgets.keyed_table import KeyedTable
+
+from .console_helpers import console_app
+
+
+def test_providers_say_why_in_a_429_storm() -> None:
+    app, seen = console_app("429-storm", at_ms=45_000)
+    rows = app.model.provider_rows(app.backend.now_ms())
+    budget, dedup, waits, skipped = rows["alpha"][8:]
+    deduped = sum(1 for e in seen if e.TYPE == "dedup" and e.provider == "alpha")  # type: ignore[attr-defined]
+    reasons = Counter(e.reason for e in seen  # type: ignore[attr-defined]
+                      if e.TYPE == "skip" and e.provider == "alpha")  # type: ignore[attr-defined]
+    (top, count), = reasons.most_common(1)
+    assert dedup == str(deduped) and deduped > 0
+    assert skipped == f"{top} {count}" and {"all_cooling", "circuit_open"} <= set(reasons)
+    last = [e for e in seen if e.TYPE == "budget" and e.provider == "alpha"][-1]  # type: ignore[attr-defined]
+    assert budget.endswith(f" {int(last.tokens)}/10")  # type: ignore[attr-defined]
+    assert rows["beta"][8:] == ("full", "0", "0", "–")
+
+
+async def test_the_request_view_explains_a_skip_and_an_admission_wait() -> None:
+    # 12 minutes into the hour-long replay, mistral/small's keys are all cooling and
+    # requests wait for the first one back
+    app, _ = console_app("hour-long-mixed", at_ms=724_500)
+    trail = next(t for t in reversed(app.model.requests.values())
+                 if t.waited_ms and t.status is not None)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("6")
+        await pilot.pause()
+        table = app.query_one("#requests-table", KeyedTable)
+        assert table.select_key(trail.id)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        steps = app.screen.history
+        layers = [line.split()[1] for line in steps]
+        assert layers[0] == "router" and layers[-1] == "router"
+        assert "cooldown" in layers and "admission" in layers
+        wait = next(line for line in steps if " waits " in line)
+        assert "for mistral/small (all_cooling)" in wait
+        assert any("routes again after waiting" in line for line in steps)
+        assert any("skipped mistral/small: all_cooling, back in" in line for line in steps)
+        assert dict(app.screen.current)["waited"] != "–"
+
+
+async def test_operator_keys_do_nothing_to_a_request_row() -> None:
+    app, seen = console_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("6", "r")
+        await pilot.pause()
+        assert not isinstance(app.screen, DetailScreen)
+        assert any("select a provider, connection or lockout" in n.message
+                   for n in app._notifications)
+    assert not [e for e in seen if e.TYPE == "operator"]
