@@ -144,3 +144,40 @@ async def test_attached_console_reconnects_after_a_gateway_restart(tmp_path: Pat
                 assert app.model.providers["healthy"].state == "OPEN"  # type: ignore[attr-defined]
             finally:
                 await again.stop()
+
+
+async def test_attach_sees_what_happened_before(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    auth = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "dave"}
+    async with running_gateway(tmp_path, scenario=ATTACH_SCENARIO) as gw, \
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+        # before any console: the breaker of `broken` opens, an operator forces `healthy`
+        for _ in range(3):
+            await http.post("/v1/chat/completions", json={"model": "fallback", "messages": []})
+        assert (await http.post("/api/resilience/breakers/healthy/force-open",
+                                json={"for": "1h"}, headers=auth)).status_code == 200
+        history = (await http.get("/api/resilience/history?limit=1000", headers=auth)).json()
+        kinds = [e["type"] for e in history["events"]]
+        assert "breaker" in kinds and kinds[-1] == "operator"
+        assert (await http.get("/api/resilience/history?limit=0", headers=auth)
+                ).status_code == 400
+        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
+        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
+            model = app.model  # type: ignore[attr-defined]
+            # each breaker's transitions, from before the console existed
+            assert any("→ OPEN" in line for line in model.providers["broken"].history)
+            # the operator's action: in the audit pane, and the forced state says who
+            assert [(a[1], a[2], a[3]) for a in model.audit] == [
+                ("dave", "force_open", "healthy")]
+            assert model.provider_rows(app.backend.now_ms())["healthy"][1] == "⊘ FORCED OPEN"  # type: ignore[attr-defined]
+            assert "(dave)" in model.provider_rows(app.backend.now_ms())["healthy"][3]  # type: ignore[attr-defined]
+            await pilot.press("7")
+            await pilot.pause()
+            table = app.query_one("#audit-table", KeyedTable)  # type: ignore[attr-defined]
+            assert table.row_count == 1 and table.get_row_at(0)[1:4] == [
+                "dave", "force_open", "healthy"]
+            # the events pane starts with the past, not empty
+            assert any("breaker broken" in line for _, _, line in model.events)

@@ -32,6 +32,8 @@ ACTIONS: tuple[ConsoleAction, ...] = (
     ConsoleAction("pane('requests')", "6", "Requests",
                   "recent requests: enter shows why each went where (every step, its layer)",
                   show=False),
+    ConsoleAction("pane('audit')", "7", "Audit", "who did what and when (operator actions)",
+                  show=False),
     ConsoleAction("filter", "slash", "Filter", "filter the rows of this pane by text",
                   key_display="/"),
     ConsoleAction("sort", "s", "Sort", "sort the rows: failures, cooldown left, level, ...",

@@ -33,7 +33,7 @@ __all__ = ["ConsoleApp"]
 FRAME_S = 0.25  # at most four paints a second
 FORCE_OPEN_MS = 5 * 60_000
 PANES = ("overview", "providers", "connections", "lockouts", "events", "scenario",
-         "requests")
+         "requests", "audit")
 #: from this size up, the overview pane is a dashboard: every layer and the events at once
 DASHBOARD_SIZE = (120, 36)
 #: the dashboard's compact tables: which of each pane's columns they show
@@ -106,6 +106,8 @@ class ConsoleApp(App[None]):
                 yield ScenarioTimeline(id="timeline")
             with TabPane("6 Requests", id="requests"):
                 yield KeyedTable("requests", COLUMNS["requests"], id="requests-table")
+            with TabPane("7 Audit", id="audit"):
+                yield KeyedTable("audit", COLUMNS["audit"], id="audit-table")
         yield Static("", id="no-matches")
         yield Input(placeholder="filter rows (enter to apply, escape to clear)", id="filter",
                     disabled=True)
@@ -229,7 +231,8 @@ class ConsoleApp(App[None]):
     def _paint_table(self, table: KeyedTable, now: int) -> int:
         model, kind = self.model, table.kind
         rows = {"providers": model.provider_rows, "connections": model.connection_rows,
-                "lockouts": model.lockout_rows, "requests": model.request_rows}[kind](now)
+                "lockouts": model.lockout_rows, "requests": model.request_rows,
+                "audit": model.audit_rows}[kind](now)
         order = model.order(kind, SORTS[kind][self._sort[kind]], now)
         return table.sync(rows, list(rows) if order is None else order)
 

@@ -135,7 +135,7 @@ def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None) -> objec
     model = ConsoleModel({}, lambda: 0)
     model.load_state_view(state)
     backend = AttachBackend(args.attach, token, on_event=model.on_event,
-                            on_state=model.load_state_view)
+                            on_state=model.load_state_view, on_history=model.backfill)
     model.now = backend.now_ms
     return ConsoleApp(backend, model, operator=_operator(args.operator),  # type: ignore[arg-type]
                       read_only=args.read_only)

@@ -7,6 +7,7 @@ console can serve it from its own in-process router.
 from __future__ import annotations
 
 import asyncio
+import json
 import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -24,7 +25,17 @@ from ..config.router_config import ProviderConfig
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
 from ..engine.engine import UnknownTarget
-from ..engine.events import Event, OperatorEvent
+from ..engine.events import (
+    BreakerEvent,
+    CooldownEvent,
+    DedupEvent,
+    DisabledEvent,
+    EnabledEvent,
+    Event,
+    FaultEvent,
+    LockoutEvent,
+    OperatorEvent,
+)
 from ..router.core import Router, UnknownRoute
 from ..state_view import state_view
 from ..store import SqliteStore
@@ -35,6 +46,12 @@ from .protocol import client_log
 from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
 
 __all__ = ["Gateway", "error_response"]
+
+#: state changes a gateway keeps for consoles that attach later (`/api/resilience/history`)
+HISTORY_TYPES: tuple[type[Event], ...] = (
+    BreakerEvent, CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent,
+    OperatorEvent, FaultEvent)
+HISTORY_LIMIT = 1000
 
 _FORWARDED_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
 OPERATOR_HEADER = "x-omniroute-operator"
@@ -75,9 +92,13 @@ class Gateway:
         self.driver = AsyncDriver(router, providers, self.client)
         self.events = EventBroadcaster(router.engine.bus)
         self._audit: deque[OperatorEvent] = deque(maxlen=1000)
-        router.engine.bus.subscribe(self._remember_operator)
+        self._history: deque[Event] = deque(maxlen=HISTORY_LIMIT)
+        router.engine.bus.subscribe(self._remember, *HISTORY_TYPES)
 
-    def _remember_operator(self, event: Event) -> None:
+    def _remember(self, event: Event) -> None:
+        """State changes, for a console that attaches later (the per-request events are
+        not history: they would push the transitions out)."""
+        self._history.append(event)
         if isinstance(event, OperatorEvent):
             self._audit.append(event)
 
@@ -94,6 +115,7 @@ class Gateway:
                 Route("/api/resilience/state", managed(self.state), methods=["GET"]),
                 Route("/api/resilience/events", managed(self.event_stream), methods=["GET"]),
                 Route("/api/resilience/audit", managed(self.audit), methods=["GET"]),
+                Route("/api/resilience/history", managed(self.history), methods=["GET"]),
                 Route("/api/resilience/breakers/{provider}/reset",
                       managed(self.reset_breaker), methods=["POST"]),
                 Route("/api/resilience/breakers/{provider}/force-open",
@@ -240,6 +262,31 @@ class Gateway:
 
     async def event_stream(self, request: Request) -> Response:
         return EventStreamResponse(self.events.stream())
+
+    async def history(self, request: Request) -> Response:
+        """The recent state changes (breakers, cooldowns, lockouts, operator actions,
+        faults), oldest first: since this gateway started, and before that from its
+        store's recent events."""
+        raw = request.query_params.get("limit", str(HISTORY_LIMIT))
+        if not raw.isdigit() or not 1 <= int(raw) <= HISTORY_LIMIT:
+            return error_response(400, f"limit: a whole number from 1 to {HISTORY_LIMIT}",
+                                  param="limit")
+        limit = int(raw)
+        events = [e.to_dict() for e in self._history]
+        if self.store is not None and len(events) < limit:
+            first = events[0]["t"] if events else None
+            types = {cls.TYPE for cls in HISTORY_TYPES}
+            older = []
+            for line in await self.store.recent_events(self.store.max_events):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if (isinstance(event, dict) and event.get("type") in types
+                        and (first is None or event.get("t", first) < first)):
+                    older.append(event)
+            events = older + events
+        return JSONResponse({"events": events[-limit:]})
 
     async def audit(self, request: Request) -> Response:
         if self.store is not None:

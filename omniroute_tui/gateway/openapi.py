@@ -77,6 +77,22 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                                        "Oldest first."),
                           "401": _ERRORS["401"]},
         }},
+        "/api/resilience/history": {"get": {
+            "summary": "Recent state changes (breaker, cooldown, disabled, enabled, lockout, "
+                       "dedup, operator, fault events), oldest first: what a console shows "
+                       "when it attaches.",
+            "parameters": [{"name": "limit", "in": "query", "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}],
+            "responses": {"200": _json({"type": "object", "required": ["events"],
+                                        "properties": {"events": {
+                                            "type": "array", "items": {
+                                                "type": "object", "required": ["t", "type"],
+                                                "properties": {
+                                                    "t": {"type": "integer"},
+                                                    "type": {"type": "string"}}}}}},
+                                       "Oldest first, at most `limit` (default 1000)."),
+                          "400": _ERRORS["400"], "401": _ERRORS["401"]},
+        }},
         "/api/resilience/breakers/{provider}/reset": {"post": _action(
             "Breaker to CLOSED, counters zeroed.", parameters=(_PROVIDER,))},
         "/api/resilience/breakers/{provider}/force-open": {"post": _action(

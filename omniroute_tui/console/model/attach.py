@@ -94,7 +94,9 @@ class AttachBackend(RealTimeBackend):
     mode = "attached"
 
     def __init__(self, url: str, token: str, *, on_event: Callable[[Event], None],
-                 on_state: Callable[[dict[str, Any]], None]) -> None:
+                 on_state: Callable[[dict[str, Any]], None],
+                 on_history: Callable[[list[Event], list[dict[str, Any]]], None] | None = None,
+                 ) -> None:
         self.url = url.rstrip("/")
         self.title = self.url
         self.providers: dict[str, Any] = {}
@@ -103,6 +105,7 @@ class AttachBackend(RealTimeBackend):
         self.operator = RemoteOperator(self._client)
         self._on_event = on_event
         self._on_state = on_state
+        self._on_history = on_history
         self._clock = SystemClock()
         self._task: asyncio.Task[None] | None = None
         self.connected = False
@@ -125,6 +128,22 @@ class AttachBackend(RealTimeBackend):
             await asyncio.gather(self._task, return_exceptions=True)
         await self._client.aclose()
 
+    async def _backfill(self) -> None:
+        """What the gateway remembers: recent state changes and the audit log (a gateway
+        from before the history call answers 404: nothing to backfill then)."""
+        assert self._on_history is not None
+        history = await self._client.get("/api/resilience/history")
+        audit = await self._client.get("/api/resilience/audit")
+        events: list[Event] = []
+        if history.status_code == 200:
+            for item in history.json().get("events", []):
+                try:
+                    events.append(event_from_dict(item))
+                except (ValueError, TypeError):
+                    continue  # a type from a newer gateway: skip it
+        entries = audit.json().get("entries", []) if audit.status_code == 200 else []
+        self._on_history(events, [e for e in entries if isinstance(e, dict)])
+
     async def _follow(self) -> None:
         """Read the event stream; on any break, wait (backing off) and reconnect."""
         failures = 0
@@ -132,6 +151,8 @@ class AttachBackend(RealTimeBackend):
             try:
                 state = await self._client.get("/api/resilience/state")
                 state.raise_for_status()
+                if self._on_history is not None:
+                    await self._backfill()
                 self._on_state(state.json())
                 async with self._client.stream("GET", "/api/resilience/events",
                                                timeout=httpx.Timeout(10, read=60)) as stream:

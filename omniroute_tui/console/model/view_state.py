@@ -92,6 +92,8 @@ COLUMNS: dict[str, tuple[tuple[str, int | None], ...]] = {
         ("request", None), ("route", None), ("status", None), ("attempts", None),
         ("waited", None), ("latency", None), ("why", None), ("served by", None),
     ),
+    "audit": (("time", None), ("actor", None), ("action", None), ("target", None),
+              ("result", None)),
 }
 #: the orders each table can be sorted in (`s` cycles them); the first is the default
 SORTS: dict[str, tuple[str, ...]] = {
@@ -99,7 +101,9 @@ SORTS: dict[str, tuple[str, ...]] = {
     "connections": ("config order", "cooldown left", "backoff level"),
     "lockouts": ("name", "time left", "failures"),
     "requests": ("newest first", "slowest", "most attempts"),
+    "audit": ("newest first",),
 }
+AUDIT_ROWS = 500  # operator actions the audit pane keeps
 RECENT_REQUESTS = 200  # requests the "why" view keeps, each with its steps
 #: the layer that decided a skip, by its reason
 SKIP_LAYERS = {
@@ -235,6 +239,8 @@ class ConsoleModel:
         self.connections: dict[tuple[str, str], ConnectionView] = {}
         self.lockouts: dict[tuple[str, str, str], LockoutView] = {}
         self.requests: OrderedDict[str, RequestTrail] = OrderedDict()
+        #: operator actions, oldest first: (t, actor, action, target, result)
+        self.audit: deque[tuple[int, str, str, str, str]] = deque(maxlen=AUDIT_ROWS)
         for name, config in providers.items():
             self.providers[name] = ProviderView(
                 name, config.auth.value, config.settings.breaker.failure_threshold,
@@ -436,6 +442,7 @@ class ConsoleModel:
 
     def _operator(self, event: object) -> None:
         assert isinstance(event, OperatorEvent)
+        self.audit.append((event.t, event.actor, event.action, event.target, event.result))
         view = self.providers.get(event.target)
         if event.action == "force_open" and view is not None and view.forced:
             view.forced_by = event.actor  # the audit follows the breaker's own event
@@ -446,6 +453,30 @@ class ConsoleModel:
             self.active_faults[event.name] = event.target
         else:
             self.active_faults.pop(event.name, None)
+
+    def backfill(self, events: Iterable[Event], audit: Iterable[Mapping[str, object]]
+                 ) -> None:
+        """What a gateway remembers from before this console attached (or while it was
+        away): its recent state changes, then the operator actions older than those.
+        Events the console has seen already are skipped; load the state after this."""
+        since = self.last_event_at
+        for event in events:
+            if since is None or event.t > since:
+                self.on_event(event)
+        known = set(self.audit)
+        older = []
+        for entry in audit:
+            t, words = entry.get("t"), [entry.get(k) for k in
+                                        ("actor", "action", "target", "result")]
+            texts = [w for w in words if isinstance(w, str)]
+            if isinstance(t, int) and len(texts) == 4:
+                row = (t, texts[0], texts[1], texts[2], texts[3])
+                if row not in known:
+                    older.append(row)
+        if older:
+            merged = sorted([*older, *self.audit], key=lambda r: r[0])
+            self.audit.clear()
+            self.audit.extend(merged)
 
     def load_state_view(self, state: Mapping[str, object]) -> None:
         """Take over whole state in the management API's shape (`omniroute_tui.state_view`):
@@ -463,8 +494,10 @@ class ConsoleModel:
             view.state, view.failures, view.cycles = b["state"], b["failures"], b["cycles"]
             opened = b["state"] == BreakerState.OPEN and b["opened_at"] is not None
             view.open_until = b["opened_at"] + b["open_for_ms"] if opened else None
-            view.forced = opened and b.get("forced_until") is not None
-            view.forced_by = (b.get("forced_by") or "an operator") if view.forced else ""
+            forced = opened and b.get("forced_until") is not None
+            who = view.forced_by if view.forced else ""  # known from the history, if any
+            view.forced = forced
+            view.forced_by = (who or "an operator") if forced else ""
         for c in connections:
             key = (c["provider"], c["connection"])
             cview = self.connections.get(key)
@@ -539,6 +572,14 @@ class ConsoleModel:
         skipped = f"{top[0][0]} {top[0][1]}" if top else "–"
         return budget, str(v.deduped), waits, skipped
 
+    def audit_rows(self, now: int) -> dict[str, tuple[str, ...]]:
+        """Who did what and when, newest first."""
+        rows: dict[str, tuple[str, ...]] = {}
+        for t, actor, action, target, result in reversed(self.audit):
+            key = f"{t}:{actor}:{action}:{target}:{result}"
+            rows.setdefault(key, (clock_text(t), actor, action, target, result))
+        return rows
+
     def request_rows(self, now: int) -> dict[str, tuple[str, ...]]:
         """The recent requests, newest first."""
         rows: dict[str, tuple[str, ...]] = {}
@@ -558,6 +599,12 @@ class ConsoleModel:
                ) -> tuple[str, list[tuple[str, str]], list[str]] | None:
         """What the detail view of a row shows: a title, the row's fields (with the
         breakdowns that do not fit a row) and its history, oldest first."""
+        if kind == "audit":
+            row = self.audit_rows(now).get(key)
+            if row is None:
+                return None
+            return f"{row[1]}: {row[2]} {row[3]}", list(zip(_names("audit"), row,
+                                                            strict=True)), []
         if kind == "requests":
             trail = self.requests.get(key)
             if trail is None:
