@@ -20,6 +20,7 @@ from .values import value
 
 __all__ = [
     "EVENT_CLASSES",
+    "STATE_CHANGE_CLASSES",
     "AttemptEvent",
     "BreakerEvent",
     "BudgetEvent",
@@ -292,6 +293,11 @@ EVENT_CLASSES: tuple[type[Event], ...] = (
     RequestEvent, AttemptEvent, ResultEvent, SkipEvent, ResponseEvent, BreakerEvent,
     CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent, OperatorEvent,
     FaultEvent, BudgetEvent, WaitEvent,
+)
+#: the events that change state (the rest follow single requests): a gateway's history
+STATE_CHANGE_CLASSES: tuple[type[Event], ...] = (
+    BreakerEvent, CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent,
+    OperatorEvent, FaultEvent,
 )
 _EVENT_TYPES: dict[str, type[Event]] = {kind.TYPE: kind for kind in EVENT_CLASSES}
 

@@ -25,17 +25,7 @@ from ..config.router_config import ProviderConfig
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
 from ..engine.engine import UnknownTarget
-from ..engine.events import (
-    BreakerEvent,
-    CooldownEvent,
-    DedupEvent,
-    DisabledEvent,
-    EnabledEvent,
-    Event,
-    FaultEvent,
-    LockoutEvent,
-    OperatorEvent,
-)
+from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..router.core import Router, UnknownRoute
 from ..state_view import state_view
 from ..store import SqliteStore
@@ -48,9 +38,6 @@ from .validation import BadRequest, ClientGone, check_chat_body, json_object, re
 __all__ = ["Gateway", "error_response"]
 
 #: state changes a gateway keeps for consoles that attach later (`/api/resilience/history`)
-HISTORY_TYPES: tuple[type[Event], ...] = (
-    BreakerEvent, CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent,
-    OperatorEvent, FaultEvent)
 HISTORY_LIMIT = 1000
 
 _FORWARDED_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
@@ -93,7 +80,7 @@ class Gateway:
         self.events = EventBroadcaster(router.engine.bus)
         self._audit: deque[OperatorEvent] = deque(maxlen=1000)
         self._history: deque[Event] = deque(maxlen=HISTORY_LIMIT)
-        router.engine.bus.subscribe(self._remember, *HISTORY_TYPES)
+        router.engine.bus.subscribe(self._remember, *STATE_CHANGE_CLASSES)
 
     def _remember(self, event: Event) -> None:
         """State changes, for a console that attaches later (the per-request events are
@@ -275,7 +262,7 @@ class Gateway:
         events = [e.to_dict() for e in self._history]
         if self.store is not None and len(events) < limit:
             first = events[0]["t"] if events else None
-            types = {cls.TYPE for cls in HISTORY_TYPES}
+            types = {cls.TYPE for cls in STATE_CHANGE_CLASSES}
             older = []
             for line in await self.store.recent_events(self.store.max_events):
                 try:
