@@ -4,6 +4,7 @@ one-shot timer re-armed after each paint (at most 4 a second) applies keyed diff
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ from .commands import ConsoleCommands
 from .model.backends import Backend
 from .model.view_state import COLUMNS, SORTS, ConsoleModel, clock_text
 from .screens.modals import ConfirmScreen, DetailScreen, HelpScreen
+from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable
 from .widgets.panels import EventLog, FaultBanner, ScenarioTimeline, StatusBar, timeline_lines
 
@@ -95,16 +97,17 @@ class ConsoleApp(App[None]):
                     yield log
             with TabPane("1 Providers", id="providers"):
                 yield KeyedTable("providers", COLUMNS["providers"], id="providers-table")
-            with TabPane("2 Connections", id="connections"):
+            with TabPane("2 Conns", id="connections"):
                 yield KeyedTable("connections", COLUMNS["connections"],
                                  id="connections-table")
-            with TabPane("3 Lockouts", id="lockouts"):
+            with TabPane("3 Locks", id="lockouts"):
                 yield KeyedTable("lockouts", COLUMNS["lockouts"], id="lockouts-table")
             with TabPane("4 Events", id="events"):
                 yield EventLog(id="events-log")
-            with TabPane("5 Scenario", id="scenario"):
+            with TabPane("5 Faults", id="scenario"):
                 yield ScenarioTimeline(id="timeline")
-            with TabPane("6 Requests", id="requests"):
+                yield HerdChartPlot(id="herd")
+            with TabPane("6 Reqs", id="requests"):
                 yield KeyedTable("requests", COLUMNS["requests"], id="requests-table")
             with TabPane("7 Audit", id="audit"):
                 yield KeyedTable("audit", COLUMNS["audit"], id="audit-table")
@@ -297,7 +300,16 @@ class ConsoleApp(App[None]):
                   f"({share:.0%}), {state}; {self.model.total_requests:,} requests")
         body = "\n".join(timeline_lines(faults, scenario.duration_ms, now, width))
         description = scenario.description.replace("\n", " ")
+        if not self.dashboard_fits:  # a short screen keeps room for the chart
+            room = 2 * max(20, self.size.width - 4)
+            if len(description) > room:
+                description = description[:room - 20].rsplit(" ", 1)[0] + " … (enter: all)"
         timeline.update(f"{header}\n\n{body}\n\n{description}")
+        chart = self.query_one(HerdChartPlot)
+        windows = [(f.name, f.at_ms, f.until_ms) for f in scenario.faults]
+        chart.draw(self.model.herd_chart(min(now, scenario.duration_ms),
+                                         max(10, chart.size.width - 12),
+                                         compared=backend.comparison, faults=windows))
 
     # -- panes, filter, detail --------------------------------------------------------------
 
@@ -402,6 +414,13 @@ class ConsoleApp(App[None]):
         self.action_detail()
 
     def action_detail(self) -> None:
+        scenario = self.backend.scenario
+        if self.active_pane == "scenario" and scenario is not None:
+            faults = [(f.name, f"{f.target} from {clock_text(f.at_ms)}") for f in scenario.faults]
+            lesson = textwrap.wrap(scenario.description.replace("\n", " "), 70)
+            self.push_screen(DetailScreen(scenario.name, [
+                ("duration", clock_text(scenario.duration_ms)), *faults], lesson))
+            return
         kind, key = self._selected()
         if key is None or kind not in SORTS:
             return

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ...clock import SystemClock
 from ...config.router_config import ProviderConfig, RouterConfig
 from ...engine.engine import ResilienceEngine
-from ...engine.events import Event, EventBus
+from ...engine.events import AttemptEvent, Event, EventBus
+from .view_state import AttemptSeries
 
 if TYPE_CHECKING:
     from simulator.scenario import Scenario
@@ -87,6 +88,8 @@ class Backend(Protocol):
     operator: Operator
     scenario: Scenario | None
     replay: SimulationBackend | None  # pause, speed, step and restart; None on real time
+    #: the naive policy's attempts on the same scenario, run alongside (a replay only)
+    comparison: AttemptSeries | None
 
     def now_ms(self) -> int: ...
 
@@ -112,7 +115,11 @@ class Backend(Protocol):
 
 
 class SimulationBackend:
-    """A scenario replayed in virtual time, `speed` virtual seconds per wall second."""
+    """A scenario replayed in virtual time, `speed` virtual seconds per wall second.
+
+    The naive policy replays the same scenario alongside, in lockstep, for the herd chart:
+    its attempts are counted, nothing else of it is kept.
+    """
 
     mode = "virtual"
 
@@ -132,6 +139,9 @@ class SimulationBackend:
         self.run = VirtualRun(scenario, "resilient", subscribers=subscribers)
         self.engine: ResilienceEngine = self.run.router.engine  # type: ignore[attr-defined]
         self.operator: Operator = EngineOperator(self.engine)
+        self.comparison: AttemptSeries | None = AttemptSeries()
+        self._naive = VirtualRun(scenario, "naive")
+        self._naive.bus.subscribe(self.comparison.on_event, AttemptEvent)
 
     @property
     def duration_ms(self) -> int:
@@ -152,7 +162,10 @@ class SimulationBackend:
         """Play on by `virtual_ms`; past the scenario's end only the requests still in
         flight are left, and the replay is finished once they have answered."""
         if not self.run.done:
-            self.run.advance_to(self.run.now_ms + max(0, virtual_ms))
+            target = self.run.now_ms + max(0, virtual_ms)
+            self.run.advance_to(target)
+            if not self._naive.done:
+                self._naive.advance_to(target)
 
     def step(self, virtual_ms: int = 1000) -> None:
         self.advance(virtual_ms)
@@ -195,6 +208,7 @@ class RealTimeBackend:
 
     replay: SimulationBackend | None = None
     scenario: Scenario | None = None
+    comparison: AttemptSeries | None = None
 
     def tick(self, wall_s: float) -> None:
         """Real time passes by itself."""

@@ -38,8 +38,10 @@ __all__ = [
     "COLUMNS",
     "FORCED_OPEN",
     "SORTS",
+    "AttemptSeries",
     "ConnectionView",
     "ConsoleModel",
+    "HerdChart",
     "LockoutView",
     "ProviderView",
     "RequestTrail",
@@ -186,6 +188,54 @@ class ProviderView:
     waits: int = 0  # admission waits for this provider's targets
     waiting: set[str] = field(default_factory=set)  # requests waiting for it now
     skips: Counter[str] = field(default_factory=Counter)
+    open_spans: deque[list[int]] = field(default_factory=lambda: deque(maxlen=500))
+
+
+class AttemptSeries:
+    """Attempts per second on each provider over a run, from attempt events (the last
+    `keep_s` seconds: a router on real time runs for days)."""
+
+    def __init__(self, keep_s: int = 3600) -> None:
+        self.keep_s = keep_s
+        self.counts: dict[str, Counter[int]] = {}
+        self._latest = 0
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, AttemptEvent):
+            self.add(event.provider, event.t)
+
+    def add(self, provider: str, t_ms: int) -> None:
+        second = t_ms // 1000
+        self.counts.setdefault(provider, Counter())[second] += 1
+        if second > self._latest + 60:  # forget the oldest, a minute at a time
+            self._latest = second
+            for counts in self.counts.values():
+                for old in [s for s in counts if s < second - self.keep_s]:
+                    del counts[old]
+
+    def binned(self, provider: str, end_s: int, bins: int) -> tuple[list[float], list[float]]:
+        """(seconds, attempts per second) over [0, end_s) in at most `bins` points."""
+        counts = self.counts.get(provider, Counter())
+        start = max(0, end_s - self.keep_s)
+        width = max(1, -(-(end_s - start) // max(1, bins)))
+        xs, ys = [], []
+        for left in range(start, end_s, width):
+            total = sum(counts.get(s, 0) for s in range(left, min(end_s, left + width)))
+            xs.append(float(left))
+            ys.append(total / width)
+        return xs, ys
+
+
+@dataclass
+class HerdChart:
+    """What the scenario pane's chart draws: attempts per second on each provider, the
+    naive policy's beside them on a replay, fault windows and breaker OPEN spans."""
+
+    lines: list[tuple[str, list[float], list[float]]]  # (label, seconds, per second)
+    compared: list[tuple[str, list[float], list[float]]]  # the naive policy's
+    open_spans: list[tuple[str, float, float]]  # (provider, from s, to s)
+    faults: list[tuple[str, float, float]]  # (name, from s, to s)
+    end_s: int
 
 
 @dataclass
@@ -239,6 +289,7 @@ class ConsoleModel:
         self.connections: dict[tuple[str, str], ConnectionView] = {}
         self.lockouts: dict[tuple[str, str, str], LockoutView] = {}
         self.requests: OrderedDict[str, RequestTrail] = OrderedDict()
+        self.series = AttemptSeries()
         #: operator actions, oldest first: (t, actor, action, target, result)
         self.audit: deque[tuple[int, str, str, str, str]] = deque(maxlen=AUDIT_ROWS)
         for name, config in providers.items():
@@ -298,6 +349,7 @@ class ConsoleModel:
         view = self.providers.get(event.provider)
         if view is not None:
             view.attempts.add(event.t)
+        self.series.add(event.provider, event.t)
         probe = " as the breaker's probe" if event.probe else ""
         trail = self._step(event.request, event.t, "router", f"attempt {event.n} on "
                            f"{event.provider}/{event.connection}/{event.model}{probe}")
@@ -383,6 +435,11 @@ class ConsoleModel:
         view = self.providers.get(event.provider)
         if view is None:
             return
+        if event.to is BreakerState.OPEN and event.from_ is not BreakerState.OPEN:
+            view.open_spans.append([event.t, -1])  # -1: still open
+        elif event.from_ is BreakerState.OPEN and event.to is not BreakerState.OPEN \
+                and view.open_spans:
+            view.open_spans[-1][1] = event.t
         view.state = event.to
         view.failures = event.failures
         view.forced = event.reason == "operator_force_open"
@@ -571,6 +628,19 @@ class ConsoleModel:
         top = v.skips.most_common(1)
         skipped = f"{top[0][0]} {top[0][1]}" if top else "–"
         return budget, str(v.deduped), waits, skipped
+
+    def herd_chart(self, now: int, bins: int, *, compared: AttemptSeries | None = None,
+                   faults: Iterable[tuple[str, int, int]] = ()) -> HerdChart:
+        """The scenario pane's chart up to `now`, in at most `bins` points a line."""
+        end_s = max(1, -(-now // 1000))
+        lines = [(name, *self.series.binned(name, end_s, bins)) for name in self.providers]
+        other = [] if compared is None else [
+            (f"{name} naive", *compared.binned(name, end_s, bins)) for name in self.providers]
+        spans = [(name, start / 1000, (now if until < 0 else until) / 1000)
+                 for name, v in self.providers.items() for start, until in v.open_spans]
+        windows = [(name, at / 1000, min(until, now) / 1000)
+                   for name, at, until in faults if at <= now]
+        return HerdChart(lines, other, spans, windows, end_s)
 
     def audit_rows(self, now: int) -> dict[str, tuple[str, ...]]:
         """Who did what and when, newest first."""
