@@ -3,6 +3,9 @@ policy's beside them on a replay, fault windows as lines and breaker OPEN spans 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from textual.events import Resize
 from textual_plotext import PlotextPlot
 
 from ..model.view_state import HerdChart
@@ -17,6 +20,21 @@ class HerdChartPlot(PlotextPlot):
     DEFAULT_CSS = """
     HerdChartPlot { height: 1fr; min-height: 8; }
     """
+
+    _make: Callable[[int], HerdChart] | None = None
+
+    def show(self, make: Callable[[int], HerdChart]) -> None:
+        """Draw what `make(points)` gives for this widget's width, now and on resizes."""
+        self._make = make
+        self._redraw()
+
+    def on_resize(self, event: Resize) -> None:
+        self._redraw()
+
+    def _redraw(self) -> None:
+        width = self.size.width
+        if self._make is not None and width > 0:  # no size yet: the resize draws it
+            self.draw(self._make(max(10, width - 12)))
 
     def draw(self, chart: HerdChart) -> None:
         plt = self.plt

@@ -1,0 +1,57 @@
+"""Scenario controls: pause, speed, step and replay from the start (a replay only)."""
+
+from __future__ import annotations
+
+from .model.backends import SimulationBackend
+from .model.view_state import ConsoleModel
+from .painting import PaneView
+from .widgets.keyed_table import KeyedTable
+from .widgets.panels import EventLog
+
+__all__ = ["ReplayControls"]
+
+
+class ReplayControls(PaneView):
+    """Keys that act on a replay; on real time they say there is nothing to act on."""
+
+    def _replay(self, what: str) -> SimulationBackend | None:
+        """The replay controls, or None with a word to the user on real time."""
+        replay = self.backend.replay
+        if replay is None:
+            self.notify(f"this console runs on real time: nothing to {what}",
+                        severity="warning")
+        return replay
+
+    def action_pause(self) -> None:
+        if replay := self._replay("pause"):
+            replay.paused = not replay.paused
+            self.refresh_view()
+
+    def action_faster(self) -> None:
+        if replay := self._replay("speed up"):
+            replay.faster()
+            self.refresh_view()
+
+    def action_slower(self) -> None:
+        if replay := self._replay("slow down"):
+            replay.slower()
+            self.refresh_view()
+
+    def action_step(self) -> None:
+        if replay := self._replay("step"):
+            replay.step(1000)
+            self.refresh_view()
+
+    def action_restart(self) -> None:
+        replay = self.backend.replay
+        if replay is None:
+            return
+        model = ConsoleModel(self.backend.providers, replay.now_ms)
+        restarted = replay.restarted(subscribers=(model.on_event,))
+        model.now = restarted.now_ms
+        self.backend, self.model = restarted, model
+        for table in self.query(KeyedTable):
+            table.reset()
+        for log in self.query(EventLog):
+            log.clear()
+        self.refresh_view()
