@@ -72,3 +72,13 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
         if store is not None:
             await store.close()
         await stop_fakes(fakes)
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now (for servers started in a process)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

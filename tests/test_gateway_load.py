@@ -16,7 +16,7 @@ import httpx
 
 from omniroute_tui.engine import Event, RequestEvent, ResponseEvent, ResultEvent
 
-from .gateway_helpers import TOKEN, running_gateway
+from .gateway_helpers import TOKEN, free_port, running_gateway
 
 CLIENTS, PER_CLIENT = 32, 20
 
@@ -98,11 +98,7 @@ def _start_cli_gateway(tmp_path: Path) -> tuple[subprocess.Popen[str], int, Path
     token = tmp_path / "token"
     token.write_text(TOKEN)
     db = tmp_path / "state.db"
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "omniroute_tui.gateway", "--config", str(config), "--listen",
          f"127.0.0.1:{port}", "--db", str(db), "--token-file", str(token)],

@@ -184,11 +184,16 @@ def _serve_web(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         print("error: --web needs textual-serve (pip install textual-serve)", file=sys.stderr)
         return 2
     import shlex
+    import tempfile
+
+    from .web import offline_templates
 
     command = web_command(argv if argv is not None else sys.argv[1:],
                           writable=args.web_write)
     print(f"serving the console on http://{args.host}:{args.port} "
-          f"({'operator actions allowed' if args.web_write else 'read-only'})")
-    Server(shlex.join(command), host=args.host, port=args.port,
-           title="OmniRoute Console").serve()
+          f"({'operator actions allowed' if args.web_write else 'read-only'}); the page "
+          "needs no internet", flush=True)
+    with tempfile.TemporaryDirectory(prefix="omniroute-web-") as folder:
+        Server(shlex.join(command), host=args.host, port=args.port, title="OmniRoute Console",
+               templates_path=offline_templates(Path(folder))).serve()
     return 0
