@@ -88,6 +88,7 @@ async def test_attached_console_says_when_the_gateway_is_gone(tmp_path: Path) ->
 
             await settle(pilot, disconnection_shown)
             assert shown, "the status bar never said the gateway was gone"
+            assert "│ age " in shown[0]  # how old the data on screen is, kept in view
 
 
 async def gw_stop(gw: object) -> None:

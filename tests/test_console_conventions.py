@@ -175,3 +175,11 @@ def test_cooldowns_say_what_they_wait_for() -> None:
     assert model.events[-1][2] == ("cooldown alpha/a2: backoff level reset to 0, still "
                                    "cooling until 60:40.0")
     assert model.connection_rows(41_000)["alpha/a2"][2] == "◷ 59m59s quota"
+
+
+async def test_q_quits() -> None:
+    app, _ = console_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        assert not app.is_running
