@@ -20,7 +20,8 @@ async def test_number_keys_switch_panes() -> None:
     app, _ = console_app()
     async with app.run_test(size=(100, 30)) as pilot:
         for key, pane in [("2", "connections"), ("3", "lockouts"), ("4", "events"),
-                          ("5", "scenario"), ("1", "providers")]:
+                          ("5", "scenario"), ("6", "requests"), ("7", "audit"),
+                          ("0", "overview"), ("1", "providers")]:
             await pilot.press(key)
             assert app.query_one(TabbedContent).active == pane
 
