@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     scenario = load_scenario(resolve_scenario(args.scenario))
     if args.seed is not None:
         scenario = replace(scenario, seed=args.seed)
-    policies = list(POLICIES) if args.policy == "all" else [args.policy]
+    policies = list(scenario.policies) if args.policy == "all" else [args.policy]
     if args.check:
         policies += [e.policy for e in scenario.expect if e.policy not in policies]
     if scenario.live:

@@ -58,6 +58,7 @@ class LatencyHistogram:
 @dataclass
 class _ProviderStats:
     attempts: int = 0
+    probes: int = 0  # attempts a HALF_OPEN breaker let through
     successes: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     breaker_opens: int = 0
@@ -115,6 +116,7 @@ class MetricsCollector:
         self.attempts += 1
         stats = self.providers[event.provider]
         stats.attempts += 1
+        stats.probes += event.probe
         if stats.episode_attempts is not None:
             stats.episode_attempts += 1
             stats.max_attempts_per_open = max(stats.max_attempts_per_open,
@@ -187,6 +189,7 @@ class MetricsCollector:
             "providers": {
                 name: {
                     "attempts": s.attempts,
+                    "probes": s.probes,
                     "successes": s.successes,
                     "failures": dict(sorted(s.failures.items())),
                     "breaker_opens": s.breaker_opens,

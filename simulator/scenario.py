@@ -50,20 +50,23 @@ __all__ = [
     "load_scenario",
 ]
 
-POLICIES = ("resilient", "naive", "backoff", "no-dedup")
+POLICIES = ("resilient", "naive", "backoff", "no-dedup", "isolated")
+#: a fleet: at most this many replicas, and state changes reach the others this late at most
+MAX_REPLICAS = 16
+MAX_PROPAGATION_MS = 60_000
 #: the most requests one policy run may simulate: about a minute and a half of CPU at
 #: 25,000 simulated requests a second (the shipped hour-long scenario makes 180,000)
 MAX_SIMULATED_REQUESTS = 2_000_000
 
 TOP_FIELDS = ("name", "description", "seed", "duration", "clock", "resilience", "providers",
-              "routes", "traffic", "faults", "expect")
+              "routes", "traffic", "faults", "expect", "replicas", "shared_state", "propagation")
 RUN_METRICS = frozenset({
     "requests", "successes", "success_rate", "attempts", "amplification", "p50_ms", "p95_ms",
     "p99_ms", "dedup_suppressed", "breaker_opens", "open_ms", "max_attempts_per_open",
     "wall_s", "sim_rps",
 })
-PROVIDER_METRICS = frozenset({"attempts", "successes", "failures", "breaker_opens", "open_ms",
-                              "max_attempts_per_open"})
+PROVIDER_METRICS = frozenset({"attempts", "probes", "successes", "failures", "breaker_opens",
+                              "open_ms", "max_attempts_per_open"})
 FAULT_METRICS = frozenset({"attempts", "attempts_per_s", "ttr_ms", "burst_after"})
 _CHECK = re.compile(r"^\s*(<=|>=|==|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
 _Z99 = 2.3263478740408408  # the 99th percentile of the standard normal
@@ -229,6 +232,20 @@ class Scenario:
     live: bool = False
     source: str = "<memory>"
     raw: Mapping[str, Any] | None = None  # the file's own mapping, to write router configs
+    #: a fleet of routers (the traffic spread over them in turn); its replicas share
+    #: their state (through a model of the shared store's merge rules, each change reaching
+    #: the others `propagation_ms` later) or keep their own
+    replicas: int = 1
+    shared_state: bool = True
+    propagation_ms: int = 50
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        """The policies `--policy all` runs: `isolated` only for a fleet, where it is the
+        same replicas without the shared state (or, when `shared_state` is false, where
+        `resilient` is that already, it is not run twice)."""
+        fleet = self.replicas > 1 and self.shared_state
+        return tuple(p for p in POLICIES if p != "isolated" or fleet)
 
     @property
     def providers(self) -> Mapping[str, ProviderConfig]:
@@ -491,6 +508,17 @@ def load_scenario(path: str | FsPath, *, text: str | None = None) -> Scenario:
     clock = data.get("clock", "virtual")
     if clock not in ("virtual", "live"):
         src.problem(("clock",), f"expected virtual or live, got {clock!r}")
+    replicas = read_int(src, data.get("replicas", 1), ("replicas",))
+    if replicas is not None and not 1 <= replicas <= MAX_REPLICAS:
+        src.problem(("replicas",), f"expected 1 to {MAX_REPLICAS} routers, got {replicas}")
+    shared = data.get("shared_state", True)
+    if not isinstance(shared, bool):
+        src.problem(("shared_state",), f"expected true or false, got {shared!r}")
+    propagation = read_duration(src, data.get("propagation", 50), ("propagation",))
+    if propagation is not None and propagation > MAX_PROPAGATION_MS:
+        src.problem(("propagation",), "at most 60s: a change that takes longer is lost")
+    if clock == "live" and (replicas or 1) > 1:
+        src.problem(("replicas",), "a fleet runs in virtual time only")
     patch = parse_overrides(src, data.get("resilience", {}), ("resilience",))
     settings = patch.apply(default_settings())
     validate_settings(src, settings, ("resilience",))
@@ -524,6 +552,8 @@ def load_scenario(path: str | FsPath, *, text: str | None = None) -> Scenario:
         name=name, description=description.strip(), seed=seed, duration_ms=duration,
         config=config, latencies=latencies, traffic=tuple(traffic), faults=tuple(faults),
         expect=tuple(expect), live=clock == "live", source=src.name, raw=data,
+        replicas=replicas or 1, shared_state=shared is not False,
+        propagation_ms=50 if propagation is None else propagation,
     )
 
 

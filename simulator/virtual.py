@@ -18,14 +18,16 @@ from omniroute_tui.engine.events import EVENT_CLASSES, Event, EventBus, FaultEve
 from omniroute_tui.router.steps import Attempt, Wait
 
 from .fakes import FakeProviders
+from .fleet import Fleet
 from .metrics import MetricsCollector
-from .policies import Routing, build_policy
+from .policies import PolicyRouter, Routing, build_policy
 from .scenario import Scenario
 
 __all__ = ["TraceWriter", "VirtualRun", "run_virtual"]
 
-# heap entry phases: at one instant, fault boundaries first, then outcomes, then arrivals
-_FAULT, _STEP, _ARRIVAL = 0, 1, 2
+# heap entry phases: at one instant, fault boundaries first, then what a fleet's replicas
+# tell each other, then outcomes, then arrivals
+_FAULT, _SHARE, _STEP, _ARRIVAL = 0, 1, 2, 3
 
 
 class TraceWriter:
@@ -84,11 +86,18 @@ class VirtualRun:
             self._writer.subscribe(self.bus)
         for subscriber in subscribers:
             self.bus.subscribe(subscriber)
-        self.router = build_policy(scenario, policy, self.clock, self.bus)
+        self.router: PolicyRouter
+        if scenario.replicas > 1 and policy in ("resilient", "isolated"):
+            shared = policy == "resilient" and scenario.shared_state
+            self.router = Fleet(scenario, self.clock, self.bus, shared=shared,
+                                schedule=self._later)
+        else:
+            self.router = build_policy(scenario, policy, self.clock, self.bus)
         self._answer = FakeProviders(scenario).answer
         self._rng = random.Random(scenario.seed)
         self._heap: list[tuple[int, int, int, int, Any]] = []
         self._seq = 0
+        self._shares = 0
         self._last_event_ms = 0  # when the last thing happened: the run's end
         self._requests = 0
         self.wall_s = 0.0
@@ -107,6 +116,12 @@ class VirtualRun:
     def _next_seq(self) -> int:
         self._seq += 1
         return self._seq
+
+    def _later(self, at_ms: int, call: Callable[[], None]) -> None:
+        """Run `call` at virtual time `at_ms` (a fleet's propagation delays). Numbered on
+        their own: ties are broken within a phase, and this is the only one they use."""
+        self._shares += 1
+        heapq.heappush(self._heap, (at_ms, _SHARE, 0, self._shares, call))
 
     @property
     def done(self) -> bool:
@@ -154,6 +169,8 @@ class VirtualRun:
                 if fate is not None:
                     routing.record(fate.status, fate.classification)
                 advance(routing, now)
+            elif phase == _SHARE:
+                payload()
             else:
                 fault, edge = payload
                 emit(FaultEvent(now, fault.name, edge, str(fault.target)))

@@ -31,8 +31,9 @@ def test_shipped_scenario_passes_its_own_check(name: str, tmp_path: Path,
     out = capsys.readouterr().out
     assert code == 0, out
     data = json.loads(report.read_text())
+    fleet = {"isolated"} if load_scenario(SCENARIOS_DIR / f"{name}.yaml").replicas > 1 else set()
     assert data["scenario"] == name and set(data["policies"]) == {
-        "resilient", "naive", "backoff", "no-dedup"}
+        "resilient", "naive", "backoff", "no-dedup", *fleet}
     assert data["checks"] and all(c["ok"] for c in data["checks"])
     assert load_scenario(SCENARIOS_DIR / f"{name}.yaml").description
 

@@ -12,6 +12,7 @@ from simulator.virtual import run_virtual
 
 #: sha256 of each shipped scenario's trace under the resilient policy (seed from the file)
 PINNED = {
+    "fleet-429-storm": "d7b40fc06a4553cb30f0563dc7258969626526f5af01512ce44990eb51ea8a48",
     "429-storm": "1e5057bb2a9f91dbc50c92b29059b05028c6f50ae270aa8d7e15a4c03953ffe7",
     "auth-revoked": "34a7dad5abf4d6f5c9c09e3d09caad6ebc6cbe31592f0acf073cca47f6be69d1",
     "demo": "87f9a1c6c1c3b9697020b2d16c6edebaeb546f5e85f86bddbe3ea0d680975391",
@@ -22,8 +23,9 @@ PINNED = {
     "vpn-blip": "6500fd88c263ef65e9180f7b2f15e6a1edf6c471162465a7105865568080f311",
 }
 #: the same traces without their `budget` and `wait` lines (added by the console's "why"
-#: view): exactly the traces pinned before those events existed
+#: view): for the scenarios older than those events, exactly the traces pinned before them
 WITHOUT_WHY = {
+    "fleet-429-storm": "0621cbb874074a30249c1f9795fc3dc51258e61f78bee3a63c3cef9f1c3bf715",
     "429-storm": "989c70eb443adcd4ed739b0bf539e0eb3631657eddfbfaf232a20bb6bb2a9b95",
     "auth-revoked": "07d91e789ec5212cc0a1574efad3898bd969e0aad3c5845edd6f6cf78c72de09",
     "demo": "8d0a700dc5bbbcd52cd03a3841aded01b19fd4d2df3008f8fd608297994b1c3b",

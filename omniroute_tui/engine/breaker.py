@@ -89,6 +89,9 @@ class ProviderBreaker:
         self._leases: dict[int, int] = {}  # probe token -> lease expiry
         self._next_token = 1
         self._admitted = BreakerAdmission(True, 0)
+        #: in a fleet, asked before a HALF_OPEN probe slot is claimed: the fleet-wide
+        #: lease (one probe per reset window for every replica); None: no fleet
+        self.probe_gate: Callable[[int], bool] | None = None
 
     # -- reading -----------------------------------------------------------------------
 
@@ -138,7 +141,8 @@ class ProviderBreaker:
                 retry_after_ms=self.retry_after_ms(now),
             )
         if self._state is _HALF_OPEN:
-            if self._free_slots == 0:
+            if self._free_slots == 0 or (self.probe_gate is not None
+                                         and not self.probe_gate(now)):
                 return BreakerAdmission(
                     False, self._epoch, skip=SkipReason.HALF_OPEN_BUSY,
                     retry_after_ms=self.retry_after_ms(now),
@@ -226,6 +230,30 @@ class ProviderBreaker:
         self._forced_until = now + duration_ms
         # announced even when already OPEN: the window changed (and the store must know)
         self._open(now, "operator_force_open", None, duration_ms=duration_ms, announce=True)
+
+    def ordinary(self) -> BreakerAdmission:
+        """The admission of an ordinary (non-probe) attempt now, for a failure another
+        replica saw: it counts as one seen here would."""
+        return BreakerAdmission(True, self._epoch)
+
+    def adopt_open(self, now: int, until: int) -> bool:
+        """Another replica opened the breaker until `until`: be OPEN until then too (never
+        shortening an OPEN window of one's own). Returns whether anything changed."""
+        self._refresh(now)
+        if until <= now or (self._state is _OPEN and self._opened_at is not None
+                            and self._opened_at + self._open_for_ms >= until):
+            return False
+        self._open(now, "fleet_open", None, duration_ms=until - now, announce=True)
+        return True
+
+    def adopt_close(self, now: int) -> bool:
+        """Another replica's probe succeeded: close an OPEN or HALF_OPEN breaker (a
+        forced-open one stays: its operator said until when)."""
+        self._refresh(now)
+        if self._state not in _OPEN_STATES or self._forced_until is not None:
+            return False
+        self._close(now, "fleet_closed")
+        return True
 
     def restore(self, snapshot: BreakerSnapshot) -> None:
         """Load persisted state; probe leases do not survive a restart."""

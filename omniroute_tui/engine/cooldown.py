@@ -86,6 +86,18 @@ class ConnectionCooldown:
             self._emit(CooldownEvent(now, self.provider, self.connection, kind, self.level,
                                      self.cooling_until, hint_ms))
 
+    def merge(self, now: int, kind: FailureKind, level: int, until: int) -> bool:
+        """Another replica's cooldown of this connection: the later deadline and the
+        higher level win, so a merge never shortens one (and merging twice is once)."""
+        if until <= self.cooling_until and level <= self.level:
+            return False
+        self.cooling_until = max(self.cooling_until, until)
+        self.level = max(self.level, level)
+        self.last_error, self.last_error_at = kind, now
+        self._emit(CooldownEvent(now, self.provider, self.connection, kind, self.level,
+                                 self.cooling_until, None))
+        return True
+
     def record_success(self, now: int) -> None:
         """The connection served: backoff level back to 0, last error cleared."""
         self.last_error = None

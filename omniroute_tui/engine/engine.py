@@ -15,10 +15,19 @@ from ..clock import Clock
 from .breaker import BreakerAdmission, BreakerSnapshot, ProviderBreaker
 from .classify import Classification
 from .cooldown import ConnectionSnapshot
-from .events import DedupEvent, EventBus, OperatorEvent
+from .events import (
+    BreakerEvent,
+    CooldownEvent,
+    DedupEvent,
+    Event,
+    EventBus,
+    LockoutEvent,
+    OperatorEvent,
+    ResultEvent,
+)
 from .herd import FailureDedup, RetryBudget
 from .jitter import Jitter
-from .kinds import FailureKind
+from .kinds import BreakerState, FailureKind
 from .lockout import LockoutSnapshot, ModelLockouts
 from .pool import ConnectionPool, Unavailable
 from .retry_hints import MAX_HINT_MS
@@ -195,6 +204,49 @@ class ResilienceEngine:
     ) -> None:
         """Apply one attempt's classified outcome to every layer (table of SPEC §2)."""
         self._state(provider).record(self.now(), connection, model, admission, outcome)
+
+    # -- a fleet: what other replicas saw -------------------------------------------------
+
+    def merge(self, event: Event) -> bool:
+        """Apply a state change another replica announced (`event` is its event, `t` when
+        it happened there), by rules that keep the spec's guarantees fleet-wide: deadlines
+        only extend, a breaker another replica opened is OPEN here until the same
+        deadline, one closed by a successful probe closes here, and a failure seen there
+        counts here as it would have there (through this replica's dedup windows, so one
+        incident counts once). Changes here are announced as this engine's own events.
+        Returns whether anything changed; anything else is ignored."""
+        now = self.now()
+        if isinstance(event, BreakerEvent):
+            state = self._providers.get(event.provider)
+            if state is None:
+                return False
+            if event.to is BreakerState.OPEN and event.retry_after_ms is not None:
+                return state.breaker.adopt_open(now, event.t + event.retry_after_ms)
+            if event.to is BreakerState.CLOSED and event.from_ is BreakerState.HALF_OPEN:
+                return state.breaker.adopt_close(now)
+            return False
+        if isinstance(event, CooldownEvent):
+            state = self._providers.get(event.provider)
+            pos = None if state is None else state.pool.position.get(event.connection)
+            if state is None or pos is None or event.kind is None:
+                return False
+            return state.pool.merge(pos, now, event.kind, event.level, event.until)
+        if isinstance(event, LockoutEvent):
+            state = self._providers.get(event.provider)
+            if (state is None or event.kind is None
+                    or event.connection not in state.pool.position):
+                return False
+            return state.lockouts.merge(now, event.connection, event.model, event.kind,
+                                        event.failures, event.until)
+        if isinstance(event, ResultEvent) and event.kind is not None:
+            state = self._providers.get(event.provider)
+            if (state is None or not state.breaker.settings.counts(event.kind)
+                    or not state.breaker.admits_traffic(now)  # OPEN: its own event says so
+                    or state.dedup.admit(event.t, event.connection, event.kind) is not None):
+                return False
+            state.breaker.record_failure(now, event.kind, state.breaker.ordinary(), None)
+            return True
+        return False
 
     # -- operator actions --------------------------------------------------------------
 

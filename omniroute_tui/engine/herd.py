@@ -37,6 +37,7 @@ class FailureDedup:
         return None
 
 
+
 class RetryBudget:
     """A provider's token bucket for same-request retries.
 

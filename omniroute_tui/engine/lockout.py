@@ -88,6 +88,22 @@ class ModelLockouts:
         self.entries[(connection, model)] = _Entry(kind, failures, now, until)
         self._emit(LockoutEvent(now, self.provider, connection, model, kind, failures, until))
 
+    def merge(self, now: int, connection: str, model: str, kind: FailureKind, failures: int,
+              until: int) -> bool:
+        """Another replica's lockout of the key: the later deadline and the higher count
+        win. Returns whether anything changed."""
+        entry = self.entries.get((connection, model))
+        if entry is not None and until <= entry.until and failures <= entry.failures:
+            return False
+        if entry is None:
+            entry = self.entries[(connection, model)] = _Entry(kind, failures, now, until)
+        else:
+            entry.kind, entry.last_failure_at = kind, now
+            entry.failures, entry.until = max(entry.failures, failures), max(entry.until, until)
+        self._emit(LockoutEvent(now, self.provider, connection, model, kind, entry.failures,
+                                entry.until))
+        return True
+
     def record_success(self, now: int, connection: str, model: str) -> None:
         """Success halves the failure count; at 0 the key's history is dropped."""
         entry = self.entries.get((connection, model))

@@ -83,6 +83,14 @@ class ConnectionPool:
         self._reindex(pos, now)
         return changed
 
+    def merge(self, pos: int, now: int, kind: FailureKind, level: int, until: int) -> bool:
+        """Another replica's cooldown of the connection at `pos`: extend, never shorten
+        (the later deadline and the higher level win). Returns whether anything changed."""
+        changed = self.cooldowns[pos].merge(now, kind, level, until)
+        if changed:
+            self._reindex(pos, now)
+        return changed
+
     def restore(self, snapshot: ConnectionSnapshot, now: int) -> None:
         """Load one persisted connection (an expired cooldown comes back cleared)."""
         pos = self.position[snapshot.connection]

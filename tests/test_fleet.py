@@ -1,0 +1,116 @@
+"""A fleet: the engine's merge rules for what other replicas saw, and a fleet of routers in
+virtual time sharing state through them (or not)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from omniroute_tui.engine import BreakerState, FailureKind
+from omniroute_tui.engine.events import BreakerEvent, CooldownEvent, LockoutEvent, ResultEvent
+from simulator.scenario import load_scenario, resolve_scenario
+from simulator.virtual import run_virtual
+
+from .helpers import ADMIT, fail, make_engine
+
+
+def test_a_merged_cooldown_extends_and_never_shortens() -> None:
+    engine, clock, rec = make_engine({"p": ("a",)})
+    clock.set(1_000)
+    engine.record("p", "a", "m", ADMIT, fail(FailureKind.RATE_LIMITED, 30_000))  # until 31 s
+    longer = CooldownEvent(900, "p", "a", FailureKind.RATE_LIMITED, 3, 50_000, None)
+    shorter = CooldownEvent(900, "p", "a", FailureKind.RATE_LIMITED, 0, 20_000, None)
+    assert engine.merge(shorter) is False
+    assert engine.connection_snapshot("p", "a").cooling_until == 31_000
+    assert engine.merge(longer) is True
+    snap = engine.connection_snapshot("p", "a")
+    assert (snap.cooling_until, snap.level) == (50_000, 3)
+    assert engine.merge(longer) is False  # twice is once
+    assert list(engine.candidates("p", "m")) == []
+    assert rec.of("cooldown")[-1]["until"] == 50_000  # announced as its own event
+
+
+def test_a_merged_lockout_extends_and_a_foreign_connection_is_ignored() -> None:
+    engine, clock, _ = make_engine({"p": ("a",)})
+    event = LockoutEvent(0, "p", "a", "m", FailureKind.FORBIDDEN, 2, 60_000)
+    assert engine.merge(event) is True
+    assert engine.merge(LockoutEvent(0, "p", "a", "m", FailureKind.FORBIDDEN, 1, 10_000)) \
+        is False
+    assert engine.merge(LockoutEvent(0, "p", "zz", "m", FailureKind.FORBIDDEN, 1, 10_000)) \
+        is False
+    (snap,) = engine.lockout_snapshots("p")
+    assert (snap.failures, snap.until) == (2, 60_000)
+
+
+def test_an_open_breaker_is_adopted_until_the_same_deadline_and_a_close_follows() -> None:
+    engine, clock, rec = make_engine({"p": ("a",)})
+    clock.set(10_050)  # 50 ms after the other replica opened for 10 s
+    opened = BreakerEvent(10_000, "p", BreakerState.CLOSED, BreakerState.OPEN, "threshold",
+                          5, 10_000)
+    assert engine.merge(opened) is True
+    snap = engine.breaker_snapshot("p")
+    assert snap.state is BreakerState.OPEN and snap.retry_after_ms == 9_950
+    assert rec.of("breaker")[-1]["reason"] == "fleet_open"
+    closed = BreakerEvent(21_000, "p", BreakerState.HALF_OPEN, BreakerState.CLOSED,
+                          "probe_succeeded", 0, None)
+    clock.set(21_050)
+    assert engine.merge(closed) is True
+    assert engine.breaker_snapshot("p").state is BreakerState.CLOSED
+
+
+def test_failures_count_fleet_wide_once_an_incident() -> None:
+    engine, clock, _ = make_engine({"p": ("a", "b")})
+    for t in range(5):  # five failures another replica saw on one key within 5 s
+        assert engine.merge(ResultEvent(t, "p", 1, "p", "a", "m", 500,
+                                        FailureKind.SERVER_ERROR, 10)) is (t == 0)
+    assert engine.breaker_snapshot("p").failures == 1  # one incident (connection window)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 120_000), st.integers(0, 6),
+                          st.integers(1, 600_000)), max_size=30),
+       st.randoms(use_true_random=False))
+def test_merged_deadlines_never_shorten_and_converge(
+        changes: list[tuple[int, int, int]], rng: object) -> None:
+    """Three replicas, each merging every cooldown change in its own order, end with the
+    same deadline and level, the latest and highest of them all, never shortening one on
+    the way."""
+    replicas = [make_engine({"p": ("a",)})[0] for _ in range(3)]
+    events = [CooldownEvent(t, "p", "a", FailureKind.RATE_LIMITED, level, t + length, None)
+              for t, level, length in changes]
+    for engine in replicas:
+        order = list(events)
+        rng.shuffle(order)  # type: ignore[attr-defined]
+        for event in order:
+            before = engine.connection_snapshot("p", "a").cooling_until
+            engine.merge(event)
+            assert engine.connection_snapshot("p", "a").cooling_until >= before
+    expected = max([0, *(e.until for e in events)])
+    level = max([0, *(e.level for e in events)])
+    for engine in replicas:
+        snap = engine.connection_snapshot("p", "a")
+        assert (snap.cooling_until, snap.level) == (expected, level)
+
+
+def test_a_shared_fleet_sends_a_third_of_the_probes_of_an_isolated_one() -> None:
+    scenario = load_scenario(resolve_scenario("fleet-429-storm"))
+    assert (scenario.replicas, scenario.shared_state, scenario.propagation_ms) == (3, True, 50)
+    shared = run_virtual(scenario, "resilient")
+    isolated = run_virtual(scenario, "isolated")
+    probes = (shared["providers"]["alpha"]["probes"], isolated["providers"]["alpha"]["probes"])
+    assert probes == (19, 60)  # 24 reset windows in the storm: one probe each, or three
+    assert shared["success_rate"] == isolated["success_rate"] == 1.0
+    assert scenario.policies == ("resilient", "naive", "backoff", "no-dedup", "isolated")
+
+
+def test_fleet_fields_are_checked() -> None:
+    import pytest
+
+    from omniroute_tui.config.problems import ConfigError
+
+    base = (resolve_scenario("fleet-429-storm")).read_text()
+    for bad, words in (("replicas: 3", "replicas: 40"), ("shared_state: true", "shared_state: 2"),
+                       ("propagation: 50ms", "propagation: 2m")):
+        with pytest.raises(ConfigError) as caught:
+            load_scenario("fleet.yaml", text=base.replace(bad, words))
+        assert words.split(":")[0] in str(caught.value)
