@@ -49,10 +49,12 @@ class Running:
 @asynccontextmanager
 async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = SCENARIO,
                           limits: GatewayLimits | None = None, busy_timeout_ms: int = 2000,
+                          redis: tuple[str, str] | None = None,
                           ) -> AsyncIterator[Running]:
+    """A gateway on its own fakes; `redis` (URL, key prefix) makes it a fleet replica."""
     loaded = load_scenario("gateway.yaml", text=scenario)
     fakes = await start_fakes(loaded)
-    store = None
+    store = link = None
     server = None
     try:
         text = yaml.safe_dump(router_config_for(loaded, fakes))
@@ -62,7 +64,13 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             store = await SqliteStore.open(tmp_path / "state.db",
                                            busy_timeout_ms=busy_timeout_ms)
             await store.attach(router.engine)
-        gateway = Gateway(router, config.providers, token=TOKEN, store=store, limits=limits)
+        if redis is not None:
+            from omniroute_tui.store.redis_link import RedisLink
+
+            link = RedisLink(redis[0], prefix=redis[1])
+            await link.attach(router.engine)
+        gateway = Gateway(router, config.providers, token=TOKEN, store=store, limits=limits,
+                          fleet=link)
         server = GatewayServer(gateway, "127.0.0.1", 0)
         await server.start()
         yield Running(server.url, gateway, text, server)
@@ -71,6 +79,8 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             await server.stop()
         if store is not None:
             await store.close()
+        if link is not None:
+            await link.close()
         await stop_fakes(fakes)
 
 

@@ -167,3 +167,18 @@ def test_gateway_limits_are_read_from_the_config() -> None:
             "gateway:\n  limits: {max_body: 5, head_timeout: 0s, max_json_depth: -1}\n"))
     reasons = " | ".join(f"{p.field}: {p.reason}" for p in info.value.problems)
     assert "max_body" in reasons and "head_timeout" in reasons and "max_json_depth" in reasons
+
+
+def test_a_fleet_store_is_a_redis_url_and_not_a_file_too() -> None:
+    base = ("providers:\n  p: {base_url: 'http://127.0.0.1:9/v1', models: [m], "
+            "connections: [{id: a, api_key: sk-test-key-00001}]}\nroutes:\n"
+            "  r: {targets: [p/m]}\n")
+    config = load_router_config("r.yaml", text=base + "store: {redis: 'redis://127.0.0.1:6379/0',"
+                                                      " prefix: shop}\n")
+    assert (config.store_redis, config.store_prefix, config.store_path) == (
+        "redis://127.0.0.1:6379/0", "shop", None)
+    for store, words in (("{redis: 'http://x'}", "redis:// , rediss:// or unix://"),
+                         ("{path: s.db, redis: 'redis://h'}", "give store.path (one router)")):
+        with pytest.raises(ConfigError) as caught:
+            load_router_config("r.yaml", text=base + f"store: {store}\n")
+        assert words.replace(" ,", ",") in str(caught.value)

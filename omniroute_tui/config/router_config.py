@@ -73,6 +73,8 @@ class RouterConfig:
     routes: Mapping[str, Route]
     settings: ResilienceSettings  # global: request.max_attempts, admission, jitter
     store_path: str | None = None
+    store_redis: str | None = None  # a fleet's shared state (redis://host:6379/0)
+    store_prefix: str = "omniroute"
     gateway_listen: str | None = None
     gateway_token_file: str | None = None
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
@@ -281,12 +283,23 @@ def load_router_config(
     providers = parse_providers(src, data.get("providers", {}), ("providers",), patch,
                                 env=os.environ if env is None else env)
     routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
-    store_path = listen = token_file = None
+    store_path = store_redis = listen = token_file = None
+    prefix = "omniroute"
     limits = GatewayLimits()
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
-        reject_unknown(src, store, ("store",), ("path",))
+        reject_unknown(src, store, ("store",), ("path", "redis", "prefix"))
         if "path" in store:
             store_path = read_str(src, store["path"], ("store", "path"))
+        if "redis" in store:
+            store_redis = read_str(src, store["redis"], ("store", "redis"))
+            if store_redis is not None and not store_redis.startswith(
+                    ("redis://", "rediss://", "unix://")):
+                src.problem(("store", "redis"), "expected a redis://, rediss:// or unix:// URL")
+            if store_path is not None:
+                src.problem(("store", "redis"), "a fleet keeps its state in Redis: give "
+                                                "store.path (one router) or store.redis")
+        if "prefix" in store:
+            prefix = read_str(src, store["prefix"], ("store", "prefix")) or prefix
     if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
         reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits"))
         if "limits" in gw:
@@ -298,6 +311,7 @@ def load_router_config(
     src.raise_if_problems()
     return RouterConfig(
         providers=providers, routes=routes, settings=settings, store_path=store_path,
+        store_redis=store_redis, store_prefix=prefix,
         gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
         source=src.name,
     )

@@ -29,6 +29,7 @@ from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..router.core import Router, UnknownRoute
 from ..state_view import state_view
 from ..store import SqliteStore
+from ..store.redis_link import RedisLink
 from .auth import bearer_matches
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
@@ -68,6 +69,7 @@ class Gateway:
         store: SqliteStore | None = None,
         client: UpstreamClient | None = None,
         limits: GatewayLimits | None = None,
+        fleet: RedisLink | None = None,
     ) -> None:
         self.router = router
         self.limits = limits or GatewayLimits()
@@ -75,6 +77,7 @@ class Gateway:
         self.providers = providers
         self.token = token
         self.store = store
+        self.fleet = fleet
         self.client = client or UpstreamClient()
         self.driver = AsyncDriver(router, providers, self.client)
         self.events = EventBroadcaster(router.engine.bus)
@@ -204,8 +207,12 @@ class Gateway:
         `degraded` and `store` says since when, for the operator to see."""
         states = {b.provider: b.state.value for b in self.engine.snapshot().breakers}
         store = self.store_health()
-        status = "ok" if store is None or store["ok"] else "degraded"
-        return JSONResponse({"status": status, "providers": states, "store": store})
+        fleet = None if self.fleet is None else self.fleet.health().to_dict()
+        ok = (store is None or store["ok"]) and (fleet is None or fleet["ok"])
+        body = {"status": "ok" if ok else "degraded", "providers": states, "store": store}
+        if fleet is not None:
+            body["fleet"] = fleet  # the shared state in Redis, when this is a fleet
+        return JSONResponse(body)
 
     # -- the management API ----------------------------------------------------------------
 

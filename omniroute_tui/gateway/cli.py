@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--db-recover", choices=("fail", "set-aside"), default="fail",
                         help="a corrupt database: refuse (default) or set it aside and "
                              "start empty")
+    parser.add_argument("--redis", default=None, metavar="URL",
+                        help="share state with the other replicas of a fleet through this "
+                             "Redis (default: the config's store.redis)")
     parser.add_argument("--token-file", default=None,
                         help=f"the management API's bearer token (or ${TOKEN_ENV}); without "
                              "one the management API is not served")
@@ -47,7 +50,16 @@ async def _serve(args: argparse.Namespace) -> int:
     token = load_token(args.token_file or config.gateway_token_file)
     router = config.build(SystemClock())
     db = args.db or config.store_path
-    store = None
+    redis_url = args.redis or config.store_redis
+    if db and redis_url:
+        raise ValueError("a fleet keeps its state in Redis: give --db (one router) or "
+                         "--redis, not both")
+    store = link = None
+    if redis_url:
+        from ..store.redis_link import RedisLink
+
+        link = RedisLink(redis_url, prefix=config.store_prefix)
+        await link.attach(router.engine)
     if db:
         store = await SqliteStore.open(
             db, recover=Recovery.SET_ASIDE if args.db_recover == "set-aside" else Recovery.FAIL)
@@ -55,7 +67,7 @@ async def _serve(args: argparse.Namespace) -> int:
             print(f"the bad database was kept as {store.set_aside_from}", file=sys.stderr)
         await store.attach(router.engine)
     gateway = Gateway(router, config.providers, token=token, store=store,
-                      limits=config.gateway_limits)
+                      limits=config.gateway_limits, fleet=link)
     server = GatewayServer(gateway, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -73,6 +85,8 @@ async def _serve(args: argparse.Namespace) -> int:
         if store is not None:
             # one last bounded write; what could not be written is logged
             await store.close(timeout_s=3)
+        if link is not None:
+            await link.close()
     print("omniroute-gateway stopped", flush=True)
     return 0
 

@@ -443,7 +443,9 @@ def _take_lock(path: Path) -> IO[str]:
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        raise StoreError(StoreProblem.LOCKED, path, f"locked by {holder}") from None
+        raise StoreError(StoreProblem.LOCKED, path,
+                         f"locked by {holder} (one router a file: routers that run together "
+                         "share their state through Redis, `--redis URL`)") from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}\n")

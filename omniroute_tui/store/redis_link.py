@@ -1,0 +1,236 @@
+"""A replica's link to the rest of its fleet through Redis: its state changes go out on a
+Redis Stream, the others' come back in and are applied by the engine's merge rules.
+
+Nothing here is on the routing path: the engine routes from its own state, the link
+publishes and follows in background tasks, and a HALF_OPEN probe asks for the fleet's
+lease without waiting (the gate answers from the lease this replica holds and asks Redis
+for it in the background, so the request after the grant is the fleet's one probe).
+While Redis is away, outgoing changes queue (bounded), the link says it is failing, and on
+reconnect it replays what the stream kept before following it again: the merge rules are
+idempotent and indifferent to order for deadlines, so a replay is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+import redis.asyncio as redis
+from redis.exceptions import RedisError
+
+from ..engine.engine import ResilienceEngine
+from ..engine.events import (
+    BreakerEvent,
+    CooldownEvent,
+    Event,
+    LockoutEvent,
+    ResultEvent,
+    event_from_dict,
+)
+from ..engine.kinds import BreakerState
+from .sqlite_store import StoreHealth
+
+__all__ = ["SHARED_TYPES", "RedisLink"]
+
+log = logging.getLogger("omniroute.fleet")
+
+#: what a replica tells the others
+SHARED_TYPES: tuple[type[Event], ...] = (BreakerEvent, CooldownEvent, LockoutEvent, ResultEvent)
+#: after its probe has answered, a replica keeps the lease this long, so the others hear
+#: how it went before one of them probes the same window again
+LEASE_HANDOVER_MS = 1000
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RETRY_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+class RedisLink:
+    """Shares one engine's state with the other replicas on the same Redis `prefix`."""
+
+    def __init__(self, url: str, *, prefix: str = "omniroute", replica: str | None = None,
+                 queue_limit: int = 10_000, stream_limit: int = 10_000) -> None:
+        self.url = url
+        self.prefix = prefix
+        # host and pid say where it runs; the suffix tells two links in one process apart
+        self.replica = replica or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.stream = f"{prefix}:events"
+        self._redis: Any = redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        self._outbox: deque[Event] = deque(maxlen=queue_limit)
+        self._stream_limit = stream_limit
+        self._engine: ResilienceEngine | None = None
+        self._merging = False
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._held: dict[str, int] = {}  # provider -> lease held until (epoch ms)
+        self._asking: set[str] = set()
+        self._failing_since: int | None = None
+        self._error: str | None = None
+        self.dropped = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def attach(self, engine: ResilienceEngine) -> None:
+        """Follow and publish `engine`'s state from now on; Redis need not answer yet."""
+        self._engine = engine
+        engine.bus.subscribe(self._publish, *SHARED_TYPES)
+        for provider in engine.providers():
+            layers = engine.layers(provider)
+            layers.breaker.probe_gate = (
+                lambda now, p=provider, ms=layers.timeout_ms: self._gate(p, ms, now))
+        self._tasks = [asyncio.create_task(self._write_loop(), name="omniroute-fleet-out"),
+                       asyncio.create_task(self._follow_loop(), name="omniroute-fleet-in")]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(RedisError, OSError):
+            await self._flush()  # what is still queued, once, if Redis answers
+        await self._redis.aclose()
+
+    def health(self) -> StoreHealth:
+        return StoreHealth(self._failing_since is None, self._failing_since, self._error,
+                           len(self._outbox))
+
+    # -- out ----------------------------------------------------------------------------------
+
+    def _publish(self, event: Event) -> None:
+        if (isinstance(event, BreakerEvent) and event.from_ is BreakerState.HALF_OPEN
+                and self._held.get(event.provider, 0) > 0):
+            self._hand_over(event.provider)  # however its HALF_OPEN ended
+        if self._merging:
+            return  # a merge's own announcement is not news for the others
+        if isinstance(event, ResultEvent) and event.kind is None:
+            return  # successes change nothing elsewhere
+        if len(self._outbox) == self._outbox.maxlen:
+            self.dropped += 1
+        self._outbox.append(event)
+        self._wake.set()
+
+    async def _write_loop(self) -> None:
+        failures = 0
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._flush()
+            except (RedisError, OSError) as exc:
+                self._failed(exc)
+                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+                failures += 1
+                self._wake.set()
+                continue
+            failures = 0
+
+    async def _flush(self) -> None:
+        while self._outbox:
+            batch = list(self._outbox)[:500]
+            pipe = self._redis.pipeline(transaction=False)
+            for event in batch:
+                pipe.xadd(self.stream, {"replica": self.replica, "event": event.to_json()},
+                          maxlen=self._stream_limit, approximate=True)
+            await pipe.execute()
+            for _ in batch:
+                self._outbox.popleft()
+            self._recovered()
+
+    # -- in -----------------------------------------------------------------------------------
+
+    async def _follow_loop(self) -> None:
+        last: str | None = None  # None: replay what the stream kept, then follow
+        failures = 0
+        while True:
+            try:
+                if last is None:
+                    last = "0-0"
+                    for entry_id, fields in await self._redis.xrange(self.stream):
+                        self._apply(fields)
+                        last = entry_id.decode()
+                answer = await self._redis.xread({self.stream: last}, block=1000, count=500)
+                for _, entries in answer or ():
+                    for entry_id, fields in entries:
+                        self._apply(fields)
+                        last = entry_id.decode()
+                self._recovered()
+                failures = 0
+            except (RedisError, OSError) as exc:
+                self._failed(exc)
+                last = None  # reconnected: replay, the merges make that safe
+                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+                failures += 1
+
+    def _apply(self, fields: dict[bytes, bytes]) -> None:
+        assert self._engine is not None
+        if fields.get(b"replica", b"").decode() == self.replica:
+            return
+        try:
+            event = event_from_dict(json.loads(fields[b"event"]))
+        except (KeyError, ValueError, TypeError) as exc:
+            log.warning("skipped a fleet entry this replica cannot read: %s", exc)
+            return
+        self._merging = True
+        try:
+            self._engine.merge(event)
+        finally:
+            self._merging = False
+
+    # -- the probe lease ---------------------------------------------------------------------
+
+    def _gate(self, provider: str, lease_ms: int, now: int) -> bool:
+        if self._held.get(provider, 0) > now:
+            return True
+        if provider not in self._asking:
+            self._asking.add(provider)
+            task = asyncio.get_running_loop().create_task(self._ask(provider, lease_ms))
+            task.add_done_callback(lambda _: self._asking.discard(provider))
+        return False
+
+    async def _ask(self, provider: str, lease_ms: int) -> None:
+        key = f"{self.prefix}:lease:{provider}"
+        try:
+            if await self._redis.set(key, self.replica, nx=True, px=lease_ms):
+                self._held[provider] = _now_ms() + lease_ms
+        except (RedisError, OSError) as exc:
+            self._failed(exc)  # no lease without Redis: the fleet's others may hold it
+
+    def _hand_over(self, provider: str) -> None:
+        """Our probe has answered: keep the lease only until the others have heard."""
+        self._held[provider] = 0
+        key = f"{self.prefix}:lease:{provider}"
+
+        async def shorten() -> None:
+            with contextlib.suppress(RedisError, OSError):
+                await self._redis.eval(_RELEASE, 1, key, self.replica, LEASE_HANDOVER_MS)
+
+        asyncio.get_running_loop().create_task(shorten())
+
+    # -- health -------------------------------------------------------------------------------
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._failing_since is None:
+            self._failing_since = _now_ms()
+            log.error("the fleet's Redis at %s fails: %s (routing goes on, on this replica's "
+                      "own state; changes queue)", self.url, exc)
+        self._error = f"{type(exc).__name__}: {exc}"[:300]
+
+    def _recovered(self) -> None:
+        if self._failing_since is not None:
+            log.warning("the fleet's Redis answers again; %d change(s) queued",
+                        len(self._outbox))
+            self._failing_since, self._error = None, None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
