@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/sim_throughput.py
 	$(BIN)/python bench/console_refresh.py
 	$(BIN)/python bench/gateway_overhead.py
+	$(BIN)/python bench/fleet.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
