@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omniroute_tui.engine import BreakerState, FailureKind
-from omniroute_tui.engine.events import BreakerEvent, CooldownEvent, LockoutEvent, ResultEvent
+from omniroute_tui.engine.events import (
+    BreakerEvent,
+    CooldownEvent,
+    LockoutEvent,
+    OperatorEvent,
+    ResultEvent,
+)
 from simulator.scenario import load_scenario, resolve_scenario
 from simulator.virtual import run_virtual
 
@@ -114,3 +120,21 @@ def test_fleet_fields_are_checked() -> None:
         with pytest.raises(ConfigError) as caught:
             load_scenario("fleet.yaml", text=base.replace(bad, words))
         assert words.split(":")[0] in str(caught.value)
+
+
+def test_an_operators_action_elsewhere_is_done_here_without_a_second_audit() -> None:
+    engine, clock, rec = make_engine({"p": ("a", "b"), "q": ("x",)})
+    engine.record("p", "a", "m", ADMIT, fail(FailureKind.RATE_LIMITED, 60_000))
+    engine.record("p", "b", "m", ADMIT, fail(FailureKind.FORBIDDEN))
+    engine.record("q", "x", "n", ADMIT, fail(FailureKind.FORBIDDEN))
+    engine.force_open("p", 60_000, actor="here")
+    rec.clear()
+    for action, target in (("clear_cooldown", "p/a"), ("disable", "p/b"),
+                           ("clear_lockouts", "*/*/m"), ("reset_breaker", "p")):
+        assert engine.merge(OperatorEvent(0, action, target, "there", "ok")) is True
+    assert engine.connection_snapshot("p", "a").cooling_until <= clock.now_ms()
+    assert engine.connection_snapshot("p", "b").disabled
+    assert engine.lockout_snapshots("p") == () and len(engine.lockout_snapshots("q")) == 1
+    assert engine.breaker_snapshot("p").state is BreakerState.CLOSED
+    assert rec.of("operator") == []  # audited where the operator acted
+    assert engine.merge(OperatorEvent(0, "clear_cooldown", "p/nope", "there", "ok")) is False

@@ -139,3 +139,15 @@ async def test_two_gateways_on_one_redis_share_a_force_open(prefix: str, tmp_pat
         await eventually(open_there, timeout_s=5, what="the force-open on the other replica")
         health = (await http.get(f"{other.url}/health")).json()
         assert health["status"] == "ok" and health["fleet"]["ok"] is True
+        # an operator's reset on the other replica closes it here too, audited there only
+        reply = await http.post(f"{other.url}/api/resilience/breakers/healthy/reset",
+                                headers=auth)
+        assert reply.status_code == 200
+
+        async def closed_here() -> bool:
+            health = (await http.get(f"{one.url}/health")).json()
+            return bool(health["providers"]["healthy"] == "CLOSED")
+
+        await eventually(closed_here, timeout_s=5, what="the reset on the first replica")
+        audit = (await http.get(f"{one.url}/api/resilience/audit", headers=auth)).json()
+        assert [e["action"] for e in audit["entries"]] == ["force_open"]

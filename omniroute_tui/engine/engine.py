@@ -213,9 +213,13 @@ class ResilienceEngine:
         only extend, a breaker another replica opened is OPEN here until the same
         deadline, one closed by a successful probe closes here, and a failure seen there
         counts here as it would have there (through this replica's dedup windows, so one
-        incident counts once). Changes here are announced as this engine's own events.
-        Returns whether anything changed; anything else is ignored."""
+        incident counts once), and an operator's reset, clear, enable or disable is done
+        here too (audited once, where the operator did it). Changes here are announced as
+        this engine's own events. Returns whether anything changed; anything else is
+        ignored."""
         now = self.now()
+        if isinstance(event, OperatorEvent):
+            return self._merge_action(now, event)
         if isinstance(event, BreakerEvent):
             state = self._providers.get(event.provider)
             if state is None:
@@ -246,6 +250,32 @@ class ResilienceEngine:
                 return False
             state.breaker.record_failure(now, event.kind, state.breaker.ordinary(), None)
             return True
+        return False
+
+    def _merge_action(self, now: int, event: OperatorEvent) -> bool:
+        """Another replica's operator action that a merge alone would not carry out (they
+        shorten deadlines); a force-open arrives as its breaker event."""
+        parts = event.target.split("/")
+        state = self._providers.get(parts[0])
+        if event.action == "clear_lockouts":
+            names = tuple(self._providers) if parts[0] == "*" else (parts[0],)
+            conn, model = (None if len(parts) < i + 1 or parts[i] == "*" else parts[i]
+                           for i in (1, 2))
+            return sum(self._providers[n].lockouts.clear(now, conn, model)
+                       for n in names if n in self._providers) > 0
+        if state is None:
+            return False
+        if event.action == "reset_breaker":
+            state.breaker.reset(now)
+            return True
+        pos = state.pool.position.get(parts[1]) if len(parts) > 1 else None
+        if pos is None:
+            return False
+        if event.action == "clear_cooldown":
+            return state.pool.clear(pos, now)
+        if event.action in ("enable", "disable"):
+            return state.pool.set_enabled(pos, now, event.action == "enable",
+                                          f"operator {event.actor}")
         return False
 
     # -- operator actions --------------------------------------------------------------

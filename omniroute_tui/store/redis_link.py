@@ -32,6 +32,7 @@ from ..engine.events import (
     CooldownEvent,
     Event,
     LockoutEvent,
+    OperatorEvent,
     ResultEvent,
     event_from_dict,
 )
@@ -42,8 +43,10 @@ __all__ = ["SHARED_TYPES", "RedisLink"]
 
 log = logging.getLogger("omniroute.fleet")
 
-#: what a replica tells the others
-SHARED_TYPES: tuple[type[Event], ...] = (BreakerEvent, CooldownEvent, LockoutEvent, ResultEvent)
+#: what a replica tells the others (operator actions too: a reset or a clear shortens a
+#: deadline, which no merge does, so the action itself goes out)
+SHARED_TYPES: tuple[type[Event], ...] = (
+    BreakerEvent, CooldownEvent, LockoutEvent, ResultEvent, OperatorEvent)
 #: after its probe has answered, a replica keeps the lease this long, so the others hear
 #: how it went before one of them probes the same window again
 LEASE_HANDOVER_MS = 1000
