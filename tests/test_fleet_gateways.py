@@ -1,0 +1,147 @@
+"""Three `omniroute-gateway` processes on one Redis, in front of `omniroute-sim serve`
+fakes with a provider outage: the outage opens the breaker on every replica, an operator's
+force-open and reset reach the others, a replica killed with SIGKILL changes nothing for
+the others, and a restarted one resumes from the shared state."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from .gateway_helpers import TOKEN, free_port
+from .waiting import eventually_sync
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+FAKES = """\
+name: fleet-outage
+duration: 10m
+resilience: {breaker: {failure_threshold: 2, degraded_threshold: 1, reset_timeout: 10m},
+             dedup: {connection_window: 0s, network_window: 0s}}
+providers:
+  broken: {models: [m], latency: 2ms, connections: [b1, b2]}
+  healthy: {models: [m], latency: 2ms, connections: [h1]}
+routes:
+  chat: {targets: [broken/m, healthy/m]}
+faults:
+  - {name: outage, target: broken, error: 503, at: 0s, for: 10m}
+"""
+AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "fleet-test"}
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"no Redis answers at {REDIS_URL}: {exc}")
+    name = f"omniroute-test-{uuid.uuid4().hex[:12]}"
+    yield name
+    keys = list(client.scan_iter(match=f"{name}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@contextlib.contextmanager
+def process(args: list[str], **kwargs: object) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, **kwargs)  # type: ignore[call-overload]
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def gateway(config: Path, port: int) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
+    return process(["omniroute_tui.gateway", "--config", str(config), "--listen",
+                    f"127.0.0.1:{port}"], env={**os.environ, "OMNIROUTE_TOKEN": TOKEN})
+
+
+def up(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def breaker(url: str, provider: str) -> dict[str, object]:
+    state = httpx.get(f"{url}/api/resilience/state", headers=AUTH, timeout=5).json()
+    return next(b for b in state["breakers"] if b["provider"] == provider)
+
+
+def test_three_gateways_share_one_state(tmp_path: Path, prefix: str) -> None:
+    scenario = tmp_path / "fakes.yaml"
+    scenario.write_text(FAKES)
+    config = tmp_path / "router.yaml"
+    with process(["simulator.cli", "serve", str(scenario), "--for", "5m", "--config-out",
+                  str(config)]):
+        eventually_sync(config.exists, timeout_s=20, what="the fakes' router config")
+        config.write_text(config.read_text()
+                          + f"store: {{redis: '{REDIS_URL}', prefix: {prefix}}}\n")
+        ports = [free_port() for _ in range(3)]
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        with gateway(config, ports[0]), gateway(config, ports[1]), \
+                gateway(config, ports[2]) as third:
+            for url in urls:
+                eventually_sync(lambda url=url: up(url), timeout_s=20, what=f"{url}")
+            # the outage: answered by the fallback, and the breaker opens fleet-wide
+            for i in range(6):
+                reply = httpx.post(f"{urls[i % 3]}/v1/chat/completions", timeout=10,
+                                   json={"model": "chat", "messages": []})
+                assert reply.status_code == 200
+            for url in urls:
+                eventually_sync(lambda url=url: breaker(url, "broken")["state"] == "OPEN",
+                                timeout_s=5, what=f"the broken provider's breaker at {url}")
+            # an operator's force-open on one replica is in force on the others
+            delays = []
+            for i in range(20):
+                minutes = 10 + i
+                started = time.perf_counter()
+                assert httpx.post(f"{urls[0]}/api/resilience/breakers/healthy/force-open",
+                                  json={"for": f"{minutes}m"}, headers=AUTH).status_code == 200
+
+                def arrived(minutes: int = minutes) -> bool:
+                    b = breaker(urls[1], "healthy")
+                    return b["state"] == "OPEN" and int(b["retry_after_ms"] or 0) > (
+                        minutes * 60_000 - 5_000)
+
+                eventually_sync(arrived, timeout_s=5, poll_s=0.002, what="the force-open")
+                delays.append((time.perf_counter() - started) * 1000)
+            delays.sort()  # printed, not asserted: wall-clock time (bench/fleet.py times it)
+            # SIGKILL one replica: the others go on as before
+            os.kill(third.pid, signal.SIGKILL)
+            third.wait(timeout=10)
+            assert httpx.post(f"{urls[0]}/api/resilience/breakers/healthy/reset",
+                              headers=AUTH).status_code == 200
+            eventually_sync(lambda: breaker(urls[1], "healthy")["state"] == "CLOSED",
+                            timeout_s=5, what="the reset on the second replica")
+            reply = httpx.post(f"{urls[1]}/v1/chat/completions", timeout=10,
+                               json={"model": "chat", "messages": []})
+            assert reply.status_code == 200
+            # restarted, it resumes from the shared state: broken is OPEN there at once
+            with gateway(config, ports[2]):
+                eventually_sync(lambda: up(urls[2]), timeout_s=20, what="the restart")
+                eventually_sync(lambda: breaker(urls[2], "broken")["state"] == "OPEN",
+                                timeout_s=5, what="the shared state on the restarted one")
+                assert breaker(urls[2], "healthy")["state"] == "CLOSED"
+    print(f"force-open propagation: p50 {statistics.median(delays):.1f} ms, "
+          f"max {delays[-1]:.1f} ms")
