@@ -127,9 +127,20 @@ def test_three_gateways_share_one_state(tmp_path: Path, prefix: str) -> None:
                 eventually_sync(arrived, timeout_s=5, poll_s=0.002, what="the force-open")
                 delays.append((time.perf_counter() - started) * 1000)
             delays.sort()  # printed, not asserted: wall-clock time (bench/fleet.py times it)
-            # SIGKILL one replica: the others go on as before
+            # an action acknowledged by a replica has reached the fleet: SIGKILL right after
+            # it loses nothing; and the others go on as before
+            reply = httpx.post(f"{urls[2]}/api/resilience/connections/broken/b1/disable",
+                               headers=AUTH)
+            assert reply.status_code == 200 and reply.json()["shared"] is True
             os.kill(third.pid, signal.SIGKILL)
             third.wait(timeout=10)
+
+            def disabled_there() -> bool:
+                state = httpx.get(f"{urls[1]}/api/resilience/state", headers=AUTH).json()
+                return any(c["connection"] == "b1" and c["disabled"]
+                           for c in state["connections"])
+
+            eventually_sync(disabled_there, timeout_s=5, what="the action of the killed one")
             assert httpx.post(f"{urls[0]}/api/resilience/breakers/healthy/reset",
                               headers=AUTH).status_code == 200
             eventually_sync(lambda: breaker(urls[1], "healthy")["state"] == "CLOSED",

@@ -300,12 +300,16 @@ class Gateway:
         except ClientGone:
             return _client_gone(request)
 
-    def _done(self, **extra: Any) -> Response:
+    async def _done(self, **extra: Any) -> Response:
+        """An operator action's answer; in a fleet, given once the action has reached the
+        shared store (`shared`: false if it has not within a second: it is queued)."""
+        if self.fleet is not None:
+            extra["shared"] = await self.fleet.sync(timeout_s=1.0)
         return JSONResponse({"ok": True, **extra, **self._state()})
 
     async def reset_breaker(self, request: Request) -> Response:
         self.engine.reset_breaker(request.path_params["provider"], actor=self._actor(request))
-        return self._done()
+        return await self._done()
 
     async def force_open(self, request: Request) -> Response:
         body = await self._json_body(request)
@@ -323,7 +327,7 @@ class Gateway:
                                    actor=self._actor(request))
         except ValueError as exc:
             return error_response(400, f"`for`: {exc}")
-        return self._done()
+        return await self._done()
 
     async def connection_action(self, request: Request) -> Response:
         provider = request.path_params["provider"]
@@ -337,7 +341,7 @@ class Gateway:
         else:
             return error_response(404, f"unknown action {action!r}: clear, enable or "
                                        "disable", code="not_found")
-        return self._done()
+        return await self._done()
 
     async def clear_lockouts(self, request: Request) -> Response:
         body = await self._json_body(request)
@@ -360,7 +364,7 @@ class Gateway:
                 actor=self._actor(request))
         except ValueError as exc:
             return error_response(400, str(exc))
-        return self._done(cleared=cleared)
+        return await self._done(cleared=cleared)
 
 
 MANAGEMENT_BODY_BYTES = 16 * 1024

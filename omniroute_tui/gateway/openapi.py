@@ -164,7 +164,10 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                           "store": _ref("StoreHealth")}},
             "ActionResult": {"allOf": [_ref("State"), {
                 "type": "object", "required": ["ok"],
-                "properties": {"ok": {"const": True}, "cleared": {"type": "integer"}}}]},
+                "properties": {"ok": {"const": True}, "cleared": {"type": "integer"},
+                               "shared": {"type": "boolean", "description":
+                                          "In a fleet: the action reached the shared store "
+                                          "(false: it is queued and goes out on reconnect)."}}}]},
             "AuditEntry": {"type": "object",
                            "required": ["t", "actor", "action", "target", "result"],
                            "properties": {"t": {"type": "integer"}, "actor": {"type": "string"},

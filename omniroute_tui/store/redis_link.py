@@ -75,6 +75,8 @@ class RedisLink:
         self._engine: ResilienceEngine | None = None
         self._merging = False
         self._wake = asyncio.Event()
+        self._drained = asyncio.Event()  # set while nothing waits to go out
+        self._drained.set()
         self._tasks: list[asyncio.Task[None]] = []
         self._held: dict[str, int] = {}  # provider -> lease held until (epoch ms)
         self._asking: set[str] = set()
@@ -120,7 +122,17 @@ class RedisLink:
         if len(self._outbox) == self._outbox.maxlen:
             self.dropped += 1
         self._outbox.append(event)
+        self._drained.clear()
         self._wake.set()
+
+    async def sync(self, timeout_s: float = 1.0) -> bool:
+        """Wait until what is queued has reached Redis, at most `timeout_s`: whether it
+        has (an operator's action is answered once it is shared, or says it is not yet)."""
+        try:
+            await asyncio.wait_for(self._drained.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     async def _write_loop(self) -> None:
         failures = 0
@@ -148,6 +160,7 @@ class RedisLink:
             for _ in batch:
                 self._outbox.popleft()
             self._recovered()
+        self._drained.set()
 
     # -- in -----------------------------------------------------------------------------------
 
