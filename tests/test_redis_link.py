@@ -3,9 +3,11 @@ each test uses its own key prefix and deletes it after."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
@@ -23,7 +25,7 @@ from omniroute_tui.engine import (
 from omniroute_tui.router import Route, Router, Target
 from omniroute_tui.store.redis_link import RedisLink
 
-from .gateway_helpers import TOKEN, running_gateway
+from .gateway_helpers import TOKEN, free_port, running_gateway
 from .helpers import ADMIT, fail
 from .waiting import eventually
 
@@ -151,3 +153,64 @@ async def test_two_gateways_on_one_redis_share_a_force_open(prefix: str, tmp_pat
         await eventually(closed_here, timeout_s=5, what="the reset on the first replica")
         audit = (await http.get(f"{one.url}/api/resilience/audit", headers=auth)).json()
         assert [e["action"] for e in audit["entries"]] == ["force_open"]
+
+
+@contextmanager
+def private_redis(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A Redis of this test's own (keeping nothing on disk), to stop and start at will."""
+    proc = subprocess.Popen([REDIS_SERVER, "--port", str(port), "--save", "",
+                             "--appendonly", "no", "--bind", "127.0.0.1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+REDIS_SERVER = shutil.which("redis-server") or "redis-server"
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server binary")
+async def test_a_redis_restart_loses_nothing_queued(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+
+    async def answers() -> bool:
+        client = redis.from_url(url, socket_connect_timeout=0.2)
+        try:
+            return bool(await client.ping())
+        except (redis.RedisError, OSError):
+            return False
+        finally:
+            await client.aclose()
+
+    engines = [replica(), replica()]
+    links = [RedisLink(url, prefix="restart", replica=f"r{i}") for i in range(2)]
+    with private_redis(port) as server:
+        await eventually(answers, timeout_s=10, what="the private Redis")
+        for engine, link in zip(engines, links, strict=True):
+            await link.attach(engine)
+        try:
+            engines[0].record("p", "a", "m", ADMIT, fail(FailureKind.RATE_LIMITED, 60_000))
+            await eventually(lambda: engines[1].connection_snapshot("p", "a").cooling_until
+                             > 0, timeout_s=5, what="the first cooldown")
+            server.kill()
+            server.wait(timeout=10)
+            engines[0].record("p", "b", "m", ADMIT, fail(FailureKind.RATE_LIMITED, 60_000))
+            assert list(engines[0].candidates("p", "m")) == []  # routing did not wait
+            await eventually(lambda: not links[0].health().ok, timeout_s=10,
+                             what="the link saying Redis is gone")
+            assert links[0].health().pending >= 1
+            with private_redis(port):  # back, empty: what was queued goes out
+                await eventually(answers, timeout_s=10, what="the restarted Redis")
+                until = engines[0].connection_snapshot("p", "b").cooling_until
+                await eventually(lambda: engines[1].connection_snapshot("p", "b")
+                                 .cooling_until == until, timeout_s=10,
+                                 what="the queued cooldown after the restart")
+                await eventually(lambda: all(link.health().ok for link in links),
+                                 timeout_s=10, what="both links healthy again")
+        finally:
+            for link in links:
+                await link.close()
