@@ -138,3 +138,54 @@ def test_an_operators_action_elsewhere_is_done_here_without_a_second_audit() -> 
     assert engine.breaker_snapshot("p").state is BreakerState.CLOSED
     assert rec.of("operator") == []  # audited where the operator acted
     assert engine.merge(OperatorEvent(0, "clear_cooldown", "p/nope", "there", "ok")) is False
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 60_000), st.integers(0, 2), st.sampled_from("abc"),
+                          st.integers(1, 600_000), st.integers(0, 500), st.integers(0, 500)),
+                max_size=25))
+def test_three_replicas_end_with_the_deadlines_of_one_engine_that_saw_every_failure(
+        failures: list[tuple[int, int, str, int, int, int]]) -> None:
+    """Quota failures with the server's word (Retry-After) land on 3 replicas in any
+    interleaving, each told to the other two after its own random delay: every replica
+    ends with exactly the deadlines of one engine that saw them all."""
+    import heapq
+
+    from omniroute_tui.clock import ManualClock
+    from omniroute_tui.engine import Classification
+
+    def quota(hint: int) -> Classification:
+        return Classification(FailureKind.QUOTA_EXHAUSTED, hint)
+
+    one, one_clock, _ = make_engine({"p": ("a", "b", "c")}, clock=ManualClock())
+    for t, _, conn, hint, _, _ in sorted(failures):
+        one_clock.set(max(one_clock.now_ms(), t))
+        one.record("p", conn, "m", ADMIT, quota(hint))
+    made = [make_engine({"p": ("a", "b", "c")}, clock=ManualClock()) for _ in range(3)]
+    replicas = [(engine, clock) for engine, clock, _ in made]
+    told: list[list[CooldownEvent]] = [[] for _ in range(3)]
+    for index, (engine, _) in enumerate(replicas):
+        engine.bus.subscribe(told[index].append, CooldownEvent)
+    queue: list[tuple[int, int, int, object]] = []
+    for seq, (t, where, conn, hint, delay_1, delay_2) in enumerate(failures):
+        heapq.heappush(queue, (t, seq, where, ("fail", conn, hint, (delay_1, delay_2))))
+    seq = len(failures)
+    while queue:
+        t, _, where, job = heapq.heappop(queue)
+        engine, clock = replicas[where]
+        clock.set(max(clock.now_ms(), t))
+        if job[0] == "fail":  # type: ignore[index]
+            _, conn, hint, delays = job  # type: ignore[misc]
+            before = len(told[where])
+            engine.record("p", conn, "m", ADMIT, quota(hint))
+            for event in told[where][before:]:
+                others = [i for i in range(3) if i != where]
+                for other, delay in zip(others, delays, strict=True):
+                    seq += 1
+                    heapq.heappush(queue, (t + delay, seq, other, ("tell", event)))
+        else:
+            engine.merge(job[1])  # type: ignore[index]
+    for conn in "abc":
+        expected = one.connection_snapshot("p", conn).cooling_until
+        assert [e.connection_snapshot("p", conn).cooling_until for e, _ in replicas] == [
+            expected] * 3
