@@ -89,7 +89,8 @@ class RedisLink:
     async def attach(self, engine: ResilienceEngine) -> None:
         """Follow and publish `engine`'s state from now on; Redis need not answer yet."""
         self._engine = engine
-        engine.bus.subscribe(self._publish, *SHARED_TYPES)
+        engine.bus.subscribe(self._publish, *(t for t in SHARED_TYPES if t is not ResultEvent))
+        engine.bus.subscribe(self._publish_result, ResultEvent)
         for provider in engine.providers():
             layers = engine.layers(provider)
             layers.breaker.probe_gate = (
@@ -111,14 +112,17 @@ class RedisLink:
 
     # -- out ----------------------------------------------------------------------------------
 
+    def _publish_result(self, event: Event) -> None:
+        """Results come with every attempt: a success (most of them) is dropped first."""
+        if event.kind is not None:  # type: ignore[attr-defined]
+            self._publish(event)
+
     def _publish(self, event: Event) -> None:
         if (isinstance(event, BreakerEvent) and event.from_ is BreakerState.HALF_OPEN
                 and self._held.get(event.provider, 0) > 0):
             self._hand_over(event.provider)  # however its HALF_OPEN ended
         if self._merging:
             return  # a merge's own announcement is not news for the others
-        if isinstance(event, ResultEvent) and event.kind is None:
-            return  # successes change nothing elsewhere
         if len(self._outbox) == self._outbox.maxlen:
             self.dropped += 1
         self._outbox.append(event)
