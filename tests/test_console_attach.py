@@ -182,3 +182,19 @@ async def test_attach_sees_what_happened_before(tmp_path: Path) -> None:
                 "dave", "force_open", "healthy"]
             # the events pane starts with the past, not empty
             assert any("breaker broken" in line for _, _, line in model.events)
+
+
+async def test_an_attached_console_says_when_the_fleets_redis_fails(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    async with running_gateway(tmp_path, redis=("redis://127.0.0.1:1/0", "none")) as gw:
+        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
+        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        async with app.run_test() as pilot:
+
+            def failing() -> bool:
+                app.refresh_view()  # type: ignore[attr-defined]
+                return "STORE FAILING" in str(app.query_one("#status").render())  # type: ignore[attr-defined]
+
+            await settle(pilot, failing, tries=200)
+            assert failing()

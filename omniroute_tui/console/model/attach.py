@@ -17,6 +17,7 @@ from .backends import RealTimeBackend
 __all__ = ["AttachBackend", "AttachError", "RemoteOperator", "fetch_state"]
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+HEALTH_EVERY_S = 5.0  # how often an attached console reads the gateway's /health
 
 
 class AttachError(Exception):
@@ -108,8 +109,10 @@ class AttachBackend(RealTimeBackend):
         self._on_history = on_history
         self._clock = SystemClock()
         self._task: asyncio.Task[None] | None = None
+        self._health_task: asyncio.Task[None] | None = None
         self.connected = False
         self.retry_in_s: float | None = None
+        self._failing_since: int | None = None  # the gateway's store or fleet store
 
     def now_ms(self) -> int:
         return self._clock.now_ms()
@@ -119,14 +122,34 @@ class AttachBackend(RealTimeBackend):
             return "attached"
         return f"DISCONNECTED, retry in {self.retry_in_s:g}s" if self.retry_in_s else "connecting"
 
+    def store_failing_since(self) -> int | None:
+        """Since when the gateway's state database or its fleet's Redis has been failing,
+        as its /health said last."""
+        return self._failing_since
+
     async def start(self, *, recover: bool = False) -> None:
         self._task = asyncio.create_task(self._follow(), name="omniroute-attach")
+        self._health_task = asyncio.create_task(self._watch_health(),
+                                                name="omniroute-attach-health")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._health_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self._client.aclose()
+
+    async def _watch_health(self) -> None:
+        while True:
+            try:
+                health = (await self._client.get("/health")).json()
+                since = [part.get("failing_since") for part in
+                         (health.get("store"), health.get("fleet")) if isinstance(part, dict)]
+                known = [s for s in since if isinstance(s, int)]
+                self._failing_since = min(known) if known else None
+            except (httpx.HTTPError, ValueError, AttributeError):
+                pass  # the event stream's reconnection says the gateway is gone
+            await asyncio.sleep(HEALTH_EVERY_S)
 
     async def _backfill(self) -> None:
         """What the gateway remembers: recent state changes and the audit log (a gateway
