@@ -3,6 +3,8 @@ each test uses its own key prefix and deletes it after."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
 import subprocess
 import uuid
@@ -130,9 +132,29 @@ async def test_two_gateways_on_one_redis_share_a_force_open(prefix: str, tmp_pat
             running_gateway(tmp_path, redis=(REDIS_URL, prefix)) as other, \
             httpx.AsyncClient(timeout=10) as http:
         auth = {"authorization": f"Bearer {TOKEN}"}
+        frames: list[dict[str, object]] = []
+
+        async def follow() -> None:  # a console attached to the other replica
+            async with http.stream("GET", f"{other.url}/api/resilience/events",
+                                   headers=auth) as stream:
+                async for line in stream.aiter_lines():
+                    if line.startswith("data: "):
+                        frames.append(json.loads(line[6:]))
+
+        follower = asyncio.create_task(follow())
+        await eventually(lambda: other.gateway.events.subscribers == 1, what="the stream")
         reply = await http.post(f"{one.url}/api/resilience/breakers/healthy/force-open",
                                 json={"for": "5m"}, headers=auth)
         assert reply.status_code == 200
+        assert one.gateway.fleet is not None and other.gateway.fleet is not None
+        first_id, other_id = one.gateway.fleet.replica, other.gateway.fleet.replica
+
+        def told_both() -> bool:  # the first replica's event, and the other's own merge
+            said = {(f["type"], f.get("replica")) for f in frames}
+            return {("breaker", first_id), ("breaker", other_id)} <= said
+
+        await eventually(told_both, timeout_s=5, what="the fleet's events on one stream")
+        follower.cancel()
 
         async def open_there() -> bool:
             health = (await http.get(f"{other.url}/health")).json()

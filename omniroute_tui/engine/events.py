@@ -308,6 +308,7 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     Raises ValueError for an unknown type or fields that do not fit it.
     """
     fields_ = dict(data)
+    fields_.pop("replica", None)  # which replica of a fleet said it: not part of the event
     cls = _EVENT_TYPES.get(str(fields_.pop("type", "")))
     if cls is None:
         raise ValueError(f"unknown event type {data.get('type')!r}")

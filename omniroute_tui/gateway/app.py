@@ -80,7 +80,10 @@ class Gateway:
         self.fleet = fleet
         self.client = client or UpstreamClient()
         self.driver = AsyncDriver(router, providers, self.client)
-        self.events = EventBroadcaster(router.engine.bus)
+        self.events = EventBroadcaster(router.engine.bus,
+                                       replica=None if fleet is None else fleet.replica)
+        if fleet is not None:
+            fleet.on_remote = self.events.relay
         self._audit: deque[OperatorEvent] = deque(maxlen=1000)
         self._history: deque[Event] = deque(maxlen=HISTORY_LIMIT)
         router.engine.bus.subscribe(self._remember, *STATE_CHANGE_CLASSES)

@@ -30,15 +30,27 @@ class EventBroadcaster:
     """Each client gets its own bounded queue; a client that falls that far behind is
     dropped (its stream ends; it can reconnect) rather than slowing the router."""
 
-    def __init__(self, bus: EventBus, queue_limit: int = QUEUE_LIMIT) -> None:
+    def __init__(self, bus: EventBus, queue_limit: int = QUEUE_LIMIT,
+                 replica: str | None = None) -> None:
         self._queues: set[asyncio.Queue[str | None]] = set()
         self.queue_limit = queue_limit
+        #: in a fleet, every frame says which replica's event it is
+        self._tag = "" if replica is None else f',"replica":{json.dumps(replica)}'
         bus.subscribe(self._on_event)
 
     def _on_event(self, event: Event) -> None:
-        if not self._queues:
-            return
-        frame = f"event: {event.TYPE}\ndata: {event.to_json()}\n\n"
+        if self._queues:
+            self._send(event.TYPE, event.to_json()[:-1] + self._tag + "}")
+
+    def relay(self, replica: str, data: dict[str, object]) -> None:
+        """Another replica's event, from the fleet's stream: streamed with its id, so a
+        console attached to any replica follows the fleet."""
+        if self._queues:
+            self._send(str(data.get("type", "event")),
+                       json.dumps({**data, "replica": replica}, separators=(",", ":")))
+
+    def _send(self, kind: str, data: str) -> None:
+        frame = f"event: {kind}\ndata: {data}\n\n"
         for queue in tuple(self._queues):
             try:
                 queue.put_nowait(frame)

@@ -21,6 +21,7 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as redis
@@ -83,6 +84,9 @@ class RedisLink:
         self._failing_since: int | None = None
         self._error: str | None = None
         self.dropped = 0
+        #: told of every other replica's event as it arrives (replica id, the event's
+        #: JSON object): a gateway streams them to its attached consoles
+        self.on_remote: Callable[[str, dict[str, Any]], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -193,13 +197,17 @@ class RedisLink:
 
     def _apply(self, fields: dict[bytes, bytes]) -> None:
         assert self._engine is not None
-        if fields.get(b"replica", b"").decode() == self.replica:
+        replica = fields.get(b"replica", b"").decode()
+        if replica == self.replica:
             return
         try:
-            event = event_from_dict(json.loads(fields[b"event"]))
+            data = json.loads(fields[b"event"])
+            event = event_from_dict(data)
         except (KeyError, ValueError, TypeError) as exc:
             log.warning("skipped a fleet entry this replica cannot read: %s", exc)
             return
+        if self.on_remote is not None:
+            self.on_remote(replica, data)
         self._merging = True
         try:
             self._engine.merge(event)
