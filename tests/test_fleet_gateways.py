@@ -6,11 +6,13 @@ the others, and a restarted one resumes from the shared state."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -156,3 +158,64 @@ def test_three_gateways_share_one_state(tmp_path: Path, prefix: str) -> None:
                 assert breaker(urls[2], "healthy")["state"] == "CLOSED"
     print(f"force-open propagation: p50 {statistics.median(delays):.1f} ms, "
           f"max {delays[-1]:.1f} ms")
+
+
+def test_the_failing_provider_sees_one_probe_per_reset_window_from_the_fleet(
+        tmp_path: Path, prefix: str) -> None:
+    scenario = tmp_path / "fakes.yaml"
+    scenario.write_text(FAKES.replace("reset_timeout: 10m", "reset_timeout: 2s"))
+    config = tmp_path / "router.yaml"
+    with process(["simulator.cli", "serve", str(scenario), "--for", "5m", "--config-out",
+                  str(config)]):
+        eventually_sync(config.exists, timeout_s=20, what="the fakes' router config")
+        config.write_text(config.read_text()
+                          + f"store: {{redis: '{REDIS_URL}', prefix: {prefix}}}\n")
+        ports = [free_port() for _ in range(3)]
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        with gateway(config, ports[0]), gateway(config, ports[1]), gateway(config, ports[2]):
+            for url in urls:
+                eventually_sync(lambda url=url: up(url), timeout_s=20, what=f"{url}")
+            attempts: list[tuple[float, dict[str, object]]] = []
+            stop = threading.Event()
+
+            def follow(url: str) -> None:  # each replica's own attempts on `broken`
+                with httpx.stream("GET", f"{url}/api/resilience/events", headers=AUTH,
+                                  timeout=httpx.Timeout(5, read=30)) as stream:
+                    for line in stream.iter_lines():
+                        if stop.is_set():
+                            return
+                        if line.startswith("data: "):
+                            frame = json.loads(line[6:])
+                            if frame["type"] == "attempt" and frame["provider"] == "broken":
+                                attempts.append((time.monotonic(), frame))
+
+            threads = [threading.Thread(target=follow, args=(url,), daemon=True)
+                       for url in urls]
+            for thread in threads:
+                thread.start()
+            time.sleep(0.5)  # the streams are open (a missed frame would only help)
+            sent = 0
+
+            def all_open() -> bool:
+                return all(breaker(url, "broken")["state"] in ("OPEN", "HALF_OPEN")
+                           for url in urls)
+
+            while not all_open():  # the outage, until the fleet has opened the breaker
+                httpx.post(f"{urls[sent % 3]}/v1/chat/completions", timeout=10,
+                           json={"model": "chat", "messages": []})
+                sent += 1
+                assert sent < 100, "the fleet never opened the breaker"
+            opened = time.monotonic()
+            while time.monotonic() - opened < 7:  # 20 requests a second for 7 s
+                reply = httpx.post(f"{urls[sent % 3]}/v1/chat/completions", timeout=10,
+                                   json={"model": "chat", "messages": []})
+                assert reply.status_code == 200  # the fallback answers
+                sent += 1
+                time.sleep(0.05)
+            stop.set()
+            after = [frame for t, frame in attempts if t > opened + 0.2]
+            # 2 s windows over 7 s: the whole fleet probed at most once a window, where
+            # three isolated replicas would have sent three
+            print(f"probes on the failing provider in 7 s of 2 s windows: {len(after)}")
+            assert 1 <= len(after) <= 4, after
+            assert all(frame["probe"] for frame in after)
