@@ -90,9 +90,13 @@ def breaker(url: str, provider: str) -> dict[str, object]:
     return next(b for b in state["breakers"] if b["provider"] == provider)
 
 
-def test_three_gateways_share_one_state(tmp_path: Path, prefix: str) -> None:
+@contextlib.contextmanager
+def fakes_and_fleet(tmp_path: Path, prefix: str, fakes: str
+                    ) -> Iterator[tuple[Path, list[int], list[subprocess.Popen[str]]]]:
+    """`omniroute-sim serve` fakes, and three gateways on them sharing Redis under
+    `prefix`: yields the router config, the gateways' ports and their processes."""
     scenario = tmp_path / "fakes.yaml"
-    scenario.write_text(FAKES)
+    scenario.write_text(fakes)
     config = tmp_path / "router.yaml"
     with process(["simulator.cli", "serve", str(scenario), "--for", "5m", "--config-out",
                   str(config)]):
@@ -100,122 +104,119 @@ def test_three_gateways_share_one_state(tmp_path: Path, prefix: str) -> None:
         config.write_text(config.read_text()
                           + f"store: {{redis: '{REDIS_URL}', prefix: {prefix}}}\n")
         ports = [free_port() for _ in range(3)]
+        with gateway(config, ports[0]) as a, gateway(config, ports[1]) as b, \
+                gateway(config, ports[2]) as c:
+            for port in ports:
+                url = f"http://127.0.0.1:{port}"
+                eventually_sync(lambda url=url: up(url), timeout_s=20, what=url)
+            yield config, ports, [a, b, c]
+
+
+def test_three_gateways_share_one_state(tmp_path: Path, prefix: str) -> None:
+    with fakes_and_fleet(tmp_path, prefix, FAKES) as (config, ports, procs):
         urls = [f"http://127.0.0.1:{p}" for p in ports]
-        with gateway(config, ports[0]), gateway(config, ports[1]), \
-                gateway(config, ports[2]) as third:
-            for url in urls:
-                eventually_sync(lambda url=url: up(url), timeout_s=20, what=f"{url}")
-            # the outage: answered by the fallback, and the breaker opens fleet-wide
-            for i in range(6):
-                reply = httpx.post(f"{urls[i % 3]}/v1/chat/completions", timeout=10,
-                                   json={"model": "chat", "messages": []})
-                assert reply.status_code == 200
-            for url in urls:
-                eventually_sync(lambda url=url: breaker(url, "broken")["state"] == "OPEN",
-                                timeout_s=5, what=f"the broken provider's breaker at {url}")
-            # an operator's force-open on one replica is in force on the others
-            delays = []
-            for i in range(20):
-                minutes = 10 + i
-                started = time.perf_counter()
-                assert httpx.post(f"{urls[0]}/api/resilience/breakers/healthy/force-open",
-                                  json={"for": f"{minutes}m"}, headers=AUTH).status_code == 200
-
-                def arrived(minutes: int = minutes) -> bool:
-                    b = breaker(urls[1], "healthy")
-                    return b["state"] == "OPEN" and int(b["retry_after_ms"] or 0) > (
-                        minutes * 60_000 - 5_000)
-
-                eventually_sync(arrived, timeout_s=5, poll_s=0.002, what="the force-open")
-                delays.append((time.perf_counter() - started) * 1000)
-            delays.sort()  # printed, not asserted: wall-clock time (bench/fleet.py times it)
-            # an action acknowledged by a replica has reached the fleet: SIGKILL right after
-            # it loses nothing; and the others go on as before
-            reply = httpx.post(f"{urls[2]}/api/resilience/connections/broken/b1/disable",
-                               headers=AUTH)
-            assert reply.status_code == 200 and reply.json()["shared"] is True
-            os.kill(third.pid, signal.SIGKILL)
-            third.wait(timeout=10)
-
-            def disabled_there() -> bool:
-                state = httpx.get(f"{urls[1]}/api/resilience/state", headers=AUTH).json()
-                return any(c["connection"] == "b1" and c["disabled"]
-                           for c in state["connections"])
-
-            eventually_sync(disabled_there, timeout_s=5, what="the action of the killed one")
-            assert httpx.post(f"{urls[0]}/api/resilience/breakers/healthy/reset",
-                              headers=AUTH).status_code == 200
-            eventually_sync(lambda: breaker(urls[1], "healthy")["state"] == "CLOSED",
-                            timeout_s=5, what="the reset on the second replica")
-            reply = httpx.post(f"{urls[1]}/v1/chat/completions", timeout=10,
+        third = procs[2]
+        # the outage: answered by the fallback, and the breaker opens fleet-wide
+        for i in range(6):
+            reply = httpx.post(f"{urls[i % 3]}/v1/chat/completions", timeout=10,
                                json={"model": "chat", "messages": []})
             assert reply.status_code == 200
-            # restarted, it resumes from the shared state: broken is OPEN there at once
-            with gateway(config, ports[2]):
-                eventually_sync(lambda: up(urls[2]), timeout_s=20, what="the restart")
-                eventually_sync(lambda: breaker(urls[2], "broken")["state"] == "OPEN",
-                                timeout_s=5, what="the shared state on the restarted one")
-                assert breaker(urls[2], "healthy")["state"] == "CLOSED"
+        for url in urls:
+            eventually_sync(lambda url=url: breaker(url, "broken")["state"] == "OPEN",
+                            timeout_s=5, what=f"the broken provider's breaker at {url}")
+        # an operator's force-open on one replica is in force on the others
+        delays = []
+        for i in range(20):
+            minutes = 10 + i
+            started = time.perf_counter()
+            assert httpx.post(f"{urls[0]}/api/resilience/breakers/healthy/force-open",
+                              json={"for": f"{minutes}m"}, headers=AUTH).status_code == 200
+
+            def arrived(minutes: int = minutes) -> bool:
+                b = breaker(urls[1], "healthy")
+                return b["state"] == "OPEN" and int(b["retry_after_ms"] or 0) > (
+                    minutes * 60_000 - 5_000)
+
+            eventually_sync(arrived, timeout_s=5, poll_s=0.002, what="the force-open")
+            delays.append((time.perf_counter() - started) * 1000)
+        delays.sort()  # printed, not asserted: wall-clock time (bench/fleet.py times it)
+        # an action acknowledged by a replica has reached the fleet: SIGKILL right after
+        # it loses nothing; and the others go on as before
+        reply = httpx.post(f"{urls[2]}/api/resilience/connections/broken/b1/disable",
+                           headers=AUTH)
+        assert reply.status_code == 200 and reply.json()["shared"] is True
+        os.kill(third.pid, signal.SIGKILL)
+        third.wait(timeout=10)
+
+        def disabled_there() -> bool:
+            state = httpx.get(f"{urls[1]}/api/resilience/state", headers=AUTH).json()
+            return any(c["connection"] == "b1" and c["disabled"]
+                       for c in state["connections"])
+
+        eventually_sync(disabled_there, timeout_s=5, what="the action of the killed one")
+        assert httpx.post(f"{urls[0]}/api/resilience/breakers/healthy/reset",
+                          headers=AUTH).status_code == 200
+        eventually_sync(lambda: breaker(urls[1], "healthy")["state"] == "CLOSED",
+                        timeout_s=5, what="the reset on the second replica")
+        reply = httpx.post(f"{urls[1]}/v1/chat/completions", timeout=10,
+                           json={"model": "chat", "messages": []})
+        assert reply.status_code == 200
+        # restarted, it resumes from the shared state: broken is OPEN there at once
+        with gateway(config, ports[2]):
+            eventually_sync(lambda: up(urls[2]), timeout_s=20, what="the restart")
+            eventually_sync(lambda: breaker(urls[2], "broken")["state"] == "OPEN",
+                            timeout_s=5, what="the shared state on the restarted one")
+            assert breaker(urls[2], "healthy")["state"] == "CLOSED"
     print(f"force-open propagation: p50 {statistics.median(delays):.1f} ms, "
           f"max {delays[-1]:.1f} ms")
 
 
 def test_the_failing_provider_sees_one_probe_per_reset_window_from_the_fleet(
         tmp_path: Path, prefix: str) -> None:
-    scenario = tmp_path / "fakes.yaml"
-    scenario.write_text(FAKES.replace("reset_timeout: 10m", "reset_timeout: 2s"))
-    config = tmp_path / "router.yaml"
-    with process(["simulator.cli", "serve", str(scenario), "--for", "5m", "--config-out",
-                  str(config)]):
-        eventually_sync(config.exists, timeout_s=20, what="the fakes' router config")
-        config.write_text(config.read_text()
-                          + f"store: {{redis: '{REDIS_URL}', prefix: {prefix}}}\n")
-        ports = [free_port() for _ in range(3)]
+    fakes = FAKES.replace("reset_timeout: 10m", "reset_timeout: 2s")
+    with fakes_and_fleet(tmp_path, prefix, fakes) as (_, ports, _):
         urls = [f"http://127.0.0.1:{p}" for p in ports]
-        with gateway(config, ports[0]), gateway(config, ports[1]), gateway(config, ports[2]):
-            for url in urls:
-                eventually_sync(lambda url=url: up(url), timeout_s=20, what=f"{url}")
-            attempts: list[tuple[float, dict[str, object]]] = []
-            stop = threading.Event()
+        attempts: list[tuple[float, dict[str, object]]] = []
+        stop = threading.Event()
 
-            def follow(url: str) -> None:  # each replica's own attempts on `broken`
-                with httpx.stream("GET", f"{url}/api/resilience/events", headers=AUTH,
-                                  timeout=httpx.Timeout(5, read=30)) as stream:
-                    for line in stream.iter_lines():
-                        if stop.is_set():
-                            return
-                        if line.startswith("data: "):
-                            frame = json.loads(line[6:])
-                            if frame["type"] == "attempt" and frame["provider"] == "broken":
-                                attempts.append((time.monotonic(), frame))
+        def follow(url: str) -> None:  # each replica's own attempts on `broken`
+            with httpx.stream("GET", f"{url}/api/resilience/events", headers=AUTH,
+                              timeout=httpx.Timeout(5, read=30)) as stream:
+                for line in stream.iter_lines():
+                    if stop.is_set():
+                        return
+                    if line.startswith("data: "):
+                        frame = json.loads(line[6:])
+                        if frame["type"] == "attempt" and frame["provider"] == "broken":
+                            attempts.append((time.monotonic(), frame))
 
-            threads = [threading.Thread(target=follow, args=(url,), daemon=True)
-                       for url in urls]
-            for thread in threads:
-                thread.start()
-            time.sleep(0.5)  # the streams are open (a missed frame would only help)
-            sent = 0
+        threads = [threading.Thread(target=follow, args=(url,), daemon=True)
+                   for url in urls]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)  # the streams are open (a missed frame would only help)
+        sent = 0
 
-            def all_open() -> bool:
-                return all(breaker(url, "broken")["state"] in ("OPEN", "HALF_OPEN")
-                           for url in urls)
+        def all_open() -> bool:
+            return all(breaker(url, "broken")["state"] in ("OPEN", "HALF_OPEN")
+                       for url in urls)
 
-            while not all_open():  # the outage, until the fleet has opened the breaker
-                httpx.post(f"{urls[sent % 3]}/v1/chat/completions", timeout=10,
-                           json={"model": "chat", "messages": []})
-                sent += 1
-                assert sent < 100, "the fleet never opened the breaker"
-            opened = time.monotonic()
-            while time.monotonic() - opened < 7:  # 20 requests a second for 7 s
-                reply = httpx.post(f"{urls[sent % 3]}/v1/chat/completions", timeout=10,
-                                   json={"model": "chat", "messages": []})
-                assert reply.status_code == 200  # the fallback answers
-                sent += 1
-                time.sleep(0.05)
-            stop.set()
-            after = [frame for t, frame in attempts if t > opened + 0.2]
-            # 2 s windows over 7 s: the whole fleet probed at most once a window, where
-            # three isolated replicas would have sent three
-            print(f"probes on the failing provider in 7 s of 2 s windows: {len(after)}")
-            assert 1 <= len(after) <= 4, after
-            assert all(frame["probe"] for frame in after)
+        while not all_open():  # the outage, until the fleet has opened the breaker
+            httpx.post(f"{urls[sent % 3]}/v1/chat/completions", timeout=10,
+                       json={"model": "chat", "messages": []})
+            sent += 1
+            assert sent < 100, "the fleet never opened the breaker"
+        opened = time.monotonic()
+        while time.monotonic() - opened < 7:  # 20 requests a second for 7 s
+            reply = httpx.post(f"{urls[sent % 3]}/v1/chat/completions", timeout=10,
+                               json={"model": "chat", "messages": []})
+            assert reply.status_code == 200  # the fallback answers
+            sent += 1
+            time.sleep(0.05)
+        stop.set()
+        after = [frame for t, frame in attempts if t > opened + 0.2]
+        # 2 s windows over 7 s: the whole fleet probed at most once a window, where
+        # three isolated replicas would have sent three
+        print(f"probes on the failing provider in 7 s of 2 s windows: {len(after)}")
+        assert 1 <= len(after) <= 4, after
+        assert all(frame["probe"] for frame in after)
