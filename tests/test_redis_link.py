@@ -236,3 +236,22 @@ async def test_a_redis_restart_loses_nothing_queued(tmp_path: Path) -> None:
         finally:
             for link in links:
                 await link.close()
+
+
+async def test_a_replica_that_joins_later_reads_the_whole_state(prefix: str) -> None:
+    async with fleet(prefix, 1) as ((first,), _):
+        first.force_open("p", 600_000, actor="test")
+        first.record("p", "a", "m", ADMIT, fail(FailureKind.QUOTA_EXHAUSTED, 3_600_000))
+        client = redis.from_url(REDIS_URL)
+        try:
+            async def kept() -> bool:
+                return len(await client.hgetall(f"{prefix}:state")) >= 2
+            await eventually(kept, timeout_s=5, what="the state hash")
+            await client.delete(f"{prefix}:events")  # the stream forgot it all
+        finally:
+            await client.aclose()
+        async with fleet(prefix, 1) as ((late,), _):
+            await eventually(lambda: late.breaker_snapshot("p").state is BreakerState.OPEN,
+                             timeout_s=5, what="the OPEN breaker on the late replica")
+            assert late.connection_snapshot("p", "a").cooling_until == \
+                first.connection_snapshot("p", "a").cooling_until

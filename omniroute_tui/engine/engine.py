@@ -19,6 +19,8 @@ from .events import (
     BreakerEvent,
     CooldownEvent,
     DedupEvent,
+    DisabledEvent,
+    EnabledEvent,
     Event,
     EventBus,
     LockoutEvent,
@@ -242,6 +244,13 @@ class ResilienceEngine:
                 return False
             return state.lockouts.merge(now, event.connection, event.model, event.kind,
                                         event.failures, event.until)
+        if isinstance(event, DisabledEvent | EnabledEvent):
+            state = self._providers.get(event.provider)
+            pos = None if state is None else state.pool.position.get(event.connection)
+            if state is None or pos is None:
+                return False
+            return state.pool.set_enabled(pos, now, isinstance(event, EnabledEvent),
+                                          event.reason)
         if isinstance(event, ResultEvent) and event.kind is not None:
             state = self._providers.get(event.provider)
             if (state is None or not state.breaker.settings.counts(event.kind)

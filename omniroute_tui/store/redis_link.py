@@ -1,13 +1,16 @@
 """A replica's link to the rest of its fleet through Redis: its state changes go out on a
-Redis Stream, the others' come back in and are applied by the engine's merge rules.
+Redis Stream, the others' come back in and are applied by the engine's merge rules; the
+latest state of every entity is also kept in a Redis hash, by a Lua script that applies
+the same rules atomically (deadlines only extend; a breaker's latest transition wins), so
+a replica that (re)connects reads the whole state, however old, before following.
 
 Nothing here is on the routing path: the engine routes from its own state, the link
 publishes and follows in background tasks, and a HALF_OPEN probe asks for the fleet's
 lease without waiting (the gate answers from the lease this replica holds and asks Redis
 for it in the background, so the request after the grant is the fleet's one probe).
 While Redis is away, outgoing changes queue (bounded), the link says it is failing, and on
-reconnect it replays what the stream kept before following it again: the merge rules are
-idempotent and indifferent to order for deadlines, so a replay is safe.
+reconnect it reads the state hash again before following the stream: the merge rules are
+idempotent and indifferent to order for deadlines, so reading again is safe.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from ..engine.engine import ResilienceEngine
 from ..engine.events import (
     BreakerEvent,
     CooldownEvent,
+    DisabledEvent,
+    EnabledEvent,
     Event,
     LockoutEvent,
     OperatorEvent,
@@ -47,7 +52,22 @@ log = logging.getLogger("omniroute.fleet")
 #: what a replica tells the others (operator actions too: a reset or a clear shortens a
 #: deadline, which no merge does, so the action itself goes out)
 SHARED_TYPES: tuple[type[Event], ...] = (
-    BreakerEvent, CooldownEvent, LockoutEvent, ResultEvent, OperatorEvent)
+    BreakerEvent, CooldownEvent, LockoutEvent, DisabledEvent, EnabledEvent, ResultEvent,
+    OperatorEvent)
+# Keeps a field of the state hash as "order|event": `max` replaces it only with a later
+# deadline, `latest` only with a later (or equal) time, `set` always (an operator's clear).
+_KEEP = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current and ARGV[4] ~= 'set' then
+  local known = tonumber(string.sub(current, 1, string.find(current, '|', 1, true) - 1))
+  local order = tonumber(ARGV[3])
+  if (ARGV[4] == 'max' and order <= known) or (ARGV[4] == 'latest' and order < known) then
+    return 0
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3] .. '|' .. ARGV[2])
+return 1
+"""
 #: after its probe has answered, a replica keeps the lease this long, so the others hear
 #: how it went before one of them probes the same window again
 LEASE_HANDOVER_MS = 1000
@@ -70,6 +90,7 @@ class RedisLink:
         # host and pid say where it runs; the suffix tells two links in one process apart
         self.replica = replica or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stream = f"{prefix}:events"
+        self.state = f"{prefix}:state"
         self._redis: Any = redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
         self._outbox: deque[Event] = deque(maxlen=queue_limit)
         self._stream_limit = stream_limit
@@ -102,13 +123,18 @@ class RedisLink:
         self._tasks = [asyncio.create_task(self._write_loop(), name="omniroute-fleet-out"),
                        asyncio.create_task(self._follow_loop(), name="omniroute-fleet-in")]
 
-    async def close(self) -> None:
+    async def close(self, timeout_s: float = 3.0) -> None:
+        """Stop following and publishing: one last flush of what is queued, if Redis
+        answers; never longer than `timeout_s` (a shutdown must not hang on Redis)."""
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        with contextlib.suppress(RedisError, OSError):
-            await self._flush()  # what is still queued, once, if Redis answers
-        await self._redis.aclose()
+        with contextlib.suppress(TimeoutError, RedisError, OSError):
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+                await self._flush()
+        with contextlib.suppress(TimeoutError, RedisError, OSError):
+            async with asyncio.timeout(1.0):
+                await self._redis.aclose()
 
     def health(self) -> StoreHealth:
         return StoreHealth(self._failing_since is None, self._failing_since, self._error,
@@ -162,8 +188,13 @@ class RedisLink:
             batch = list(self._outbox)[:500]
             pipe = self._redis.pipeline(transaction=False)
             for event in batch:
-                pipe.xadd(self.stream, {"replica": self.replica, "event": event.to_json()},
+                data = event.to_json()
+                pipe.xadd(self.stream, {"replica": self.replica, "event": data},
                           maxlen=self._stream_limit, approximate=True)
+                kept = _state_field(event)
+                if kept is not None:
+                    field, order, mode = kept
+                    pipe.eval(_KEEP, 1, self.state, field, data, order, mode)
             await pipe.execute()
             for _ in batch:
                 self._outbox.popleft()
@@ -173,15 +204,15 @@ class RedisLink:
     # -- in -----------------------------------------------------------------------------------
 
     async def _follow_loop(self) -> None:
-        last: str | None = None  # None: replay what the stream kept, then follow
+        last: str | None = None  # None: read the whole state, then follow from there
         failures = 0
         while True:
             try:
                 if last is None:
-                    last = "0-0"
-                    for entry_id, fields in await self._redis.xrange(self.stream):
-                        self._apply(fields)
-                        last = entry_id.decode()
+                    newest = await self._redis.xrevrange(self.stream, count=1)
+                    last = newest[0][0].decode() if newest else "0-0"
+                    for value in (await self._redis.hgetall(self.state)).values():
+                        self._apply({b"event": value.split(b"|", 1)[1]})
                 answer = await self._redis.xread({self.stream: last}, block=1000, count=500)
                 for _, entries in answer or ():
                     for entry_id, fields in entries:
@@ -191,7 +222,7 @@ class RedisLink:
                 failures = 0
             except (RedisError, OSError) as exc:
                 self._failed(exc)
-                last = None  # reconnected: replay, the merges make that safe
+                last = None  # reconnected: read the state again, the merges make that safe
                 await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
                 failures += 1
 
@@ -258,6 +289,24 @@ class RedisLink:
             log.warning("the fleet's Redis answers again; %d change(s) queued",
                         len(self._outbox))
             self._failing_since, self._error = None, None
+
+
+def _state_field(event: Event) -> tuple[str, int, str] | None:
+    """Where an event's entity lives in the state hash, what orders it, and how (None: it
+    changes nothing a replica reading the state needs: a level reset during a cooldown,
+    a lockout's decay)."""
+    if isinstance(event, BreakerEvent):
+        return f"breaker:{event.provider}", event.t, "latest"
+    if isinstance(event, CooldownEvent | LockoutEvent):
+        name = (f"connection:{event.provider}/{event.connection}"
+                if isinstance(event, CooldownEvent)
+                else f"lockout:{event.provider}/{event.connection}/{event.model}")
+        if event.kind is not None:
+            return name, event.until, "max"
+        return (name, event.until, "set") if event.until <= event.t else None  # a clear
+    if isinstance(event, DisabledEvent | EnabledEvent):
+        return f"enabled:{event.provider}/{event.connection}", event.t, "latest"
+    return None
 
 
 def _now_ms() -> int:
