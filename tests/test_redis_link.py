@@ -173,8 +173,10 @@ async def test_two_gateways_on_one_redis_share_a_force_open(prefix: str, tmp_pat
             return bool(health["providers"]["healthy"] == "CLOSED")
 
         await eventually(closed_here, timeout_s=5, what="the reset on the first replica")
-        audit = (await http.get(f"{one.url}/api/resilience/audit", headers=auth)).json()
-        assert [e["action"] for e in audit["entries"]] == ["force_open"]
+        # one audit log for the fleet: each action once, on every replica
+        for url in (one.url, other.url):
+            audit = (await http.get(f"{url}/api/resilience/audit", headers=auth)).json()
+            assert [e["action"] for e in audit["entries"]] == ["force_open", "reset_breaker"]
 
 
 @contextmanager

@@ -83,10 +83,22 @@ class Gateway:
         self.events = EventBroadcaster(router.engine.bus,
                                        replica=None if fleet is None else fleet.replica)
         if fleet is not None:
-            fleet.on_remote = self.events.relay
+            fleet.on_remote = self._remote
         self._audit: deque[OperatorEvent] = deque(maxlen=1000)
         self._history: deque[Event] = deque(maxlen=HISTORY_LIMIT)
         router.engine.bus.subscribe(self._remember, *STATE_CHANGE_CLASSES)
+
+    def _remote(self, replica: str, data: dict[str, Any]) -> None:
+        """Another replica's event: streamed to attached consoles, and an operator's
+        action is in this replica's audit log too (the fleet's audit is one log)."""
+        self.events.relay(replica, data)
+        if data.get("type") == OperatorEvent.TYPE:
+            try:
+                self._audit.append(OperatorEvent(
+                    int(data["t"]), str(data["action"]), str(data["target"]),
+                    str(data["actor"]), str(data["result"])))
+            except (KeyError, TypeError, ValueError):
+                return
 
     def _remember(self, event: Event) -> None:
         """State changes, for a console that attaches later (the per-request events are
