@@ -16,13 +16,11 @@ from collections.abc import Callable
 from functools import partial
 
 from omniroute_tui.clock import Clock
+from omniroute_tui.engine.engine import MERGED_CLASSES
 from omniroute_tui.engine.events import (
     BreakerEvent,
-    CooldownEvent,
     Event,
     EventBus,
-    LockoutEvent,
-    ResultEvent,
 )
 from omniroute_tui.engine.kinds import BreakerState
 from omniroute_tui.router.core import RequestRouting, Router
@@ -31,8 +29,6 @@ from .scenario import Scenario
 
 __all__ = ["Fleet"]
 
-#: what one replica tells the others (the store's stream, in a real fleet)
-SHARED_TYPES: tuple[type[Event], ...] = (BreakerEvent, CooldownEvent, LockoutEvent, ResultEvent)
 Schedule = Callable[[int, Callable[[], None]], None]
 
 
@@ -56,7 +52,7 @@ class Fleet:
         if shared:
             for index, router in enumerate(self.replicas):
                 engine = router.engine
-                engine.bus.subscribe(partial(self._tell, index), *SHARED_TYPES)
+                engine.bus.subscribe(partial(self._tell, index), *MERGED_CLASSES)
                 for provider in engine.providers():
                     layers = engine.layers(provider)
                     layers.breaker.probe_gate = partial(self._lease, index, provider,

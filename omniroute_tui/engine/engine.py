@@ -36,7 +36,8 @@ from .retry_hints import MAX_HINT_MS
 from .settings import ResilienceSettings
 
 __all__ = [
-    "EngineSnapshot", "ProviderLayers", "ProviderSpec", "ResilienceEngine", "UnknownTarget",
+    "MERGED_CLASSES", "EngineSnapshot", "ProviderLayers", "ProviderSpec", "ResilienceEngine",
+    "UnknownTarget",
 ]
 
 _COOLDOWN_KINDS = frozenset(
@@ -44,6 +45,14 @@ _COOLDOWN_KINDS = frozenset(
 )
 _LOCKOUT_KINDS = frozenset({FailureKind.FORBIDDEN, FailureKind.MODEL_NOT_FOUND})
 _QUOTA_KINDS = frozenset({FailureKind.RATE_LIMITED, FailureKind.QUOTA_EXHAUSTED})
+
+
+#: what one replica of a fleet tells the others: the event types `ResilienceEngine.merge`
+#: applies (operator actions too: a reset or a clear shortens a deadline, which no merge of
+#: state does, so the action itself travels)
+MERGED_CLASSES: tuple[type[Event], ...] = (
+    BreakerEvent, CooldownEvent, LockoutEvent, DisabledEvent, EnabledEvent, ResultEvent,
+    OperatorEvent)
 
 
 class UnknownTarget(KeyError):

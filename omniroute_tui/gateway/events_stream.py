@@ -40,7 +40,8 @@ class EventBroadcaster:
 
     def _on_event(self, event: Event) -> None:
         if self._queues:
-            self._send(event.TYPE, event.to_json()[:-1] + self._tag + "}")
+            data = event.to_json()
+            self._send(event.TYPE, data[:-1] + self._tag + "}" if self._tag else data)
 
     def relay(self, replica: str, data: dict[str, object]) -> None:
         """Another replica's event, from the fleet's stream: streamed with its id, so a

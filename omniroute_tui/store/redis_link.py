@@ -24,13 +24,13 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from ..engine.engine import ResilienceEngine
+from ..engine.engine import MERGED_CLASSES, ResilienceEngine
 from ..engine.events import (
     BreakerEvent,
     CooldownEvent,
@@ -38,22 +38,16 @@ from ..engine.events import (
     EnabledEvent,
     Event,
     LockoutEvent,
-    OperatorEvent,
     ResultEvent,
     event_from_dict,
 )
 from ..engine.kinds import BreakerState
 from .sqlite_store import StoreHealth
 
-__all__ = ["SHARED_TYPES", "RedisLink"]
+__all__ = ["RedisLink"]
 
 log = logging.getLogger("omniroute.fleet")
 
-#: what a replica tells the others (operator actions too: a reset or a clear shortens a
-#: deadline, which no merge does, so the action itself goes out)
-SHARED_TYPES: tuple[type[Event], ...] = (
-    BreakerEvent, CooldownEvent, LockoutEvent, DisabledEvent, EnabledEvent, ResultEvent,
-    OperatorEvent)
 # Keeps a field of the state hash as "order|event": `max` replaces it only with a later
 # deadline, `latest` only with a later (or equal) time, `set` always (an operator's clear).
 _KEEP = """
@@ -102,6 +96,7 @@ class RedisLink:
         self._tasks: list[asyncio.Task[None]] = []
         self._held: dict[str, int] = {}  # provider -> lease held until (epoch ms)
         self._asking: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs
         self._failing_since: int | None = None
         self._error: str | None = None
         self.dropped = 0
@@ -114,7 +109,8 @@ class RedisLink:
     async def attach(self, engine: ResilienceEngine) -> None:
         """Follow and publish `engine`'s state from now on; Redis need not answer yet."""
         self._engine = engine
-        engine.bus.subscribe(self._publish, *(t for t in SHARED_TYPES if t is not ResultEvent))
+        engine.bus.subscribe(self._publish,
+                             *(t for t in MERGED_CLASSES if t is not ResultEvent))
         engine.bus.subscribe(self._publish_result, ResultEvent)
         for provider in engine.providers():
             layers = engine.layers(provider)
@@ -252,7 +248,7 @@ class RedisLink:
             return True
         if provider not in self._asking:
             self._asking.add(provider)
-            task = asyncio.get_running_loop().create_task(self._ask(provider, lease_ms))
+            task = self._spawn(self._ask(provider, lease_ms))
             task.add_done_callback(lambda _: self._asking.discard(provider))
         return False
 
@@ -273,7 +269,13 @@ class RedisLink:
             with contextlib.suppress(RedisError, OSError):
                 await self._redis.eval(_RELEASE, 1, key, self.replica, LEASE_HANDOVER_MS)
 
-        asyncio.get_running_loop().create_task(shorten())
+        self._spawn(shorten())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     # -- health -------------------------------------------------------------------------------
 
