@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
 
 from omniroute_tui.config import ConfigError, parse_duration_ms
+from omniroute_tui.config.problems import Problem
 
-from .report import build_report, evaluate, render
+from .html_report import write_html
+from .junit import ScenarioOutcome, write_junit
+from .report import build_report, evaluate, format_value, render
 from .scenario import POLICIES, SCENARIOS_DIR, Scenario, load_scenario, resolve_scenario
+from .terminal_chart import herd_chart
+from .timeline import Timeline
 from .virtual import run_virtual
 
 __all__ = ["main"]
-
-#: the shipped scenarios: `scenarios/` in the source tree, package data once installed
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -29,22 +36,37 @@ def _parser() -> argparse.ArgumentParser:
         description="Replay chaos scenarios against fake providers and compare policies.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help="replay a scenario in virtual time and report")
-    run.add_argument("scenario", help="a scenario file, or the name of a shipped scenario")
-    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run = sub.add_parser(
+        "run", help="replay scenarios in virtual time and report",
+        description="Replay scenarios in virtual time and report. Exit codes: 0 done, "
+                    "1 an expectation failed (with --check), 2 bad input.")
+    run.add_argument("scenario", nargs="+",
+                     help="scenario files, directories of them, globs, or shipped names")
+    run.add_argument("--config", type=Path, metavar="FILE",
+                     help="a router config: its providers, routes and resilience settings "
+                          "replace the scenario's (keys are not read; fakes stand in)")
+    run.add_argument("--seed", type=int, help="override the scenarios' seed")
     run.add_argument("--policy", default="all", choices=[*POLICIES, "all"],
                      help="the policy to run (default: all, side by side)")
     run.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
     run.add_argument("--trace", type=Path, metavar="FILE",
                      help="write the event trace (JSON Lines) of the resilient run, or of "
                           "the one policy run, here")
+    run.add_argument("--html", type=Path, metavar="FILE",
+                     help="write a self-contained HTML report with charts here")
+    run.add_argument("--junit", type=Path, metavar="FILE",
+                     help="write the expectations as JUnit XML test cases here")
     run.add_argument("--check", action="store_true",
-                     help="exit 1 if an expectation of the scenario fails")
-    validate = sub.add_parser("validate", help="check a scenario file and exit")
-    validate.add_argument("scenario")
+                     help="exit 1 if an expectation of a scenario fails")
+    validate = sub.add_parser("validate", help="check scenario files and exit")
+    validate.add_argument("scenario", nargs="+")
+    validate.add_argument("--config", type=Path, metavar="FILE",
+                          help="check the scenarios against this router config")
     sub.add_parser("list", help="list the shipped scenarios")
     serve = sub.add_parser("serve", help="serve the scenario's fake providers over HTTP")
     serve.add_argument("scenario")
+    serve.add_argument("--config", type=Path, metavar="FILE",
+                       help="fake the providers of this router config")
     serve.add_argument("--for", dest="for_", metavar="DURATION",
                        help="stop after this long (default: the scenario's duration)")
     serve.add_argument("--config-out", type=Path, metavar="FILE", default=Path("router.yaml"),
@@ -55,23 +77,28 @@ def _parser() -> argparse.ArgumentParser:
 
 def _progress(console: Console, scenario: Scenario, label: str) -> tuple[
         Callable[[int], None], Callable[[], None]]:
-    """A progress callback that shows a bar only once a run has taken over a second."""
+    """A progress callback that shows a bar only once a run has taken over a second, with
+    how many simulated minutes pass each wall second."""
     started = time.perf_counter()
     state: dict[str, object] = {}
 
     def update(virtual_ms: int) -> None:
+        elapsed = time.perf_counter() - started
         bar = state.get("bar")
         if bar is None:
-            if time.perf_counter() - started < 1.0:
+            if elapsed < 1.0:
                 return
             bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                           TextColumn("{task.percentage:>3.0f}%"), TimeRemainingColumn(),
+                           TextColumn("{task.percentage:>3.0f}%"),
+                           TextColumn("{task.fields[rate]} sim min/s"), TimeRemainingColumn(),
                            console=console, transient=True)
             bar.start()
             state["bar"] = bar
-            state["task"] = bar.add_task(label, total=scenario.duration_ms)
+            state["task"] = bar.add_task(label, total=scenario.duration_ms, rate="–")
         assert isinstance(bar, Progress)
-        bar.update(state["task"], completed=min(virtual_ms, scenario.duration_ms))  # type: ignore[arg-type]
+        done_ms = min(virtual_ms, scenario.duration_ms)
+        bar.update(state["task"], completed=done_ms,  # type: ignore[arg-type]
+                   rate=f"{done_ms / 60_000 / elapsed:,.1f}")
 
     def done() -> None:
         bar = state.get("bar")
@@ -81,12 +108,61 @@ def _progress(console: Console, scenario: Scenario, label: str) -> tuple[
     return update, done
 
 
-def _run(args: argparse.Namespace, console: Console) -> int:
-    scenario = load_scenario(resolve_scenario(args.scenario))
+def scenario_paths(names: Sequence[str]) -> list[Path]:
+    """Files, directories (their *.yaml), globs and shipped names, in that order."""
+    paths: list[Path] = []
+    for name in names:
+        path = Path(name)
+        if path.is_dir():
+            found = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))
+            if not found:
+                raise ValueError(f"{name}: a directory with no scenario files (*.yaml) in it")
+            paths += found
+        elif not path.exists() and any(ch in name for ch in "*?["):
+            matched = sorted(Path(p) for p in glob.glob(name))
+            if not matched:
+                raise ValueError(f"{name}: no file matches")
+            paths += matched
+        else:
+            paths.append(resolve_scenario(name))
+    return paths
+
+
+def load_scenarios(names: Sequence[str], config: Path | None) -> list[Scenario]:
+    """Every scenario named, or one ConfigError with every problem of every file."""
+    scenarios: list[Scenario] = []
+    problems: list[Problem] = []
+    for path in scenario_paths(names):
+        try:
+            scenarios.append(load_scenario(path, config=config))
+        except ConfigError as exc:
+            problems += exc.problems
+            if config is not None and any(p.file == str(config) for p in exc.problems):
+                break  # the config's own problems: once is enough
+    if problems:
+        raise ConfigError(problems)
+    names_seen = Counter(s.name for s in scenarios)
+    if len(scenarios) > 1 and (twice := [n for n, k in names_seen.items() if k > 1]):
+        raise ValueError(f"two scenarios are named {twice[0]!r}: their reports would share "
+                         "a file name")
+    return scenarios
+
+
+def _output(path: Path | None, scenario: Scenario, suffix: str, many: bool) -> Path | None:
+    """Where a scenario's report goes: the file given, or in a run of several, a file
+    named after the scenario in the directory given."""
+    if path is None or not many:
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    return path / f"{scenario.name}{suffix}"
+
+
+def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, many: bool,
+             charts: bool) -> tuple[ScenarioOutcome, dict[str, Timeline]]:
     if args.seed is not None:
         scenario = replace(scenario, seed=args.seed)
     policies = list(scenario.policies) if args.policy == "all" else [args.policy]
-    if args.check:
+    if args.check or args.junit:
         policies += [e.policy for e in scenario.expect if e.policy not in policies]
     if scenario.live:
         from .live import LIVE_POLICIES
@@ -96,35 +172,74 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             raise ValueError(f"{scenario.name} runs live; live mode runs only "
                              f"{' and '.join(LIVE_POLICIES)}")
     traced = "resilient" if "resilient" in policies else policies[0]
-    results = {}
+    trace_path = _output(args.trace, scenario, ".jsonl", many)
+    results, timelines = {}, {}
     for policy in policies:
         update, done = _progress(console, scenario, f"{scenario.name} [{policy}]")
-        trace = args.trace.open("w") if args.trace and policy == traced else None
+        trace = trace_path.open("w") if trace_path and policy == traced else None
+        timeline = timelines[policy] = Timeline(scenario) if charts else None
         try:
             if scenario.live:
                 import asyncio
 
                 from .live import run_live
 
-                results[policy] = asyncio.run(run_live(scenario, policy, trace=trace))
+                results[policy] = asyncio.run(run_live(scenario, policy, trace=trace,
+                                                       timeline=timeline))
             else:
-                results[policy] = run_virtual(scenario, policy, trace=trace, progress=update)
+                results[policy] = run_virtual(scenario, policy, trace=trace, progress=update,
+                                              timeline=timeline)
         finally:
             done()
             if trace is not None:
                 trace.close()
-    checks = evaluate(scenario, results)
-    render(console, scenario, results, checks)
-    if args.report:
-        args.report.write_text(json.dumps(build_report(scenario, results, checks), indent=2)
-                               + "\n")
-    failed = [c for c in checks if c["ok"] is False]
+    outcome = ScenarioOutcome(scenario, results, evaluate(scenario, results))
+    return outcome, {p: t for p, t in timelines.items() if t is not None}
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    scenarios = load_scenarios(args.scenario, args.config)
+    many = len(scenarios) > 1
+    outcomes = []
+    for scenario in scenarios:
+        charts = args.html is not None or console.is_terminal
+        outcome, timelines = _run_one(scenario, args, console, many, charts)
+        outcomes.append(outcome)
+        render(console, outcome.scenario, outcome.results, outcome.checks)
+        if console.is_terminal and (chart := herd_chart(
+                outcome.scenario, timelines, width=min(console.width, 100))) is not None:
+            console.print(chart)
+        if report := _output(args.report, scenario, ".json", many):
+            report.write_text(json.dumps(build_report(outcome.scenario, outcome.results,
+                                                      outcome.checks), indent=2) + "\n")
+        if html := _output(args.html, scenario, ".html", many):
+            write_html(html, outcome, timelines)
+            console.print(f"HTML report: {html} ({html.stat().st_size:,} bytes)", soft_wrap=True)
+    if args.junit:
+        write_junit(args.junit, outcomes)
+    if many:
+        console.print(_summary(outcomes))
+    failed = [(o, c) for o in outcomes for c in o.checks if c["ok"] is False]
     if args.check and failed:
-        for check in failed:
-            console.print(f"[red]expectation failed:[/] {check['expect']} "
-                          f"(observed {check['value']})")
+        for outcome, check in failed:
+            prefix = f"{outcome.scenario.name}: " if many else ""
+            console.print(f"[red]expectation failed:[/] {prefix}{check['expect']} "
+                          f"(observed {format_value(check['value'])})", soft_wrap=True)
         return 1
     return 0
+
+
+def _summary(outcomes: list[ScenarioOutcome]) -> Table:
+    table = Table(title="summary", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("scenario", "passed", "failed", "not run"):
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    table.add_column("verdict")
+    for outcome in outcomes:
+        skipped = len(outcome.checks) - outcome.passed - outcome.failed
+        verdict = "[red]FAIL[/]" if outcome.failed else "[green]ok[/]"
+        table.add_row(outcome.scenario.name, str(outcome.passed), str(outcome.failed),
+                      str(skipped), verdict)
+    return table
 
 
 def _list(console: Console) -> int:
@@ -146,17 +261,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _run(args, console)
         if args.command == "validate":
-            scenario = load_scenario(resolve_scenario(args.scenario))
-            console.print(f"{scenario.source}: ok ({len(scenario.providers)} providers, "
-                          f"{len(scenario.traffic)} traffic items, {len(scenario.faults)} "
-                          f"faults, {len(scenario.expect)} expectations)")
+            for scenario in load_scenarios(args.scenario, args.config):
+                against = f" against {scenario.config.source}" if args.config else ""
+                console.print(f"{scenario.source}: ok{against} ({len(scenario.providers)} "
+                              f"providers, {len(scenario.traffic)} traffic items, "
+                              f"{len(scenario.faults)} faults, {len(scenario.expect)} "
+                              "expectations)", soft_wrap=True)
             return 0
         if args.command == "list":
             return _list(console)
         if args.command == "serve":
             from .serve import serve_command
 
-            scenario = load_scenario(resolve_scenario(args.scenario))
+            scenario = load_scenario(resolve_scenario(args.scenario), config=args.config)
             length = parse_duration_ms(args.for_) if args.for_ else scenario.duration_ms
             return serve_command(scenario, length, args.config_out, console)
     except ConfigError as exc:

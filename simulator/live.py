@@ -21,6 +21,7 @@ from .http_fakes import fake_api_keys, start_fakes, stop_fakes
 from .metrics import MetricsCollector
 from .policies import build_policy
 from .scenario import Scenario
+from .timeline import Timeline
 from .virtual import TraceWriter
 
 __all__ = ["LIVE_POLICIES", "LiveRun", "run_live"]
@@ -42,6 +43,7 @@ class LiveRun:
         *,
         trace: IO[str] | None = None,
         subscribers: tuple[Any, ...] = (),
+        timeline: Timeline | None = None,
     ) -> None:
         if policy not in LIVE_POLICIES:
             raise ValueError(f"policy {policy!r} runs in virtual time only; live mode runs "
@@ -55,6 +57,8 @@ class LiveRun:
             TraceWriter(trace, batch=1).subscribe(self.bus)
         for subscriber in subscribers:
             self.bus.subscribe(subscriber)
+        if timeline is not None:
+            timeline.subscribe(self.bus)
         self.router = build_policy(scenario, policy, self.clock, self.bus)
         self._client = UpstreamClient()
         self._servers: list[Any] = []
@@ -101,9 +105,10 @@ async def run_live(
     *,
     trace: IO[str] | None = None,
     subscribers: tuple[Any, ...] = (),
+    timeline: Timeline | None = None,
 ) -> dict[str, Any]:
     """Run `scenario` in real time against HTTP fakes; returns the policy's metrics."""
-    run = LiveRun(scenario, policy, trace=trace, subscribers=subscribers)
+    run = LiveRun(scenario, policy, trace=trace, subscribers=subscribers, timeline=timeline)
     try:
         await run.start()
         await run.wait()

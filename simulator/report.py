@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from rich.console import Console, Group
+from rich import box
+from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .scenario import Expect, Scenario
 
-__all__ = ["build_report", "evaluate", "metric_value", "render"]
-
-_ROWS = ("requests", "successes", "success_rate", "attempts", "amplification", "p50_ms",
-         "p95_ms", "p99_ms", "dedup_suppressed", "breaker_opens", "open_ms",
-         "max_attempts_per_open", "wall_s", "sim_rps")
-
+__all__ = [
+    "build_report",
+    "evaluate",
+    "format_value",
+    "metric_value",
+    "render",
+    "summary_rows",
+    "summary_table",
+]
 
 def metric_value(metrics: dict[str, Any], expect: Expect) -> float | None:
     """The observed value an expectation speaks of, or None if there is none."""
@@ -51,7 +57,7 @@ def build_report(
             "checks": checks}
 
 
-def _fmt(value: Any) -> str:
+def format_value(value: Any) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -61,48 +67,86 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _policy_table(title: str, first: str, policies: list[str]) -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column(first)
+def _ms(value: Any) -> str:
+    """A span of milliseconds the way a person reads it: 250ms, 12.5s, 3m52s."""
+    if value is None:
+        return "–"
+    if value < 1000:
+        return f"{value}ms"
+    if value < 60_000:
+        return f"{value / 1000:.1f}".rstrip("0").rstrip(".") + "s"
+    minutes, seconds = divmod(round(value / 1000), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+#: (label, key, format) of the run's rows
+_RUN_ROWS: tuple[tuple[str, str, Any], ...] = (
+    ("requests", "requests", format_value), ("successes", "successes", format_value),
+    ("success rate", "success_rate", format_value), ("attempts", "attempts", format_value),
+    ("amplification", "amplification", format_value), ("latency p50", "p50_ms", _ms),
+    ("latency p95", "p95_ms", _ms), ("latency p99", "p99_ms", _ms),
+    ("dedup suppressed", "dedup_suppressed", format_value),
+    ("breaker opens", "breaker_opens", format_value),
+    ("time OPEN", "open_ms", _ms), ("max attempts/OPEN", "max_attempts_per_open", format_value),
+    ("wall time", "wall_s", lambda v: "–" if v is None else f"{v:.2f}s"),
+    ("sim req/s", "sim_rps", format_value),
+)
+_PROVIDER_ROWS: tuple[tuple[str, Any], ...] = (
+    ("attempts", lambda p: format_value(p["attempts"])),
+    ("probes", lambda p: format_value(p["probes"])),
+    ("failures", lambda p: format_value(sum(p["failures"].values()))),
+    ("breaker opens", lambda p: format_value(p["breaker_opens"])),
+    ("time OPEN", lambda p: _ms(p["open_ms"])),
+)
+_FAULT_ROWS: tuple[tuple[str, Any], ...] = (
+    ("attempts", lambda f: format_value(f["attempts"])),
+    ("attempts/s", lambda f: format_value(f["attempts_per_s"])),
+    ("back after", lambda f: _ms(f["ttr_ms"])),
+    ("burst after", lambda f: format_value(f["burst_after"])),
+)
+
+
+def summary_rows(scenario: Scenario, results: dict[str, dict[str, Any]]
+                 ) -> Iterator[tuple[str, list[str] | None]]:
+    """(label, a cell per policy) for the run, then each provider and fault under a
+    heading row (cells None)."""
+    policies = list(results)
+    for label, key, fmt in _RUN_ROWS:
+        yield label, [fmt(results[p].get(key)) for p in policies]
+    for name in scenario.providers:
+        yield f"provider {name}", None
+        for label, cell in _PROVIDER_ROWS:
+            yield f"  {label}", [cell(results[p]["providers"][name]) for p in policies]
+    for fault in scenario.faults:
+        yield f"fault {fault.name} on {fault.target}", None
+        for label, cell in _FAULT_ROWS:
+            yield f"  {label}", [cell(results[p]["faults"][fault.name]) for p in policies]
+
+
+def summary_table(scenario: Scenario, results: dict[str, dict[str, Any]]) -> Table:
+    """Policies as columns, one short row per figure: fits 80 columns with five policies."""
+    policies = list(results)
+    table = Table(title=f"{scenario.name} (seed {scenario.seed})", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    table.add_column("", no_wrap=True, overflow="ellipsis")
     for policy in policies:
-        table.add_column(policy, justify="right")
+        table.add_column(policy, justify="right", no_wrap=True)
+    for label, cells in summary_rows(scenario, results):
+        if cells is None:
+            table.add_section()
+            table.add_row(Text(label, style="bold"), *([""] * len(policies)))
+        else:
+            table.add_row(label, *cells)
     return table
 
 
 def render(console: Console, scenario: Scenario, results: dict[str, dict[str, Any]],
            checks: list[dict[str, Any]]) -> None:
-    """Print the policies side by side, then per provider and per fault, then the checks."""
-    policies = list(results)
-    summary = _policy_table(f"{scenario.name} (seed {scenario.seed})", "metric", policies)
-    for row in _ROWS:
-        summary.add_row(row, *(_fmt(results[p].get(row)) for p in policies))
-    parts: list[Any] = [summary]
-    providers = _policy_table("per provider: attempts / failures / breaker opens / ms open",
-                              "provider", policies)
-    for name in scenario.providers:
-        cells = []
-        for policy in policies:
-            p = results[policy]["providers"][name]
-            failures = sum(p["failures"].values())
-            cells.append(f"{p['attempts']:,} / {failures:,} / {p['breaker_opens']} / "
-                         f"{p['open_ms']:,}")
-        providers.add_row(name, *cells)
-    parts.append(providers)
-    if scenario.faults:
-        faults = _policy_table("per fault: attempts on target (/s) / ttr ms / burst after",
-                               "fault", policies)
-        for fault in scenario.faults:
-            cells = []
-            for policy in policies:
-                f = results[policy]["faults"][fault.name]
-                cells.append(f"{f['attempts']:,} ({_fmt(f['attempts_per_s'])}) / "
-                             f"{_fmt(f['ttr_ms'])} / {f['burst_after']}")
-            faults.add_row(fault.name, *cells)
-        parts.append(faults)
-    console.print(Group(*parts))
+    """The policies side by side (runs, providers, faults), then the checks."""
+    console.print(summary_table(scenario, results))
     for check in checks:
         if check["ok"] is None:
             console.print(f"[dim]SKIP {check['expect']}: {check['policy']} was not run[/]")
             continue
         mark = "[green]PASS[/]" if check["ok"] else "[red]FAIL[/]"
-        console.print(f"{mark} {check['expect']}: observed {_fmt(check['value'])}")
+        console.print(f"{mark} {check['expect']}: observed {format_value(check['value'])}")

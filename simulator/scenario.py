@@ -32,6 +32,7 @@ from omniroute_tui.config.readers import (
 from omniroute_tui.config.router_config import (
     ProviderConfig,
     RouterConfig,
+    load_router_config,
     parse_providers,
     parse_routes,
 )
@@ -59,7 +60,10 @@ MAX_PROPAGATION_MS = 60_000
 MAX_SIMULATED_REQUESTS = 2_000_000
 
 TOP_FIELDS = ("name", "description", "seed", "duration", "clock", "resilience", "providers",
-              "routes", "traffic", "faults", "expect", "replicas", "shared_state", "propagation")
+              "routes", "traffic", "faults", "expect", "replicas", "shared_state", "propagation",
+              "latency")
+#: what a router config (`--config`) brings instead of the scenario
+ROUTER_FIELDS = ("providers", "routes", "resilience")
 RUN_METRICS = frozenset({
     "requests", "successes", "success_rate", "attempts", "amplification", "p50_ms", "p95_ms",
     "p99_ms", "dedup_suppressed", "breaker_opens", "open_ms", "max_attempts_per_open",
@@ -99,6 +103,10 @@ class Latency:
             max(1, round(self.p50_ms * math.exp(sigma * normal.inv_cdf((i + 0.5) / _QUANTILES))))
             for i in range(_QUANTILES)
         )
+
+
+#: a provider's response time when the scenario gives none
+DEFAULT_LATENCY = Latency(100, 100)
 
 
 class FaultAction(StrEnum):
@@ -231,7 +239,6 @@ class Scenario:
     expect: tuple[Expect, ...]
     live: bool = False
     source: str = "<memory>"
-    raw: Mapping[str, Any] | None = None  # the file's own mapping, to write router configs
     #: a fleet of routers (the traffic spread over them in turn); its replicas share
     #: their state (through a model of the shared store's merge rules, each change reaching
     #: the others `propagation_ms` later) or keep their own
@@ -282,7 +289,7 @@ def _read_latency(src: Source, value: Any, path: Path) -> Latency | None:
 
 
 def _read_target(
-    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig]
+    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig], origin: str
 ) -> FaultTarget | None:
     text = read_str(src, value, path)
     if text is None:
@@ -296,21 +303,26 @@ def _read_target(
         return None
     provider = providers.get(parts[0])
     if provider is None:
-        src.problem(path, f"unknown provider {parts[0]!r} (providers: {', '.join(providers)})")
+        src.problem(path, f"unknown provider {parts[0]!r}{origin} "
+                          f"(providers: {', '.join(providers)})")
         return None
     connection = parts[1] if len(parts) > 1 and parts[1] != "*" else None
     model = parts[2] if len(parts) > 2 else None
-    if connection is not None and connection not in {c.id for c in provider.connections}:
-        src.problem(path, f"provider {parts[0]!r} has no connection {connection!r}")
+    connections = [c.id for c in provider.connections]
+    if connection is not None and connection not in connections:
+        src.problem(path, f"provider {parts[0]!r}{origin} has no connection {connection!r} "
+                          f"(connections: {', '.join(connections)})")
         return None
     if model is not None and model not in provider.models:
-        src.problem(path, f"provider {parts[0]!r} has no model {model!r}")
+        src.problem(path, f"provider {parts[0]!r}{origin} has no model {model!r} "
+                          f"(models: {', '.join(provider.models)})")
         return None
     return FaultTarget(parts[0], connection, model)
 
 
 def _read_fault(
-    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig], end_ms: int
+    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig], end_ms: int,
+    origin: str,
 ) -> Fault | None:
     body = read_mapping(src, value, path)
     if body is None:
@@ -319,7 +331,7 @@ def _read_fault(
                                      "retry_after", "body", "rate", "latency"))
     name = read_str(src, body.get("name"), path + ("name",))
     at = read_duration(src, body.get("at", 0), path + ("at",))
-    target = _read_target(src, body.get("target"), path + ("target",), providers)
+    target = _read_target(src, body.get("target"), path + ("target",), providers, origin)
     until: int | None = end_ms
     if "for" in body and "until" in body:
         src.problem(path + ("until",), "give either `for` or `until`, not both")
@@ -377,7 +389,7 @@ def _read_error(src: Source, value: Any, path: Path) -> tuple[FaultAction | None
 
 def _read_traffic(
     src: Source, value: Any, path: Path, routes: set[str], providers: Mapping[str, Any],
-    duration_ms: int,
+    duration_ms: int, origin: str,
 ) -> Traffic | None:
     body = read_mapping(src, value, path)
     if body is None:
@@ -388,7 +400,7 @@ def _read_traffic(
     if route is not None and route not in routes:
         provider, _, model = route.partition("/")
         if provider not in providers or model not in providers[provider].models:
-            src.problem(path + ("route",), f"unknown route {route!r} (routes: "
+            src.problem(path + ("route",), f"unknown route {route!r}{origin} (routes: "
                                            f"{', '.join(sorted(routes)) or 'none'})")
             route = None
     start = read_duration(src, body.get("from", 0), path + ("from",))
@@ -426,7 +438,8 @@ def _read_traffic(
 
 
 def _read_expect(
-    src: Source, value: Any, path: Path, faults: set[str], providers: Mapping[str, Any]
+    src: Source, value: Any, path: Path, faults: set[str], providers: Mapping[str, Any],
+    origin: str,
 ) -> Expect | None:
     body = read_mapping(src, value, path)
     if body is None:
@@ -444,7 +457,8 @@ def _read_expect(
         src.problem(path + ("during",), f"no fault named {during!r}")
         ok = False
     if provider is not None and provider not in providers:
-        src.problem(path + ("provider",), f"unknown provider {provider!r}")
+        src.problem(path + ("provider",), f"unknown provider {provider!r}{origin} "
+                                          f"(providers: {', '.join(providers)})")
         ok = False
     if metric is not None:
         allowed = (FAULT_METRICS if during else PROVIDER_METRICS if provider else RUN_METRICS)
@@ -488,8 +502,18 @@ def resolve_scenario(name: str) -> FsPath:
                                f"of that name (shipped: {', '.join(shipped_scenarios())})")])
 
 
-def load_scenario(path: str | FsPath, *, text: str | None = None) -> Scenario:
-    """Load and validate a scenario; raises ConfigError listing every problem."""
+def load_scenario(
+    path: str | FsPath, *, text: str | None = None, config: str | FsPath | None = None,
+    config_text: str | None = None,
+) -> Scenario:
+    """Load and validate a scenario; raises ConfigError listing every problem.
+
+    With `config` (a router config file) the providers, connections, routes and resilience
+    settings come from that config, its keys unread; the scenario brings the traffic, the
+    faults, the expectations and optional latency profiles.
+    """
+    router = None if config is None else load_router_config(config, text=config_text,
+                                                            read_keys=False)
     src = load_source(path, text=text)
     data = src.data
     reject_unknown(src, data, (), TOP_FIELDS)
@@ -519,20 +543,21 @@ def load_scenario(path: str | FsPath, *, text: str | None = None) -> Scenario:
         src.problem(("propagation",), "at most 60s: a change that takes longer is lost")
     if clock == "live" and (replicas or 1) > 1:
         src.problem(("replicas",), "a fleet runs in virtual time only")
-    patch = parse_overrides(src, data.get("resilience", {}), ("resilience",))
-    settings = patch.apply(default_settings())
-    validate_settings(src, settings, ("resilience",))
-    if "providers" not in data:
-        src.problem((), "missing field: providers")
-    providers = parse_providers(
-        src, data.get("providers", {}), ("providers",), patch, env=os.environ,
-        extra_fields={"latency": _read_latency},
-    )
-    routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
+    if router is None:
+        router = _own_router(src, data)
+        origin = ""
+    else:
+        for key in ROUTER_FIELDS:
+            if key in data:
+                src.problem((key,), f"the {key} come from {router.source} (--config): a "
+                                    "scenario run against a router config has no "
+                                    f"`{key}` of its own")
+        origin = f" in {router.source}"
+    providers, routes = router.providers, router.routes
     traffic = _items(src, data, "traffic", lambda v, p: _read_traffic(
-        src, v, p, set(routes), providers, duration))
+        src, v, p, set(routes), providers, duration, origin))
     faults = _items(src, data, "faults", lambda v, p: _read_fault(
-        src, v, p, providers, duration))
+        src, v, p, providers, duration, origin))
     _check_volume(src, traffic, duration)
     seen: set[str] = set()
     for index, fault in enumerate(faults):
@@ -540,21 +565,59 @@ def load_scenario(path: str | FsPath, *, text: str | None = None) -> Scenario:
             src.problem(("faults", index, "name"), f"another fault is named {fault.name!r}")
         seen.add(fault.name)
     expect = _items(src, data, "expect", lambda v, p: _read_expect(
-        src, v, p, seen, providers))
+        src, v, p, seen, providers, origin))
+    profiles = _read_latencies(src, data.get("latency"), providers, origin) \
+        if "latency" in data else {}
+    if "latency" in data and origin == "":
+        src.problem(("latency",), "a self-contained scenario gives each provider's latency "
+                                  "in its providers section")
     src.raise_if_problems()
     latencies = {
-        name: provider.extra.get("latency") or Latency(100, 100)
+        name: profiles.get(name) or provider.extra.get("latency") or DEFAULT_LATENCY
         for name, provider in providers.items()
     }
-    config = RouterConfig(providers=providers, routes=routes, settings=settings,
-                          source=src.name)
     return Scenario(
         name=name, description=description.strip(), seed=seed, duration_ms=duration,
-        config=config, latencies=latencies, traffic=tuple(traffic), faults=tuple(faults),
-        expect=tuple(expect), live=clock == "live", source=src.name, raw=data,
+        config=router, latencies=latencies, traffic=tuple(traffic), faults=tuple(faults),
+        expect=tuple(expect), live=clock == "live", source=src.name,
         replicas=replicas or 1, shared_state=shared is not False,
         propagation_ms=50 if propagation is None else propagation,
     )
+
+
+def _own_router(src: Source, data: dict[str, Any]) -> RouterConfig:
+    """A self-contained scenario's providers, routes and resilience, as a router config."""
+    patch = parse_overrides(src, data.get("resilience", {}), ("resilience",))
+    settings = patch.apply(default_settings())
+    validate_settings(src, settings, ("resilience",))
+    if "providers" not in data:
+        src.problem((), "missing field: providers (or run it against a router config with "
+                        "--config)")
+    providers = parse_providers(
+        src, data.get("providers", {}), ("providers",), patch, env=os.environ,
+        extra_fields={"latency": _read_latency},
+    )
+    routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
+    own = {key: data[key] for key in ROUTER_FIELDS if key in data}
+    return RouterConfig(providers=providers, routes=routes, settings=settings,
+                        source=src.name, raw=own)
+
+
+def _read_latencies(
+    src: Source, value: Any, providers: Mapping[str, ProviderConfig], origin: str
+) -> dict[str, Latency]:
+    """The `latency:` section of a scenario run against a config: provider -> profile."""
+    mapping = read_mapping(src, value, ("latency",))
+    profiles: dict[str, Latency] = {}
+    for name, body in (mapping or {}).items():
+        if name not in providers:
+            src.problem(("latency", str(name)), f"unknown provider {name!r}{origin} "
+                                                f"(providers: {', '.join(providers)})")
+            continue
+        latency = _read_latency(src, body, ("latency", str(name)))
+        if latency is not None:
+            profiles[name] = latency
+    return profiles
 
 
 def _check_volume(src: Source, traffic: list[Traffic], duration_ms: int) -> None:

@@ -22,7 +22,7 @@ __all__ = ["router_config_for", "serve_command"]
 
 def router_config_for(scenario: Scenario, servers: list[FakeServer]) -> dict[str, Any]:
     """The scenario's providers and routes as a router config aimed at the fakes."""
-    raw = scenario.raw or {}
+    raw = scenario.config.raw or {}
     keys = fake_api_keys(scenario)
     urls = {s.provider: s.base_url for s in servers}
     providers: dict[str, Any] = {}

@@ -22,6 +22,7 @@ from .fleet import Fleet
 from .metrics import MetricsCollector
 from .policies import PolicyRouter, Routing, build_policy
 from .scenario import Scenario
+from .timeline import Timeline
 
 __all__ = ["TraceWriter", "VirtualRun", "run_virtual"]
 
@@ -74,6 +75,7 @@ class VirtualRun:
         *,
         trace: IO[str] | None = None,
         subscribers: tuple[Callable[[Event], None], ...] = (),
+        timeline: Timeline | None = None,
     ) -> None:
         self.scenario = scenario
         self.policy = policy
@@ -86,6 +88,8 @@ class VirtualRun:
             self._writer.subscribe(self.bus)
         for subscriber in subscribers:
             self.bus.subscribe(subscriber)
+        if timeline is not None:
+            timeline.subscribe(self.bus)
         self.router: PolicyRouter
         if scenario.replicas > 1 and policy in ("resilient", "isolated"):
             shared = policy == "resilient" and scenario.shared_state
@@ -201,12 +205,15 @@ def run_virtual(
     trace: IO[str] | None = None,
     progress: Callable[[int], None] | None = None,
     subscribers: tuple[Callable[[Event], None], ...] = (),
+    timeline: Timeline | None = None,
 ) -> dict[str, Any]:
     """Replay `scenario` under `policy` in virtual time; returns the policy's metrics.
 
-    `progress` is called with the virtual time (ms) every few thousand events.
+    `progress` is called with the virtual time (ms) every few thousand events; `timeline`
+    collects the run over time for the charts.
     """
-    run = VirtualRun(scenario, policy, trace=trace, subscribers=subscribers)
+    run = VirtualRun(scenario, policy, trace=trace, subscribers=subscribers,
+                     timeline=timeline)
     # everything left: the outcomes of the last requests may land after the duration
     run.advance_to(2**62, progress)
     if progress is not None:

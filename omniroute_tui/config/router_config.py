@@ -79,6 +79,8 @@ class RouterConfig:
     gateway_token_file: str | None = None
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
     source: str = "<memory>"
+    #: the file's own mapping: a simulation writes it back aimed at its fakes
+    raw: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def provider_specs(self) -> tuple[ProviderSpec, ...]:
         return tuple(p.spec() for p in self.providers.values())
@@ -123,7 +125,7 @@ def _secret(src: Source, value: Any, path: Path, env: Mapping[str, str]) -> Secr
 
 
 def _connections(
-    src: Source, value: Any, path: Path, env: Mapping[str, str]
+    src: Source, value: Any, path: Path, env: Mapping[str, str] | None
 ) -> tuple[ConnectionConfig, ...]:
     if not isinstance(value, list) or not value:
         src.problem(path, "expected a non-empty list of connections ({id, api_key} or bare ids)")
@@ -146,7 +148,7 @@ def _connections(
             continue
         seen.add(conn_id)
         secret = _secret(src, body["api_key"], where + ("api_key",), env) \
-            if body.get("api_key") is not None else None
+            if body.get("api_key") is not None and env is not None else None
         weight = read_int(src, body["weight"], where + ("weight",), minimum=1) \
             if "weight" in body else 1
         result.append(ConnectionConfig(conn_id, secret, weight or 1))
@@ -159,10 +161,13 @@ def parse_providers(
     path: Path,
     patch: OverridePatch,
     *,
-    env: Mapping[str, str],
+    env: Mapping[str, str] | None,
     extra_fields: Mapping[str, Callable[[Source, Any, Path], Any]] | None = None,
 ) -> dict[str, ProviderConfig]:
-    """The `providers:` mapping; `extra_fields` lets the simulator read e.g. `latency`."""
+    """The `providers:` mapping; `extra_fields` lets the simulator read e.g. `latency`.
+
+    With `env` None the keys are not read at all (a simulation against the config).
+    """
     extra_fields = extra_fields or {}
     mapping = read_mapping(src, value, path)
     if mapping is None:
@@ -269,9 +274,14 @@ def _target(
 
 
 def load_router_config(
-    path: str | FsPath, *, text: str | None = None, env: Mapping[str, str] | None = None
+    path: str | FsPath, *, text: str | None = None, env: Mapping[str, str] | None = None,
+    read_keys: bool = True,
 ) -> RouterConfig:
-    """Load and validate a router config; raises ConfigError listing every problem."""
+    """Load and validate a router config; raises ConfigError listing every problem.
+
+    `read_keys=False` skips the keys and the environment they name: a simulation stands
+    fakes in for every provider and never needs them.
+    """
     src = load_source(path, text=text)
     data = src.data
     reject_unknown(src, data, (), ("providers", "routes", "resilience", "store", "gateway"))
@@ -281,7 +291,8 @@ def load_router_config(
     if "providers" not in data:
         src.problem((), "missing field: providers")
     providers = parse_providers(src, data.get("providers", {}), ("providers",), patch,
-                                env=os.environ if env is None else env)
+                                env=None if not read_keys else os.environ if env is None
+                                else env)
     routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
     store_path = store_redis = listen = token_file = None
     prefix = "omniroute"
@@ -313,5 +324,5 @@ def load_router_config(
         providers=providers, routes=routes, settings=settings, store_path=store_path,
         store_redis=store_redis, store_prefix=prefix,
         gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
-        source=src.name,
+        source=src.name, raw=data,
     )

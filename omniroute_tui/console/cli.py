@@ -26,8 +26,10 @@ def _parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--scenario", metavar="FILE",
                         help="a scenario file or shipped scenario name (default: demo)")
-    source.add_argument("--config", metavar="FILE", type=Path,
-                        help="a router config: show and operate that router on real time")
+    parser.add_argument("--config", metavar="FILE", type=Path,
+                        help="a router config: show and operate that router on real time; "
+                             "with --scenario, replay the scenario against this config's "
+                             "providers, routes and resilience settings (fakes stand in)")
     source.add_argument("--attach", metavar="URL",
                         help="attach to a running omniroute-gateway's management API")
     parser.add_argument("--token-file", metavar="FILE",
@@ -81,8 +83,11 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
     if args.speed <= 0:
         raise ValueError("--speed must be above 0")
     if getattr(args, "attach", None):
+        if args.config is not None:
+            raise ValueError("--attach shows a running gateway: it takes no --config")
         return _attach_app(args, attach_state)
-    if args.db and args.config is None:
+    scenario_name = getattr(args, "scenario", None)
+    if args.db and (args.config is None or scenario_name):
         raise ValueError("--db keeps a router's state: it goes with --config (a scenario "
                          "always starts fresh)")
     listen = token = None
@@ -92,10 +97,10 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
 
         listen = parse_listen(args.listen)
         token = load_token(getattr(args, "token_file", None))
-        if args.config is None and not args.live:
+        if (args.config is None or scenario_name) and not args.live:
             raise ValueError("--listen serves a router on real time: use it with --config or "
                              "--live (a replay runs on virtual time)")
-    if args.config is not None:
+    if args.config is not None and not scenario_name:
         if args.live:
             raise ValueError("--live runs a scenario's fakes; --config runs your own router")
         config = load_router_config(args.config)
@@ -108,7 +113,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
                           read_only=args.read_only, listen=listen, token=token)
     from simulator.scenario import load_scenario, resolve_scenario
 
-    scenario = load_scenario(resolve_scenario(args.scenario or "demo"))
+    scenario = load_scenario(resolve_scenario(scenario_name or "demo"), config=args.config)
     model = ConsoleModel(scenario.providers, lambda: 0)
     backend: LiveBackend | SimulationBackend
     if args.live or scenario.live:

@@ -1,0 +1,76 @@
+"""Expectations as JUnit XML test cases, the shape GitLab, GitHub Actions and Jenkins read:
+one `testsuite` per scenario, one `testcase` per expectation and policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
+
+from .scenario import Expect, Scenario
+
+__all__ = ["ScenarioOutcome", "write_junit"]
+
+
+@dataclass(frozen=True)
+class ScenarioOutcome:
+    """One scenario's run: its policies' metrics and its checks, in `expect` order."""
+
+    scenario: Scenario
+    results: dict[str, dict[str, Any]]
+    checks: list[dict[str, Any]]
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for c in self.checks if c["ok"] is False)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for c in self.checks if c["ok"] is True)
+
+
+def _bound(expect: Expect) -> str:
+    value = int(expect.value) if expect.value.is_integer() else expect.value
+    return f"{expect.op} {value}"
+
+
+def _case(outcome: ScenarioOutcome, expect: Expect, check: dict[str, Any]) -> TestCase:
+    scenario = outcome.scenario
+    name = str(expect).removesuffix(f" ({expect.policy})")
+    case = TestCase(name, classname=f"{scenario.name}.{expect.policy}", time=0.0)
+    where = f"{scenario.source}:{expect.line}" if expect.line else scenario.source
+    if check["ok"] is None:
+        skipped = Skipped()  # the reason as text: the JUnit schema gives <skipped> no message
+        skipped.text = f"the {expect.policy} policy was not run"
+        case.result = [skipped]
+    else:
+        observed = f"observed {check['value']:g}" if check["value"] is not None \
+            else "nothing observed"
+        if check["ok"] is False:
+            case.result = [Failure(f"{observed}, expected {_bound(expect)}", "expectation")]
+        case.system_out = f"{observed} (bound {_bound(expect)}) · {where}"
+    return case
+
+
+def write_junit(path: Path, outcomes: list[ScenarioOutcome]) -> None:
+    """Write every scenario's expectations to `path` (written beside, then renamed)."""
+    xml = JUnitXml("omniroute-sim")
+    for outcome in outcomes:
+        scenario = outcome.scenario
+        suite = TestSuite(scenario.name)
+        suite.add_property("scenario", scenario.source)
+        suite.add_property("config", scenario.config.source)
+        suite.add_property("seed", str(scenario.seed))
+        for expect, check in zip(scenario.expect, outcome.checks, strict=True):
+            suite.add_testcase(_case(outcome, expect, check))
+        xml.add_testsuite(suite)
+    xml.update_statistics()  # type: ignore[no-untyped-call]
+    # a suite's time is its scenario's runs (a check itself takes none)
+    for suite, outcome in zip(xml, outcomes, strict=True):
+        suite.time = round(sum(r.get("wall_s") or 0.0 for r in outcome.results.values()), 3)
+    xml.time = round(sum(suite.time for suite in xml), 3)
+    partial = path.with_name(path.name + ".partial")
+    xml.write(str(partial), pretty=True)
+    partial.replace(path)

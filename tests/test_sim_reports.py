@@ -1,0 +1,179 @@
+"""The CI gate and the reports: JUnit XML, several scenarios at once, the HTML page, and
+the terminal summary at 80 columns."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+import xmlschema
+from junitparser import Failure, JUnitXml, Skipped
+from rich.console import Console
+
+from simulator.cli import main
+from simulator.junit import ScenarioOutcome, write_junit
+from simulator.report import evaluate, render
+from simulator.scenario import SCENARIOS_DIR, load_scenario
+from simulator.terminal_chart import herd_chart
+from simulator.timeline import Timeline
+from simulator.virtual import run_virtual
+
+SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit.xsd")
+
+
+def strict_auth_revoked(where: Path) -> Path:
+    """auth-revoked with one expectation that cannot hold."""
+    text = (SCENARIOS_DIR / "auth-revoked.yaml").read_text().replace(
+        'check: "== 0", policy: resilient}', 'check: "== 7", policy: resilient}').replace(
+        "name: auth-revoked", "name: strict")
+    path = where / "strict.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_junit_has_a_case_per_expectation_and_policy_with_observed_and_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junit = tmp_path / "out" / "chaos.xml"
+    junit.parent.mkdir()
+    strict = strict_auth_revoked(tmp_path)
+    assert main(["run", str(strict), "vpn-blip", "--check", "--junit", str(junit)]) == 1
+    SCHEMA.validate(str(junit))  # the shape Jenkins, GitLab and GitHub reporters read
+    xml = JUnitXml.fromfile(str(junit))
+    suites = {suite.name: suite for suite in xml}
+    assert set(suites) == {"strict", "vpn-blip"}
+    expected = {s: len(load_scenario(p).expect) for s, p in
+                (("strict", strict), ("vpn-blip", SCENARIOS_DIR / "vpn-blip.yaml"))}
+    assert {name: suite.tests for name, suite in suites.items()} == expected
+    assert xml.tests == sum(expected.values()) and xml.failures == 1
+    cases = {(case.classname, case.name): case for case in suites["strict"]}
+    failed = cases[("strict.resilient", "breaker_opens on alpha == 7")]
+    (failure,) = failed.result
+    assert isinstance(failure, Failure)
+    assert failure.message == "observed 0, expected == 7"
+    assert all(not case.result for key, case in cases.items() if key != (
+        "strict.resilient", "breaker_opens on alpha == 7"))
+    assert "(bound" in (failed.system_out or "") and "strict.yaml:" in failed.system_out
+    assert {c.classname.split(".")[1] for c in suites["vpn-blip"]} >= {"resilient",
+                                                                        "no-dedup"}
+    out = capsys.readouterr().out
+    assert "expectation failed: strict: breaker_opens on alpha == 7 (resilient) (observed 0)" \
+        in out
+    summary = out[out.index("summary"):]
+    assert re.search(r"strict\s+\d+\s+1\s+0\s+FAIL", summary)
+    assert re.search(r"vpn-blip\s+\d+\s+0\s+0\s+ok", summary)
+
+
+def test_the_gate_runs_every_policy_an_expectation_needs_and_skips_none(
+        tmp_path: Path) -> None:
+    junit = tmp_path / "chaos.xml"
+    assert main(["run", "429-storm", "--policy", "resilient", "--junit", str(junit)]) == 0
+    (suite,) = JUnitXml.fromfile(str(junit))
+    assert {case.classname for case in suite} == {"429-storm.resilient", "429-storm.naive"}
+    assert suite.skipped == 0 and suite.failures == 0 and suite.time > 0
+
+
+def test_an_expectation_whose_policy_did_not_run_is_a_skipped_case(tmp_path: Path) -> None:
+    scenario = load_scenario(SCENARIOS_DIR / "429-storm.yaml")
+    results = {"resilient": run_virtual(scenario, "resilient")}  # as a live run would
+    junit = tmp_path / "chaos.xml"
+    write_junit(junit, [ScenarioOutcome(scenario, results, evaluate(scenario, results))])
+    SCHEMA.validate(str(junit))
+    (suite,) = JUnitXml.fromfile(str(junit))
+    skipped = [case for case in suite if case.result and isinstance(case.result[0], Skipped)]
+    assert [case.classname for case in skipped] == ["429-storm.naive"]
+    assert skipped[0].result[0].text == "the naive policy was not run"
+    assert suite.skipped == 1 and suite.failures == 0
+
+
+def test_bad_input_exits_2_before_anything_runs(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bad.yaml").write_text("name: x\nduration: soon\n")
+    junit = tmp_path / "chaos.xml"
+    assert main(["run", "429-storm", str(tmp_path / "bad.yaml"), "--check",
+                 "--junit", str(junit)]) == 2
+    captured = capsys.readouterr()
+    assert "bad.yaml:2: duration" in captured.err and captured.out == ""
+    assert not junit.exists()
+    assert main(["run", str(tmp_path / "*.nothing")]) == 2
+    assert "no file matches" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "empty")]) == 2  # neither a file nor a scenario name
+
+
+def test_a_directory_or_glob_runs_every_scenario_with_reports_per_scenario(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chaos = tmp_path / "chaos"
+    chaos.mkdir()
+    for name in ("vpn-blip", "auth-revoked"):
+        (chaos / f"{name}.yaml").write_text((SCENARIOS_DIR / f"{name}.yaml").read_text())
+    reports = tmp_path / "reports"
+    assert main(["run", str(chaos), "--policy", "resilient", "--report", str(reports)]) == 0
+    assert sorted(p.name for p in reports.iterdir()) == ["auth-revoked.json", "vpn-blip.json"]
+    assert main(["run", str(chaos / "v*.yaml"), "--policy", "resilient"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("summary") == 1 and "vpn-blip" in out
+
+
+FETCH = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//"""
+                   r"""|url\(\s*["']?\s*(?:https?:)?//|@import""", re.I)
+
+
+def test_the_html_report_is_self_contained_with_one_chart_per_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page_path = tmp_path / "storm.html"
+    assert main(["run", "429-storm", "--html", str(page_path)]) == 0
+    page = page_path.read_text()
+    assert FETCH.search(page) is None  # no script, font, style or image from anywhere
+    assert "<script" not in page and "<link" not in page
+    # the only addresses are the SVG namespace names, which are never fetched
+    assert set(re.findall(r"https?://[^\s\"'<>)]+", page)) <= {
+        "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+    policies = ["resilient", "naive", "backoff", "no-dedup"]
+    assert re.findall(r'<figure aria-label="([^"]+)">\s*<svg', page) == policies
+    assert page.count("<svg") == len(policies)
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids))  # each chart keeps its own ids
+    assert "opens the breaker and sends traffic to the" in page  # the lesson
+    assert "amplification &lt;= 1.3" in page and "PASS" in page
+    assert "breaker OPEN" in page and "fault windows" in page and "p99" in page
+    assert f"({page_path.stat().st_size:,} bytes)" in capsys.readouterr().out
+
+
+def outcome_of(name: str, policies: tuple[str, ...] | None = None
+               ) -> tuple[ScenarioOutcome, dict[str, Timeline]]:
+    scenario = load_scenario(SCENARIOS_DIR / f"{name}.yaml")
+    timelines = {p: Timeline(scenario) for p in policies or scenario.policies}
+    results = {p: run_virtual(scenario, p, timeline=t) for p, t in timelines.items()}
+    return ScenarioOutcome(scenario, results, evaluate(scenario, results)), timelines
+
+
+@pytest.mark.parametrize("name", ["fleet-429-storm", "quota-exhaustion", "hour-long-mixed"])
+def test_the_terminal_summary_fits_80_columns_without_cutting_a_cell(name: str) -> None:
+    outcome, _ = outcome_of(name, None if name != "hour-long-mixed" else ("resilient",
+                                                                          "naive"))
+    console = Console(width=80, file=io.StringIO(), record=True)
+    render(console, outcome.scenario, outcome.results, outcome.checks)
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in text
+    for provider in outcome.scenario.providers:
+        assert sum(1 for line in lines if line.strip() == f"provider {provider}") == 1
+    header = next(line for line in lines if "resilient" in line)
+    assert header.split() == list(outcome.results)
+
+
+def test_the_terminal_chart_draws_resilient_against_naive_on_the_faulted_provider() -> None:
+    outcome, timelines = outcome_of("429-storm", ("resilient", "naive"))
+    chart = herd_chart(outcome.scenario, timelines, width=80)
+    assert chart is not None
+    lines = chart.plain.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "attempts per second on alpha" in lines[0]
+    assert "resilient" in chart.plain and "naive" in chart.plain
+    # naive's storm (about 80 attempts a second) sets the scale
+    assert max(timelines["naive"].per_second(timelines["naive"].attempts["alpha"])) > 60
