@@ -1,4 +1,4 @@
-"""`omniroute-sim`: run, validate, list and serve chaos scenarios."""
+"""`omniroute-sim`: run, validate, list, serve and record chaos scenarios."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -72,7 +74,71 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config-out", type=Path, metavar="FILE", default=Path("router.yaml"),
                        help="where to write the router config for the fakes "
                             "(default: router.yaml)")
+    record = sub.add_parser(
+        "record", help="turn a gateway's recorded events into a scenario",
+        description="Turn a gateway's event log into a scenario: the requests as they "
+                    "arrived (per route) and the upstream errors as faults (per provider, "
+                    "over time), to replay an incident against a changed router config "
+                    "with --config. Keys and message contents never enter the file.")
+    origin = record.add_mutually_exclusive_group(required=True)
+    origin.add_argument("--db", type=Path, metavar="FILE",
+                        help="a gateway's state database (it keeps the recent events)")
+    origin.add_argument("--events", type=Path, metavar="FILE",
+                        help="a trace (JSON Lines) or a saved management API event stream")
+    origin.add_argument("--from", dest="from_", metavar="URL",
+                        help="a running gateway: follow its management API's event stream")
+    record.add_argument("--for", dest="for_", metavar="DURATION", default="5m",
+                        help="with --from: how long to record (default 5m)")
+    record.add_argument("--token-file", metavar="FILE",
+                        help="with --from: the management API token (or $OMNIROUTE_TOKEN)")
+    record.add_argument("--name", default="recorded", help="the scenario's name")
+    record.add_argument("--config", type=Path, metavar="FILE",
+                        help="check that the scenario fits this router config")
+    record.add_argument("-o", "--output", type=Path, metavar="FILE", required=True,
+                        help="where to write the scenario")
     return parser
+
+
+def _record(args: argparse.Namespace, console: Console) -> int:
+    from omniroute_tui.gateway.auth import load_token
+
+    from .recorder import events_from_db, events_from_file, events_from_gateway, write_scenario
+
+    if args.db is not None:
+        events: Any = events_from_db(args.db)
+        source = str(args.db)
+    elif args.events is not None:
+        events, source = events_from_file(args.events), str(args.events)
+    else:
+        token = load_token(args.token_file)
+        if token is None:
+            raise ValueError("--from needs the management API token: --token-file FILE or "
+                             "$OMNIROUTE_TOKEN")
+        length = parse_duration_ms(args.for_)
+        with Progress(TextColumn("recording {task.fields[url]}"), BarColumn(),
+                      TextColumn("{task.fields[count]:,} events"), TimeRemainingColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task("", total=length / 1000, url=args.from_, count=0)
+            started = time.monotonic()
+
+            def seen(count: int) -> None:
+                bar.update(task, completed=time.monotonic() - started, count=count)
+
+            events, source = events_from_gateway(args.from_, token, length, seen), args.from_
+    recording = write_scenario(args.output, events, name=args.name, source=source)
+    console.print(f"{args.output}: {recording.requests:,} requests on "
+                  f"{len(recording.arrivals)} route(s), {recording.results:,} attempts"
+                  + (f", {recording.skipped:,} lines skipped" if recording.skipped else ""),
+                  soft_wrap=True)
+    if args.config is not None:
+        scenario = load_scenario(args.output, config=args.config)
+        console.print(f"fits {args.config}: {len(scenario.faults)} fault(s): "
+                      + ", ".join(f"{f.name} {f.at_ms / 1000:g}s-{f.until_ms / 1000:g}s"
+                                  for f in scenario.faults), soft_wrap=True)
+    else:
+        console.print("replay it with: omniroute-sim run "
+                      f"{args.output} --config <your router config>", soft_wrap=True)
+    return 0
 
 
 def _progress(console: Console, scenario: Scenario, label: str) -> tuple[
@@ -270,20 +336,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "list":
             return _list(console)
+        if args.command == "record":
+            return _record(args, console)
         if args.command == "serve":
             from .serve import serve_command
 
             scenario = load_scenario(resolve_scenario(args.scenario), config=args.config)
             length = parse_duration_ms(args.for_) if args.for_ else scenario.duration_ms
             return serve_command(scenario, length, args.config_out, console)
-    except ConfigError as exc:
-        errors.print(f"[red]error:[/] {exc}", markup=True, soft_wrap=True)
-        return 2
-    except ValueError as exc:
-        errors.print(f"[red]error:[/] {exc}")
+    except (ConfigError, ValueError) as exc:
+        errors.print("[red]error:[/]", escape(str(exc)), soft_wrap=True)
         return 2
     except OSError as exc:
-        errors.print(f"[red]error:[/] {exc.filename or ''}: {exc.strerror}")
+        errors.print("[red]error:[/]", escape(f"{exc.filename or ''}: {exc.strerror}"),
+                     soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -49,7 +49,7 @@ class Running:
 @asynccontextmanager
 async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = SCENARIO,
                           limits: GatewayLimits | None = None, busy_timeout_ms: int = 2000,
-                          redis: tuple[str, str] | None = None,
+                          redis: tuple[str, str] | None = None, kept_events: int = 5000,
                           ) -> AsyncIterator[Running]:
     """A gateway on its own fakes; `redis` (URL, key prefix) makes it a fleet replica."""
     loaded = load_scenario("gateway.yaml", text=scenario)
@@ -62,7 +62,8 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
         router = config.build(SystemClock())
         if db:
             store = await SqliteStore.open(tmp_path / "state.db",
-                                           busy_timeout_ms=busy_timeout_ms)
+                                           busy_timeout_ms=busy_timeout_ms,
+                                           max_events=kept_events)
             await store.attach(router.engine)
         if redis is not None:
             from omniroute_tui.store.redis_link import RedisLink

@@ -35,6 +35,8 @@ __all__ = [
 
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+#: the most events a state database may be asked to keep (about 250 MB of file)
+MAX_KEPT_EVENTS = 1_000_000
 PROVIDER_FIELDS = ("auth", "per_model_quota", "base_url", "models", "resilience", "connections")
 
 
@@ -75,6 +77,8 @@ class RouterConfig:
     store_path: str | None = None
     store_redis: str | None = None  # a fleet's shared state (redis://host:6379/0)
     store_prefix: str = "omniroute"
+    #: how many recent events the state database keeps (`omniroute-sim record` reads them)
+    store_events: int = 5000
     gateway_listen: str | None = None
     gateway_token_file: str | None = None
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
@@ -296,9 +300,16 @@ def load_router_config(
     routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
     store_path = store_redis = listen = token_file = None
     prefix = "omniroute"
+    store_events = 5000
     limits = GatewayLimits()
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
-        reject_unknown(src, store, ("store",), ("path", "redis", "prefix"))
+        reject_unknown(src, store, ("store",), ("path", "redis", "prefix", "events"))
+        if "events" in store:
+            events = read_int(src, store["events"], ("store", "events"), minimum=100)
+            if events is not None and events > MAX_KEPT_EVENTS:
+                src.problem(("store", "events"), f"at most {MAX_KEPT_EVENTS:,} events")
+            elif events is not None:
+                store_events = events
         if "path" in store:
             store_path = read_str(src, store["path"], ("store", "path"))
         if "redis" in store:
@@ -322,7 +333,7 @@ def load_router_config(
     src.raise_if_problems()
     return RouterConfig(
         providers=providers, routes=routes, settings=settings, store_path=store_path,
-        store_redis=store_redis, store_prefix=prefix,
+        store_redis=store_redis, store_prefix=prefix, store_events=store_events,
         gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
         source=src.name, raw=data,
     )

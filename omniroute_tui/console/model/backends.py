@@ -279,6 +279,7 @@ class RouterBackend(RealTimeBackend):
         self.operator: Operator = EngineOperator(self.engine)
         self.db = db
         self.recover = recover
+        self.kept_events = config.store_events
         self.store: Any = None
 
     def now_ms(self) -> int:
@@ -298,7 +299,8 @@ class RouterBackend(RealTimeBackend):
         from ...store import Recovery, SqliteStore
 
         store = await SqliteStore.open(
-            self.db, recover=Recovery.SET_ASIDE if recover or self.recover else Recovery.FAIL)
+            self.db, recover=Recovery.SET_ASIDE if recover or self.recover else Recovery.FAIL,
+            max_events=self.kept_events)
         await store.attach(self.engine)
         self.store = store
 
