@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/console_refresh.py
 	$(BIN)/python bench/gateway_overhead.py
 	$(BIN)/python bench/fleet.py
+	$(BIN)/python bench/reports.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

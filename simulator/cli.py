@@ -16,7 +16,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from omniroute_tui.config import ConfigError, parse_duration_ms
@@ -141,37 +141,37 @@ def _record(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _progress(console: Console, scenario: Scenario, label: str) -> tuple[
-        Callable[[int], None], Callable[[], None]]:
-    """A progress callback that shows a bar only once a run has taken over a second, with
-    how many simulated minutes pass each wall second."""
-    started = time.perf_counter()
-    state: dict[str, object] = {}
+class RunProgress:
+    """A run's progress bar, shown only once the run has taken over a second, with how
+    many simulated minutes pass each wall second."""
 
-    def update(virtual_ms: int) -> None:
-        elapsed = time.perf_counter() - started
-        bar = state.get("bar")
-        if bar is None:
+    def __init__(self, console: Console, total_ms: int, label: str,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.console, self.total_ms, self.label, self.clock = console, total_ms, label, clock
+        self.started = clock()
+        self.bar: Progress | None = None
+        self._task: TaskID | None = None
+        self.rate = "–"
+
+    def update(self, virtual_ms: int) -> None:
+        elapsed = self.clock() - self.started
+        if self.bar is None:
             if elapsed < 1.0:
                 return
-            bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                           TextColumn("{task.percentage:>3.0f}%"),
-                           TextColumn("{task.fields[rate]} sim min/s"), TimeRemainingColumn(),
-                           console=console, transient=True)
-            bar.start()
-            state["bar"] = bar
-            state["task"] = bar.add_task(label, total=scenario.duration_ms, rate="–")
-        assert isinstance(bar, Progress)
-        done_ms = min(virtual_ms, scenario.duration_ms)
-        bar.update(state["task"], completed=done_ms,  # type: ignore[arg-type]
-                   rate=f"{done_ms / 60_000 / elapsed:,.1f}")
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                TextColumn("{task.percentage:>3.0f}%"),
+                                TextColumn("{task.fields[rate]} sim min/s"),
+                                TimeRemainingColumn(), console=self.console, transient=True)
+            self.bar.start()
+            self._task = self.bar.add_task(self.label, total=self.total_ms, rate=self.rate)
+        assert self._task is not None
+        done_ms = min(virtual_ms, self.total_ms)
+        self.rate = f"{done_ms / 60_000 / elapsed:,.1f}"
+        self.bar.update(self._task, completed=done_ms, rate=self.rate)
 
-    def done() -> None:
-        bar = state.get("bar")
-        if isinstance(bar, Progress):
-            bar.stop()
-
-    return update, done
+    def done(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def scenario_paths(names: Sequence[str]) -> list[Path]:
@@ -224,7 +224,9 @@ def _output(path: Path | None, scenario: Scenario, suffix: str, many: bool) -> P
 
 
 def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, many: bool,
-             charts: bool) -> tuple[ScenarioOutcome, dict[str, Timeline]]:
+             charts: str | None) -> tuple[ScenarioOutcome, dict[str, Timeline]]:
+    """Run the scenario's policies; `charts` says whose timelines to keep: "all" (the HTML
+    page), "herd" (resilient and naive, for the terminal chart) or None."""
     if args.seed is not None:
         scenario = replace(scenario, seed=args.seed)
     policies = list(scenario.policies) if args.policy == "all" else [args.policy]
@@ -241,9 +243,10 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
     trace_path = _output(args.trace, scenario, ".jsonl", many)
     results, timelines = {}, {}
     for policy in policies:
-        update, done = _progress(console, scenario, f"{scenario.name} [{policy}]")
+        progress = RunProgress(console, scenario.duration_ms, f"{scenario.name} [{policy}]")
         trace = trace_path.open("w") if trace_path and policy == traced else None
-        timeline = timelines[policy] = Timeline(scenario) if charts else None
+        charted = charts == "all" or (charts == "herd" and policy in ("resilient", "naive"))
+        timeline = timelines[policy] = Timeline(scenario) if charted else None
         try:
             if scenario.live:
                 import asyncio
@@ -253,10 +256,10 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
                 results[policy] = asyncio.run(run_live(scenario, policy, trace=trace,
                                                        timeline=timeline))
             else:
-                results[policy] = run_virtual(scenario, policy, trace=trace, progress=update,
-                                              timeline=timeline)
+                results[policy] = run_virtual(scenario, policy, trace=trace,
+                                              progress=progress.update, timeline=timeline)
         finally:
-            done()
+            progress.done()
             if trace is not None:
                 trace.close()
     outcome = ScenarioOutcome(scenario, results, evaluate(scenario, results))
@@ -268,7 +271,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     many = len(scenarios) > 1
     outcomes = []
     for scenario in scenarios:
-        charts = args.html is not None or console.is_terminal
+        charts = "all" if args.html is not None else "herd" if console.is_terminal else None
         outcome, timelines = _run_one(scenario, args, console, many, charts)
         outcomes.append(outcome)
         render(console, outcome.scenario, outcome.results, outcome.checks)

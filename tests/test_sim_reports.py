@@ -177,3 +177,20 @@ def test_the_terminal_chart_draws_resilient_against_naive_on_the_faulted_provide
     assert "resilient" in chart.plain and "naive" in chart.plain
     # naive's storm (about 80 attempts a second) sets the scale
     assert max(timelines["naive"].per_second(timelines["naive"].attempts["alpha"])) > 60
+
+
+def test_the_progress_bar_shows_after_a_second_with_simulated_minutes_per_second() -> None:
+    from simulator.cli import RunProgress
+
+    now = [0.0]
+    progress = RunProgress(Console(file=io.StringIO(), force_terminal=True), 3_600_000,
+                           "hour [resilient]", clock=lambda: now[0])
+    now[0] = 0.5
+    progress.update(60_000)
+    assert progress.bar is None  # a run that ends within a second shows no bar
+    now[0] = 2.0
+    progress.update(600_000)  # ten simulated minutes in two seconds
+    assert progress.bar is not None and progress.rate == "5.0"
+    (task,) = progress.bar.tasks
+    assert task.completed == 600_000 and task.fields["rate"] == "5.0"
+    progress.done()
