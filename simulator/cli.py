@@ -216,8 +216,11 @@ def load_scenarios(names: Sequence[str], config: Path | None) -> list[Scenario]:
 
 def _output(path: Path | None, scenario: Scenario, suffix: str, many: bool) -> Path | None:
     """Where a scenario's report goes: the file given, or in a run of several, a file
-    named after the scenario in the directory given."""
-    if path is None or not many:
+    named after the scenario in the directory given (folders are made as needed)."""
+    if path is None:
+        return None
+    if not many:
+        path.parent.mkdir(parents=True, exist_ok=True)
         return path
     path.mkdir(parents=True, exist_ok=True)
     return path / f"{scenario.name}{suffix}"
@@ -285,6 +288,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             write_html(html, outcome, timelines)
             console.print(f"HTML report: {html} ({html.stat().st_size:,} bytes)", soft_wrap=True)
     if args.junit:
+        args.junit.parent.mkdir(parents=True, exist_ok=True)
         write_junit(args.junit, outcomes)
     if many:
         console.print(_summary(outcomes))

@@ -46,8 +46,10 @@ def herd_chart(scenario: Scenario, timelines: dict[str, Timeline], width: int = 
     for policy in shown:
         timeline = timelines[policy]
         per_second = timeline.per_second(timeline.attempts[provider])
-        plt.plot(list(range(len(per_second))), per_second, label=policy, marker="braille",
-                 color=_COLORS[policy])
+        step = max(1, -(-len(per_second) // max(10, width - 12)))  # a point a column at most
+        xs = list(range(0, len(per_second), step))
+        ys = [sum(per_second[x:x + step]) / len(per_second[x:x + step]) for x in xs]
+        plt.plot(xs, ys, label=policy, marker="braille", color=_COLORS[policy])
     for fault in scenario.faults:
         if fault.target.provider in (None, provider):
             plt.vline(fault.at_ms / 1000, "orange")

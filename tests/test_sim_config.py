@@ -137,6 +137,9 @@ def test_serve_aims_the_configs_providers_at_the_fakes_with_fake_keys(tmp_path: 
         (4, SCENARIO.replace("  openai: {p50", "  gemini: {p50"),
          "latency.gemini: unknown provider 'gemini' in {config} (providers: openai, "
          "anthropic)"),
+        (3, SCENARIO.replace("latency:\n  openai: {p50: 300ms, p99: 900ms}\n",
+                             "latency: fast\n"),
+         "latency: expected a mapping, got"),
         (3, SCENARIO.replace("latency:\n", "providers: {x: {models: [m], connections: [k]}}\n"
                              "latency:\n"),
          "providers: the providers come from {config} (--config)"),

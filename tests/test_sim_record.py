@@ -178,6 +178,9 @@ async def test_record_of_a_gateway_run_replays_the_storm_within_a_second(
                 back.append(event.t)
 
         gateway.gateway.router.engine.bus.subscribe(on_result, ResultEvent)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="answered 401"):
+            await asyncio.to_thread(events_from_gateway, gateway.url, "wrong-token-0123456789",
+                                    1_000)
         live = asyncio.create_task(asyncio.to_thread(
             events_from_gateway, gateway.url, TOKEN, 40_000))
         async with httpx.AsyncClient(timeout=10) as client:

@@ -194,3 +194,32 @@ def test_the_progress_bar_shows_after_a_second_with_simulated_minutes_per_second
     (task,) = progress.bar.tasks
     assert task.completed == 600_000 and task.fields["rate"] == "5.0"
     progress.done()
+
+
+def test_hostile_names_and_descriptions_stay_text_on_the_page(tmp_path: Path) -> None:
+    text = (SCENARIOS_DIR / "vpn-blip.yaml").read_text()
+    text = text.replace("description: |", "description: |\n  <script>alert(1)</script>")
+    text = text.replace("name: blip", "name: '<img src=x onerror=alert(1)>'").replace(
+        "during: blip", "during: '<img src=x onerror=alert(1)>'")
+    path = tmp_path / "hostile.yaml"
+    path.write_text(text)
+    page = tmp_path / "deep" / "er" / "page.html"  # folders are made as needed
+    junit = tmp_path / "ci" / "chaos.xml"
+    assert main(["run", str(path), "--policy", "resilient", "--html", str(page),
+                 "--junit", str(junit)]) == 0
+    html = page.read_text()
+    assert "<script" not in html and "<img" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    SCHEMA.validate(str(junit))
+
+
+def test_two_scenarios_of_one_name_are_refused_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "blip.yaml").write_text(
+            (SCENARIOS_DIR / "vpn-blip.yaml").read_text())
+    assert main(["run", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    captured = capsys.readouterr()
+    assert "two scenarios are named 'vpn-blip'" in captured.err and captured.out == ""
