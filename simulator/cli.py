@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from omniroute_tui.config import ConfigError, parse_duration_ms
 from omniroute_tui.config.problems import Problem
@@ -126,18 +127,18 @@ def _record(args: argparse.Namespace, console: Console) -> int:
 
             events, source = events_from_gateway(args.from_, token, length, seen), args.from_
     recording = write_scenario(args.output, events, name=args.name, source=source)
-    console.print(f"{args.output}: {recording.requests:,} requests on "
+    console.print(f"{escape(str(args.output))}: {recording.requests:,} requests on "
                   f"{len(recording.arrivals)} route(s), {recording.results:,} attempts"
                   + (f", {recording.skipped:,} lines skipped" if recording.skipped else ""),
                   soft_wrap=True)
     if args.config is not None:
         scenario = load_scenario(args.output, config=args.config)
-        console.print(f"fits {args.config}: {len(scenario.faults)} fault(s): "
-                      + ", ".join(f"{f.name} {f.at_ms / 1000:g}s-{f.until_ms / 1000:g}s"
+        console.print(f"fits {escape(str(args.config))}: {len(scenario.faults)} fault(s): "
+                      + ", ".join(f"{escape(f.name)} {f.at_ms / 1000:g}s-{f.until_ms / 1000:g}s"
                                   for f in scenario.faults), soft_wrap=True)
     else:
         console.print("replay it with: omniroute-sim run "
-                      f"{args.output} --config <your router config>", soft_wrap=True)
+                      f"{escape(str(args.output))} --config <your router config>", soft_wrap=True)
     return 0
 
 
@@ -286,7 +287,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                                                       outcome.checks), indent=2) + "\n")
         if html := _output(args.html, scenario, ".html", many):
             write_html(html, outcome, timelines)
-            console.print(f"HTML report: {html} ({html.stat().st_size:,} bytes)", soft_wrap=True)
+            console.print(f"HTML report: {escape(str(html))} ({html.stat().st_size:,} bytes)",
+                          soft_wrap=True)
     if args.junit:
         args.junit.parent.mkdir(parents=True, exist_ok=True)
         write_junit(args.junit, outcomes)
@@ -296,7 +298,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if args.check and failed:
         for outcome, check in failed:
             prefix = f"{outcome.scenario.name}: " if many else ""
-            console.print(f"[red]expectation failed:[/] {prefix}{check['expect']} "
+            console.print(f"[red]expectation failed:[/] {escape(prefix + check['expect'])} "
                           f"(observed {format_value(check['value'])})", soft_wrap=True)
         return 1
     return 0
@@ -310,7 +312,7 @@ def _summary(outcomes: list[ScenarioOutcome]) -> Table:
     for outcome in outcomes:
         skipped = len(outcome.checks) - outcome.passed - outcome.failed
         verdict = "[red]FAIL[/]" if outcome.failed else "[green]ok[/]"
-        table.add_row(outcome.scenario.name, str(outcome.passed), str(outcome.failed),
+        table.add_row(Text(outcome.scenario.name), str(outcome.passed), str(outcome.failed),
                       str(skipped), verdict)
     return table
 
@@ -320,9 +322,10 @@ def _list(console: Console) -> int:
         try:
             scenario = load_scenario(path)
             summary = scenario.description.splitlines()[0] if scenario.description else ""
-            console.print(f"[bold]{path.stem:18}[/] {summary}")
+            console.print(f"[bold]{escape(f'{path.stem:18}')}[/] {escape(summary)}")
         except ConfigError as exc:
-            console.print(f"[bold]{path.stem:18}[/] [red]invalid:[/] {exc.problems[0]}")
+            console.print(f"[bold]{escape(f'{path.stem:18}')}[/] [red]invalid:[/] "
+                          f"{escape(str(exc.problems[0]))}")
     return 0
 
 
@@ -336,10 +339,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             for scenario in load_scenarios(args.scenario, args.config):
                 against = f" against {scenario.config.source}" if args.config else ""
-                console.print(f"{scenario.source}: ok{against} ({len(scenario.providers)} "
+                console.print(escape(f"{scenario.source}: ok{against} ({len(scenario.providers)} "
                               f"providers, {len(scenario.traffic)} traffic items, "
                               f"{len(scenario.faults)} faults, {len(scenario.expect)} "
-                              "expectations)", soft_wrap=True)
+                              "expectations)"), soft_wrap=True)
             return 0
         if args.command == "list":
             return _list(console)

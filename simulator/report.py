@@ -7,6 +7,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -126,7 +127,7 @@ def summary_rows(scenario: Scenario, results: dict[str, dict[str, Any]]
 def summary_table(scenario: Scenario, results: dict[str, dict[str, Any]]) -> Table:
     """Policies as columns, one short row per figure: fits 80 columns with five policies."""
     policies = list(results)
-    table = Table(title=f"{scenario.name} (seed {scenario.seed})", title_justify="left",
+    table = Table(title=Text(f"{scenario.name} (seed {scenario.seed})"), title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     table.add_column("", no_wrap=True, overflow="ellipsis")
     for policy in policies:
@@ -146,7 +147,9 @@ def render(console: Console, scenario: Scenario, results: dict[str, dict[str, An
     console.print(summary_table(scenario, results))
     for check in checks:
         if check["ok"] is None:
-            console.print(f"[dim]SKIP {check['expect']}: {check['policy']} was not run[/]")
+            console.print(f"[dim]SKIP {escape(check['expect'])}: {check['policy']} was not "
+                          "run[/]")
             continue
         mark = "[green]PASS[/]" if check["ok"] else "[red]FAIL[/]"
-        console.print(f"{mark} {check['expect']}: observed {format_value(check['value'])}")
+        console.print(f"{mark} {escape(check['expect'])}: observed "
+                      f"{format_value(check['value'])}")

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from omniroute_tui.clock import ElapsedClock
 from omniroute_tui.engine.events import FaultEvent
@@ -64,8 +65,8 @@ async def _serve(scenario: Scenario, length_ms: int, config_out: Path,
         partial.replace(config_out)
         for server in servers:
             console.print(f"[bold]{server.provider:12}[/] {server.base_url}")
-        console.print(f"router config: {config_out}   (Ctrl-C to stop; stops by itself "
-                      f"after {length_ms / 1000:g} s)")
+        console.print(f"router config: {escape(str(config_out))}   (Ctrl-C to stop; stops "
+                      f"by itself after {length_ms / 1000:g} s)")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -77,7 +78,7 @@ async def _serve(scenario: Scenario, length_ms: int, config_out: Path,
             if stop.is_set():
                 break
             event = FaultEvent(clock.now_ms(), fault.name, phase, str(fault.target))
-            console.print(f"{event.t / 1000:8.1f}s  fault {fault.name} {phase} "
+            console.print(f"{event.t / 1000:8.1f}s  fault {escape(fault.name)} {phase} "
                           f"({fault.target})")
         if not stop.is_set():
             with contextlib.suppress(TimeoutError):

@@ -3,6 +3,9 @@ defaults, sentences instead of raw errors)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 from textual.widgets._footer import FooterKey
@@ -183,3 +186,43 @@ async def test_q_quits() -> None:
         await pilot.press("q")
         await pilot.pause()
         assert not app.is_running
+
+
+MARKUP_NAMES = """\
+name: "[/x] names"
+description: "[red]not red[/red] [/x]"
+duration: 2m
+providers:
+  alpha: {models: ["[b]m"], latency: 50ms, connections: [a1]}
+  beta: {models: [m], latency: 50ms, connections: [b1]}
+routes:
+  "[/x]": {targets: ["alpha/[b]m", beta/m]}
+traffic:
+  - {route: "[/x]", rate: 5/s}
+faults:
+  - {name: "[/x]", target: "alpha/*/[b]m", error: quota, at: 1s}
+"""
+
+
+async def test_names_that_look_like_markup_are_shown_as_written(tmp_path: Path) -> None:
+    from omniroute_tui.console.cli import _parser, build_app
+    from omniroute_tui.console.widgets.panels import FaultBanner
+
+    path = tmp_path / "markup.yaml"
+    path.write_text(MARKUP_NAMES)
+    app: Any = build_app(_parser().parse_args(["--scenario", str(path), "--speed", "50"]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.5)
+        for key in ("0", "1", "2", "3", "4", "5", "6", "7"):
+            await pilot.press(key)
+            await pilot.pause(0.1)
+            if key in "1236":
+                await pilot.press("enter")  # the row's details
+                await pilot.pause(0.1)
+                await pilot.press("escape")
+        await pilot.press("3", "slash", *"[/x", "enter")
+        await pilot.pause(0.2)
+        await pilot.press("ctrl+p", *"[/", "escape")
+        await pilot.pause(0.2)
+        assert "[/x] on alpha/*/[b]m" in str(app.query_one(FaultBanner).render())
+        assert app.is_running

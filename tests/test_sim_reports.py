@@ -223,3 +223,19 @@ def test_two_scenarios_of_one_name_are_refused_before_running(
     assert main(["run", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
     captured = capsys.readouterr()
     assert "two scenarios are named 'vpn-blip'" in captured.err and captured.out == ""
+
+
+def test_names_that_look_like_markup_are_printed_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (SCENARIOS_DIR / "vpn-blip.yaml").read_text().replace(
+        "name: vpn-blip", 'name: "[/x] blip"').replace("name: blip", 'name: "[/y]"').replace(
+        "during: blip", 'during: "[/y]"')
+    path = tmp_path / "[red]markup.yaml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 0
+    assert main(["run", str(path), str(SCENARIOS_DIR / "auth-revoked.yaml"), "--check",
+                 "--policy", "resilient"]) == 0
+    out = capsys.readouterr().out
+    assert "[red]markup.yaml: ok" in out and "PASS ttr_ms during [/y] <= 5000" in out
+    assert "fault [/y] on alpha" in out and "[/x] blip" in out

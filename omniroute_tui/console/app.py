@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import BindingType
 from textual.containers import Vertical
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from ..state_view import state_view
 from ..store import StoreError, StoreProblem
@@ -29,7 +29,7 @@ from .replay_controls import ReplayControls
 from .screens.modals import ConfirmScreen, DetailScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable
-from .widgets.panels import EventLog, FaultBanner, ScenarioTimeline, StatusBar
+from .widgets.panels import EventLog, FaultBanner, PlainStatic, ScenarioTimeline, StatusBar
 
 __all__ = ["ConsoleApp"]
 
@@ -73,7 +73,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         yield FaultBanner(id="banner")
         with TabbedContent(initial="providers", id="panes"):
             with TabPane("0 Overview", id="overview"):
-                yield Static("", id="overview-summary")
+                yield PlainStatic(id="overview-summary")
                 with Vertical(id="dashboard"):
                     for kind in ("providers", "connections", "lockouts"):
                         table = KeyedTable(kind, COLUMNS[kind], pick=DASHBOARD_PICKS[kind],
@@ -99,7 +99,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
                 yield KeyedTable("requests", COLUMNS["requests"], id="requests-table")
             with TabPane("7 Audit", id="audit"):
                 yield KeyedTable("audit", COLUMNS["audit"], id="audit-table")
-        yield Static("", id="no-matches")
+        yield PlainStatic(id="no-matches")
         yield Input(placeholder="filter rows (enter to apply, escape to clear)", id="filter",
                     disabled=True)
         yield Footer()

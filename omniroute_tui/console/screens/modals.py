@@ -33,7 +33,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.question, id="question")
+            yield Label(self.question, id="question", markup=False)
             with Horizontal(id="buttons"):
                 yield Button("Yes (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")
@@ -62,7 +62,7 @@ class HelpScreen(ModalScreen[None]):
         with Vertical(id="dialog"):
             yield Label("Keys", id="title")
             with VerticalScroll(id="keys-scroll"):
-                yield Static("\n".join(rows), id="keys")
+                yield Static("\n".join(rows), id="keys", markup=False)
             yield Label("↑↓ j k scroll · escape closes", id="hint")
 
     def action_scroll(self, where: str) -> None:
@@ -87,8 +87,10 @@ class DetailScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.heading, id="title")
-            yield Static("\n".join(f"{k:>12}  {v}" for k, v in self.current), id="current")
+            yield Label(self.heading, id="title", markup=False)
+            yield Static("\n".join(f"{k:>12}  {v}" for k, v in self.current), id="current",
+                         markup=False)
             with VerticalScroll(id="history"):
-                yield Static("\n".join(self.history[-40:]) or "no transitions yet")
+                yield Static("\n".join(self.history[-40:]) or "no transitions yet",
+                             markup=False)
             yield Label("escape closes", id="hint")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rich.markup import escape
 from textual.widgets import DataTable
 
 __all__ = ["KeyedTable"]
@@ -50,7 +51,8 @@ class KeyedTable(DataTable[str]):
     def sync(self, rows: Mapping[str, tuple[str, ...]],
              order: Sequence[str] | None = None) -> int:
         """Make the table show `rows` (key -> cells), touching only what changed, in
-        `order` (row keys) when given; returns how many rows pass the filter."""
+        `order` (row keys) when given; returns how many rows pass the filter. Cells are
+        text: a model or route named like markup (`[/x]`) is shown as it is written."""
         if self._pick is not None:
             pick = self._pick
             rows = {k: tuple(v[i] for i in pick) for k, v in rows.items()}
@@ -65,11 +67,12 @@ class KeyedTable(DataTable[str]):
         for key, cells in rows.items():
             before = shown.get(key)
             if before is None:
-                self.add_row(*cells, key=key)
+                self.add_row(*map(escape, cells), key=key)
             elif before != cells:
                 for name, old, new in zip(self._column_names, before, cells, strict=True):
                     if old != new:
-                        self.update_cell(key, name, new, update_width=name in self._grows)
+                        self.update_cell(key, name, escape(new),
+                                         update_width=name in self._grows)
             else:
                 continue
             shown[key] = cells

@@ -3,30 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from textual.events import Resize
 from textual.widgets import RichLog, Static
 
 from ..model.view_state import clock_text
 
-__all__ = ["EventLog", "FaultBanner", "ScenarioTimeline", "StatusBar", "timeline_lines"]
+__all__ = ["EventLog", "FaultBanner", "PlainStatic", "ScenarioTimeline", "StatusBar",
+           "timeline_lines"]
 
 
-class StatusBar(Static):
+class PlainStatic(Static):
+    """A Static that shows its text as written: names from files and typed filters are
+    never read as markup."""
+
+    def __init__(self, content: str = "", **kwargs: Any) -> None:
+        super().__init__(content, markup=False, **kwargs)
+
+
+class StatusBar(PlainStatic):
     DEFAULT_CSS = """
     StatusBar { height: 1; background: $panel; color: $text; padding: 0 1; }
     StatusBar.-alert { background: $error 40%; }
     """
 
 
-class FaultBanner(Static):
+class FaultBanner(PlainStatic):
     DEFAULT_CSS = """
     FaultBanner { height: 1; display: none; padding: 0 1; background: $warning 30%; }
     FaultBanner.-active { display: block; }
     """
 
 
-class ScenarioTimeline(Static):
+class ScenarioTimeline(PlainStatic):
     DEFAULT_CSS = """
     ScenarioTimeline { padding: 1 1; height: auto; }
     """
