@@ -504,7 +504,6 @@ def resolve_scenario(name: str) -> FsPath:
 
 def load_scenario(
     path: str | FsPath, *, text: str | None = None, config: str | FsPath | None = None,
-    config_text: str | None = None,
 ) -> Scenario:
     """Load and validate a scenario; raises ConfigError listing every problem.
 
@@ -512,8 +511,7 @@ def load_scenario(
     settings come from that config, its keys unread; the scenario brings the traffic, the
     faults, the expectations and optional latency profiles.
     """
-    router = None if config is None else load_router_config(config, text=config_text,
-                                                            read_keys=False)
+    router = None if config is None else load_router_config(config, read_keys=False)
     src = load_source(path, text=text)
     data = src.data
     reject_unknown(src, data, (), TOP_FIELDS)
