@@ -274,8 +274,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     scenarios = load_scenarios(args.scenario, args.config)
     many = len(scenarios) > 1
     outcomes = []
+    charts = "all" if args.html is not None else "herd" if console.is_terminal else None
     for scenario in scenarios:
-        charts = "all" if args.html is not None else "herd" if console.is_terminal else None
         outcome, timelines = _run_one(scenario, args, console, many, charts)
         outcomes.append(outcome)
         render(console, outcome.scenario, outcome.results, outcome.checks)

@@ -40,17 +40,6 @@ _PROLOGUE = re.compile(r"^.*?(?=<svg)", re.S)
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
 
 
-def _binned(values: list[int]) -> tuple[list[float], list[float]]:
-    """(seconds, per second) averaged into at most MAX_POINTS points."""
-    step = max(1, -(-len(values) // MAX_POINTS))
-    xs, ys = [], []
-    for left in range(0, len(values), step):
-        chunk = values[left:left + step]
-        xs.append(float(left))
-        ys.append(sum(chunk) / len(chunk))
-    return xs, ys
-
-
 def _chart(scenario: Scenario, policy: str, timeline: Timeline, attempts_top: float) -> Figure:
     figure = Figure(figsize=(6.4, 6.6), layout="constrained")
     attempts, answers, latency = figure.subplots(3, 1, sharex=True,
@@ -58,7 +47,7 @@ def _chart(scenario: Scenario, policy: str, timeline: Timeline, attempts_top: fl
     figure.suptitle(policy, fontsize=12, fontweight="bold")
     for index, name in enumerate(scenario.providers):
         color = _PROVIDER_COLORS[index % len(_PROVIDER_COLORS)]
-        xs, ys = _binned(timeline.per_second(timeline.attempts[name]))
+        xs, ys = timeline.binned(timeline.attempts[name], MAX_POINTS)
         attempts.plot(xs, ys, color=color, linewidth=1.1, label=f"{name} attempts/s")
         for n, (start, end) in enumerate(timeline.spans(name)):
             attempts.axvspan(start, end, color=color, alpha=0.18, hatch="///", linewidth=0,
@@ -73,7 +62,7 @@ def _chart(scenario: Scenario, policy: str, timeline: Timeline, attempts_top: fl
     attempts.legend(loc="upper right", fontsize=7, ncols=2, frameon=False)
     for counts, color, label in ((timeline.successes, "#2ca02c", "successes/s"),
                                  (timeline.failures, "#d62728", "failures/s")):
-        xs, ys = _binned(timeline.per_second(counts))
+        xs, ys = timeline.binned(counts, MAX_POINTS)
         answers.plot(xs, ys, color=color, linewidth=1.1, label=label)
     answers.set_ylabel("answers / s")
     answers.legend(loc="upper right", fontsize=7, frameon=False)
@@ -126,13 +115,11 @@ tr.section td { font-weight: bold; padding-top: .8rem; }
 def _expectations(outcome: ScenarioOutcome) -> str:
     rows = []
     for expect, check in zip(outcome.scenario.expect, outcome.checks, strict=True):
-        value = int(expect.value) if expect.value.is_integer() else expect.value
         state, word = ({None: ("skip", "not run"), True: ("pass", "PASS"),
                         False: ("fail", "FAIL")}[check["ok"]])
         observed = "–" if check["value"] is None else f"{check['value']:g}"
-        name = str(expect).removesuffix(f" ({expect.policy})")
-        rows.append(f"<tr><td>{html.escape(name)}</td><td>{expect.policy}</td>"
-                    f"<td>{observed}</td><td>{html.escape(f'{expect.op} {value}')}</td>"
+        rows.append(f"<tr><td>{html.escape(expect.label)}</td><td>{expect.policy}</td>"
+                    f"<td>{observed}</td><td>{html.escape(expect.bound)}</td>"
                     f'<td class="{state}">{word}</td></tr>')
     if not rows:
         return "<p>This scenario states no expectations.</p>"

@@ -31,15 +31,9 @@ class ScenarioOutcome:
         return sum(1 for c in self.checks if c["ok"] is True)
 
 
-def _bound(expect: Expect) -> str:
-    value = int(expect.value) if expect.value.is_integer() else expect.value
-    return f"{expect.op} {value}"
-
-
 def _case(outcome: ScenarioOutcome, expect: Expect, check: dict[str, Any]) -> TestCase:
     scenario = outcome.scenario
-    name = str(expect).removesuffix(f" ({expect.policy})")
-    case = TestCase(name, classname=f"{scenario.name}.{expect.policy}", time=0.0)
+    case = TestCase(expect.label, classname=f"{scenario.name}.{expect.policy}", time=0.0)
     where = f"{scenario.source}:{expect.line}" if expect.line else scenario.source
     if check["ok"] is None:
         skipped = Skipped()  # the reason as text: the JUnit schema gives <skipped> no message
@@ -49,8 +43,8 @@ def _case(outcome: ScenarioOutcome, expect: Expect, check: dict[str, Any]) -> Te
         observed = f"observed {check['value']:g}" if check["value"] is not None \
             else "nothing observed"
         if check["ok"] is False:
-            case.result = [Failure(f"{observed}, expected {_bound(expect)}", "expectation")]
-        case.system_out = f"{observed} (bound {_bound(expect)}) · {where}"
+            case.result = [Failure(f"{observed}, expected {expect.bound}", "expectation")]
+        case.system_out = f"{observed} (bound {expect.bound}) · {where}"
     return case
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from omniroute_tui.engine.kinds import FailureKind
 
+from .metrics import LatencyHistogram
+
 __all__ = ["Recording", "scenario_from_events"]
 
 #: failure windows of one provider closer than this are one fault with a failure rate
@@ -78,7 +80,7 @@ class Recording:
     arrivals: dict[str, list[int]] = field(default_factory=dict)
     outcomes: dict[str, list[_Outcome]] = field(default_factory=dict)
     hints: dict[str, Counter[int]] = field(default_factory=dict)
-    latencies: dict[str, list[int]] = field(default_factory=dict)
+    latencies: dict[str, LatencyHistogram] = field(default_factory=dict)
     first_ms: int | None = None
     last_ms: int = 0
     _ids: set[Any] = field(default_factory=set)
@@ -102,7 +104,7 @@ class Recording:
                 self.outcomes.setdefault(provider, []).append(_Outcome(
                     t - latency, _name(event["connection"]), _name(event["model"]), error))
                 if error is None:
-                    self.latencies.setdefault(provider, []).append(latency)
+                    self.latencies.setdefault(provider, LatencyHistogram()).add(latency)
                 self.results += 1
             elif kind == "response":  # of a request seen arriving: a stream joined late
                 if event.get("request") in self._ids:  # starts with answers of earlier ones
@@ -212,10 +214,8 @@ def scenario_from_events(events: Iterable[Mapping[str, Any]], *, name: str,
                 fault["rate"] = round(rate, 3)
             faults.append(fault)
     latency = {}
-    for provider, values in sorted(recording.latencies.items()):
-        ordered = sorted(values)
-        p50 = ordered[len(ordered) // 2]
-        p99 = ordered[min(len(ordered) - 1, math.ceil(len(ordered) * 0.99) - 1)]
+    for provider, histogram in sorted(recording.latencies.items()):
+        p50, p99 = histogram.percentile(0.50) or 1, histogram.percentile(0.99) or 1
         latency[provider] = {"p50": _ms(max(1, p50)), "p99": _ms(max(1, p50, p99))}
     answered = recording.answered / recording.requests
     scenario: dict[str, Any] = {

@@ -11,6 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from omniroute_tui.config.durations import format_ms
+
 from .scenario import Expect, Scenario
 
 __all__ = [
@@ -69,15 +71,13 @@ def format_value(value: Any) -> str:
 
 
 def _ms(value: Any) -> str:
-    """A span of milliseconds the way a person reads it: 250ms, 12.5s, 3m52s."""
+    """A span the way the console writes it (`format_ms`: 250ms, 3m52s), with tenths
+    under a minute (a 2.7 s recovery is not a 2 s one)."""
     if value is None:
         return "–"
-    if value < 1000:
-        return f"{value}ms"
-    if value < 60_000:
+    if 1000 <= value < 60_000:
         return f"{value / 1000:.1f}".rstrip("0").rstrip(".") + "s"
-    minutes, seconds = divmod(round(value / 1000), 60)
-    return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+    return format_ms(int(value))
 
 
 #: (label, key, format) of the run's rows

@@ -217,13 +217,23 @@ class Expect:
             "==": observed == self.value,
         }[self.op]
 
-    def __str__(self) -> str:
+    @property
+    def bound(self) -> str:
+        """`<= 1.3`, `== 0`: the check as written."""
+        value = int(self.value) if self.value.is_integer() else self.value
+        return f"{self.op} {value}"
+
+    @property
+    def label(self) -> str:
+        """The expectation without its policy: `attempts_per_s during storm <= 1`."""
         scope = "".join([
             f" during {self.during}" if self.during else "",
             f" on {self.provider}" if self.provider else "",
         ])
-        value = int(self.value) if self.value.is_integer() else self.value
-        return f"{self.metric}{scope} {self.op} {value} ({self.policy})"
+        return f"{self.metric}{scope} {self.bound}"
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.policy})"
 
 
 @dataclass(frozen=True)
@@ -541,9 +551,13 @@ def load_scenario(
         src.problem(("propagation",), "at most 60s: a change that takes longer is lost")
     if clock == "live" and (replicas or 1) > 1:
         src.problem(("replicas",), "a fleet runs in virtual time only")
+    profiles: dict[str, Latency] = {}
     if router is None:
         router = _own_router(src, data)
         origin = ""
+        if "latency" in data:
+            src.problem(("latency",), "a self-contained scenario gives each provider's "
+                                      "latency in its providers section")
     else:
         for key in ROUTER_FIELDS:
             if key in data:
@@ -551,6 +565,8 @@ def load_scenario(
                                     "scenario run against a router config has no "
                                     f"`{key}` of its own")
         origin = f" in {router.source}"
+        if "latency" in data:
+            profiles = _read_latencies(src, data["latency"], router.providers, origin)
     providers, routes = router.providers, router.routes
     traffic = _items(src, data, "traffic", lambda v, p: _read_traffic(
         src, v, p, set(routes), providers, duration, origin))
@@ -564,11 +580,6 @@ def load_scenario(
         seen.add(fault.name)
     expect = _items(src, data, "expect", lambda v, p: _read_expect(
         src, v, p, seen, providers, origin))
-    profiles = _read_latencies(src, data.get("latency"), providers, origin) \
-        if "latency" in data else {}
-    if "latency" in data and origin == "":
-        src.problem(("latency",), "a self-contained scenario gives each provider's latency "
-                                  "in its providers section")
     src.raise_if_problems()
     latencies = {
         name: profiles.get(name) or provider.extra.get("latency") or DEFAULT_LATENCY

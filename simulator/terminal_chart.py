@@ -45,10 +45,8 @@ def herd_chart(scenario: Scenario, timelines: dict[str, Timeline], width: int = 
     plt.theme("clear")
     for policy in shown:
         timeline = timelines[policy]
-        per_second = timeline.per_second(timeline.attempts[provider])
-        step = max(1, -(-len(per_second) // max(10, width - 12)))  # a point a column at most
-        xs = list(range(0, len(per_second), step))
-        ys = [sum(per_second[x:x + step]) / len(per_second[x:x + step]) for x in xs]
+        # a point a column at most (the axis labels take about 12)
+        xs, ys = timeline.binned(timeline.attempts[provider], max(10, width - 12))
         plt.plot(xs, ys, label=policy, marker="braille", color=_COLORS[policy])
     for fault in scenario.faults:
         if fault.target.provider in (None, provider):

@@ -86,6 +86,18 @@ class Timeline:
     def per_second(self, counts: Counter[int]) -> list[int]:
         return [counts.get(s, 0) for s in range(self.seconds())]
 
+    def binned(self, counts: Counter[int], points: int) -> tuple[list[float], list[float]]:
+        """(seconds, per second) averaged into at most `points` points: a chart draws a
+        point a pixel column or a terminal column, not one a second of an hour."""
+        values = self.per_second(counts)
+        step = max(1, -(-len(values) // max(1, points)))
+        xs, ys = [], []
+        for left in range(0, len(values), step):
+            chunk = values[left:left + step]
+            xs.append(float(left))
+            ys.append(sum(chunk) / len(chunk))
+        return xs, ys
+
     def latency(self) -> dict[str, Any]:
         """{"t_s": [...], "p50": [...], "p95": [...], "p99": [...]} per slice with answers."""
         slices = sorted(self._latency)
