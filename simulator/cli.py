@@ -116,6 +116,8 @@ def _record(args: argparse.Namespace, console: Console) -> int:
             raise ValueError("--from needs the management API token: --token-file FILE or "
                              "$OMNIROUTE_TOKEN")
         length = parse_duration_ms(args.for_)
+        console.print(f"recording {escape(args.from_)} for {escape(args.for_)} "
+                      "(Ctrl-C ends it early; what came is kept)", soft_wrap=True)
         with Progress(TextColumn("recording {task.fields[url]}"), BarColumn(),
                       TextColumn("{task.fields[count]:,} events"), TimeRemainingColumn(),
                       console=console, transient=True) as bar:

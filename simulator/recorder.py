@@ -74,8 +74,8 @@ def events_from_db(path: Path) -> Iterator[dict[str, Any]]:
 def events_from_gateway(url: str, token: str, length_ms: int,
                         progress: Callable[[int], None] | None = None,
                         ) -> list[dict[str, Any]]:
-    """Follow a gateway's event stream for `length_ms` (or until the gateway ends it) and
-    return what arrived."""
+    """Follow a gateway's event stream for `length_ms` (or until the gateway ends it, or
+    Ctrl-C) and return what arrived."""
     events: list[dict[str, Any]] = []
     stream_url = url.rstrip("/") + "/api/resilience/events"
 
@@ -98,6 +98,8 @@ def events_from_gateway(url: str, token: str, length_ms: int,
 
     try:
         asyncio.run(for_a_while())
+    except KeyboardInterrupt:  # Ctrl-C ends the recording early: what came is kept
+        pass
     except httpx.HTTPError as exc:
         if not events:
             raise ValueError(f"{stream_url}: {exc or type(exc).__name__}") from None

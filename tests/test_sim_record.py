@@ -244,3 +244,42 @@ def test_the_config_says_how_many_events_the_database_keeps() -> None:
                          ("2000000", "at most 1,000,000 events"), ("many", "whole number")):
         with pytest.raises(ConfigError, match=message):
             load_router_config("r.yaml", text=base + f"store: {{events: {bad}}}\n")
+
+
+async def test_ctrl_c_ends_a_live_recording_and_keeps_what_came(tmp_path: Path) -> None:
+    import signal
+    import sys
+
+    from .waiting import eventually
+
+    out = tmp_path / "early.yaml"
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    async with running_gateway(tmp_path) as gateway:
+        recorder = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "simulator.cli", "record", "--from", gateway.url,
+            "--for", "10m", "--token-file", str(token), "-o", str(out),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            await eventually(lambda: gateway.gateway.events.subscribers > 0, timeout_s=30,
+                             what="the recorder following the event stream")
+            async with httpx.AsyncClient(timeout=10) as client:
+                for _ in range(5):
+                    await client.post(f"{gateway.url}/v1/chat/completions",
+                                      json={"model": "chat", "messages": []})
+            # every frame handed to the recorder's connection before the signal
+            queues = gateway.gateway.events._queues
+            await eventually(lambda: all(q.empty() for q in queues), timeout_s=10,
+                             what="the stream's frames sent")
+            recorder.send_signal(signal.SIGINT)
+            stdout, stderr = await asyncio.wait_for(recorder.communicate(), timeout=30)
+        finally:
+            if recorder.returncode is None:
+                recorder.kill()
+                await recorder.wait()
+    assert recorder.returncode == 0, stderr.decode()
+    assert "Traceback" not in stderr.decode()
+    data = yaml.safe_load(out.read_text())
+    (traffic,) = data["traffic"]
+    assert traffic["route"] == "chat" and 1 <= len(traffic["at"]) <= 5
+    assert b"Ctrl-C ends it early" in stdout
