@@ -14,13 +14,8 @@ from collections.abc import Mapping
 
 from omniroute_tui.clock import Clock
 from omniroute_tui.engine.breaker import BreakerAdmission
-from omniroute_tui.engine.events import (
-    AttemptEvent,
-    EventBus,
-    RequestEvent,
-    ResponseEvent,
-    ResultEvent,
-)
+from omniroute_tui.engine.bus import EventBus
+from omniroute_tui.engine.events import AttemptEvent, RequestEvent, ResponseEvent, ResultEvent
 from omniroute_tui.engine.kinds import FailureKind
 from omniroute_tui.router.routes import Route, Strategy, Target
 from omniroute_tui.router.steps import (

@@ -16,12 +16,9 @@ from collections.abc import Callable
 from functools import partial
 
 from omniroute_tui.clock import Clock
+from omniroute_tui.engine.bus import EventBus
 from omniroute_tui.engine.engine import MERGED_CLASSES
-from omniroute_tui.engine.events import (
-    BreakerEvent,
-    Event,
-    EventBus,
-)
+from omniroute_tui.engine.events import BreakerEvent, Event
 from omniroute_tui.engine.kinds import BreakerState
 from omniroute_tui.router.core import RequestRouting, Router
 

@@ -15,7 +15,8 @@ from typing import IO, Any
 from omniroute_tui.clock import ElapsedClock
 from omniroute_tui.config.secrets import Secret
 from omniroute_tui.drivers import AsyncDriver, UpstreamClient
-from omniroute_tui.engine.events import Event, EventBus, FaultEvent
+from omniroute_tui.engine.bus import EventBus
+from omniroute_tui.engine.events import Event, FaultEvent
 
 from .http_fakes import fake_api_keys, start_fakes, stop_fakes
 from .metrics import MetricsCollector

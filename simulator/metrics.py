@@ -10,11 +10,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from omniroute_tui.engine.bus import EventBus
 from omniroute_tui.engine.events import (
     AttemptEvent,
     BreakerEvent,
     DedupEvent,
-    EventBus,
     RequestEvent,
     ResponseEvent,
     ResultEvent,

@@ -7,8 +7,8 @@ from typing import Protocol
 
 from omniroute_tui.clock import Clock
 from omniroute_tui.config.router_config import RouterConfig
+from omniroute_tui.engine.bus import EventBus
 from omniroute_tui.engine.classify import Classification
-from omniroute_tui.engine.events import EventBus
 from omniroute_tui.router.steps import Step
 
 from .baselines import BaselineRouter

@@ -11,13 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from omniroute_tui.engine.events import (
-    AttemptEvent,
-    BreakerEvent,
-    Event,
-    EventBus,
-    ResponseEvent,
-)
+from omniroute_tui.engine.bus import EventBus
+from omniroute_tui.engine.events import AttemptEvent, BreakerEvent, Event, ResponseEvent
 from omniroute_tui.engine.kinds import BreakerState
 
 from .metrics import LatencyHistogram

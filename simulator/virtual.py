@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from omniroute_tui.clock import ManualClock
-from omniroute_tui.engine.events import EVENT_CLASSES, Event, EventBus, FaultEvent, json_encoder
+from omniroute_tui.engine.bus import EventBus
+from omniroute_tui.engine.events import EVENT_CLASSES, Event, FaultEvent, json_encoder
 from omniroute_tui.router.steps import Attempt, Wait
 
 from .fakes import FakeProviders

@@ -11,8 +11,8 @@ from pathlib import Path as FsPath
 from typing import Any
 
 from ..clock import Clock
+from ..engine.bus import EventBus
 from ..engine.engine import ProviderSpec, ResilienceEngine
-from ..engine.events import EventBus
 from ..engine.jitter import Jitter
 from ..engine.settings import AuthKind, ResilienceSettings, default_settings
 from ..router.core import Router

@@ -75,7 +75,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
 
     `attach_state` is the gateway's state when the caller fetched it already.
     """
-    from ..engine.events import EventBus
+    from ..engine.bus import EventBus
     from .app import ConsoleApp
     from .model.backends import LiveBackend, RouterBackend, SimulationBackend
     from .model.view_state import ConsoleModel

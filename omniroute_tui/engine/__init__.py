@@ -1,6 +1,7 @@
 """The sans-IO resilience engine: breakers, cooldowns, lockouts and anti-herd controls."""
 
 from .breaker import BreakerAdmission, BreakerSnapshot, ProviderBreaker
+from .bus import EventBus
 from .classify import Classification, TransportFailure, classify, classify_transport
 from .cooldown import ConnectionCooldown, ConnectionSnapshot
 from .engine import EngineSnapshot, ProviderSpec, ResilienceEngine, UnknownTarget
@@ -13,7 +14,6 @@ from .events import (
     DisabledEvent,
     EnabledEvent,
     Event,
-    EventBus,
     FaultEvent,
     LockoutEvent,
     OperatorEvent,

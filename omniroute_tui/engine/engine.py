@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..clock import Clock
 from .breaker import BreakerAdmission, BreakerSnapshot, ProviderBreaker
+from .bus import EventBus
 from .classify import Classification
 from .cooldown import ConnectionSnapshot
 from .events import (
@@ -22,7 +23,6 @@ from .events import (
     DisabledEvent,
     EnabledEvent,
     Event,
-    EventBus,
     LockoutEvent,
     OperatorEvent,
     ResultEvent,

@@ -1,4 +1,4 @@
-"""Typed events (SPEC §9) and the bus that delivers them in order.
+"""Typed events (SPEC §9): what the engine and the router announce.
 
 Every state change in the engine and every routing step is announced as one of these
 frozen dataclasses. The console, the store, the simulator's trace and the gateway's
@@ -8,7 +8,6 @@ event stream all consume the same objects.
 from __future__ import annotations
 
 import json
-from collections import deque
 from collections.abc import Callable
 from dataclasses import fields
 from enum import StrEnum
@@ -29,7 +28,6 @@ __all__ = [
     "DisabledEvent",
     "EnabledEvent",
     "Event",
-    "EventBus",
     "FaultEvent",
     "LockoutEvent",
     "OperatorEvent",
@@ -37,7 +35,6 @@ __all__ = [
     "ResponseEvent",
     "ResultEvent",
     "SkipEvent",
-    "Subscriber",
     "WaitEvent",
     "event_from_dict",
 ]
@@ -286,8 +283,6 @@ class WaitEvent(Event):
     reason: SkipReason
 
 
-Subscriber = Callable[[Event], None]
-
 #: every concrete event class, in the order of SPEC §9's table
 EVENT_CLASSES: tuple[type[Event], ...] = (
     RequestEvent, AttemptEvent, ResultEvent, SkipEvent, ResponseEvent, BreakerEvent,
@@ -334,65 +329,3 @@ def _enum_fields(cls: type[Event]) -> tuple[tuple[str, type[StrEnum]], ...]:
 
 
 _ENUM_FIELDS = {cls: _enum_fields(cls) for cls in EVENT_CLASSES}
-
-
-class EventBus:
-    """Delivers each event to the subscribers of its type, in emission order.
-
-    A subscriber names the event types it handles (none: all of them), and an emitter
-    asks `wants(EventType)` before building an event, so an event nobody asked for costs
-    one dictionary lookup instead of an object. An event emitted while another is being
-    delivered (a subscriber that reads the engine can trigger a lazy transition) is
-    queued and delivered after it, so every subscriber sees one total order.
-    """
-
-    def __init__(self) -> None:
-        self._subscriptions: tuple[tuple[Subscriber, frozenset[type[Event]] | None], ...] = ()
-        self._by_type: dict[type[Event], tuple[Subscriber, ...]] = {}
-        #: whether anyone would receive an event of a type (truthy: its subscribers)
-        self.wants: Callable[[type[Event]], tuple[Subscriber, ...] | None] = self._by_type.get
-        self._index()
-        self._pending: deque[Event] = deque()
-        self._delivering = False
-
-    def _index(self) -> None:
-        self._by_type = {
-            kind: tuple(s for s, types in self._subscriptions if types is None or kind in types)
-            for kind in EVENT_CLASSES
-        }
-        # `wants` is asked several times per request: the dict's own `get` answers it
-        # without a Python call (the subscribers, truthy, or an empty tuple)
-        self.wants = self._by_type.get
-
-    def subscribe(self, subscriber: Subscriber, *types: type[Event]) -> Callable[[], None]:
-        """Add a subscriber for `types` (all events if none); returns its removal."""
-        entry = (subscriber, frozenset(types) if types else None)
-        self._subscriptions = (*self._subscriptions, entry)
-        self._index()
-
-        def unsubscribe() -> None:
-            self._subscriptions = tuple(e for e in self._subscriptions if e is not entry)
-            self._index()
-
-        return unsubscribe
-
-    def emit(self, event: Event) -> None:
-        if self._delivering:
-            self._pending.append(event)
-            return
-        by_type = self._by_type
-        subscribers = by_type.get(type(event))
-        if not subscribers:
-            return
-        self._delivering = True
-        try:
-            for subscriber in subscribers:
-                subscriber(event)
-            pending = self._pending
-            while pending:
-                queued = pending.popleft()
-                for subscriber in by_type.get(type(queued), ()):
-                    subscriber(queued)
-        finally:
-            self._pending.clear()
-            self._delivering = False

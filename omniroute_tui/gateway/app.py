@@ -227,6 +227,9 @@ class Gateway:
         body = {"status": "ok" if ok else "degraded", "providers": states, "store": store}
         if fleet is not None:
             body["fleet"] = fleet  # the shared state in Redis, when this is a fleet
+        if self.engine.bus.faults:
+            # a consumer of the events raised (isolated from routing, logged once a minute)
+            body["subscriber_faults"] = dict(self.engine.bus.faults)
         return JSONResponse(body)
 
     # -- the management API ----------------------------------------------------------------

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 from starlette.responses import StreamingResponse
 
-from ..engine.events import Event, EventBus
+from ..engine.bus import EventBus
+from ..engine.events import Event
 
 __all__ = ["EventBroadcaster", "EventStreamResponse"]
 

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ...clock import SystemClock
 from ...config.router_config import ProviderConfig, RouterConfig
+from ...engine.bus import EventBus
 from ...engine.engine import ResilienceEngine
-from ...engine.events import AttemptEvent, Event, EventBus
+from ...engine.events import AttemptEvent, Event
 from .view_state import AttemptSeries
 
 if TYPE_CHECKING:
