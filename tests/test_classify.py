@@ -15,6 +15,19 @@ from omniroute_tui.engine.retry_hints import MAX_HINT_MS, parse_go_duration_ms, 
 K = FailureKind
 
 
+#: the answer Google's APIs give for a per-minute limit (HTTP 429)
+GOOGLE_PER_MINUTE = (
+    '{"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", '
+    '"status": "RESOURCE_EXHAUSTED"}}'
+)
+#: Gemini's answer for a free tier's per-minute request quota
+GEMINI_PER_MINUTE = (
+    '{"error": {"code": 429, "message": "You exceeded your current quota. Please retry in '
+    '53.9s.", "status": "RESOURCE_EXHAUSTED", "details": [{"violations": [{"quotaId": '
+    '"GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]}]}}'
+)
+
+
 @pytest.mark.parametrize(
     ("status", "body", "kind"),
     [
@@ -36,6 +49,22 @@ K = FailureKind
         (429, "Monthly limit reached", K.QUOTA_EXHAUSTED),
         (429, "plan limit", K.QUOTA_EXHAUSTED),
         (429, "Rate limit reached for requests", K.RATE_LIMITED),
+        # Google's per-minute limit: exhausted, then quota, and nothing says hours away
+        (429, GOOGLE_PER_MINUTE, K.RATE_LIMITED),
+        (429, "Resource has been exhausted (e.g. check quota).", K.RATE_LIMITED),
+        (429, "RESOURCE_EXHAUSTED: Resource has been exhausted (e.g. check quota). The "
+              "limit resets after 24h.", K.QUOTA_EXHAUSTED),
+        (429, "Resource exhausted: quota for today; resets in 3 hours", K.QUOTA_EXHAUSTED),
+        (429, "Resource exhausted, check quota; resets in 30s", K.RATE_LIMITED),
+        (429, "Resource has been exhausted (e.g. check quota). Requests per day.",
+         K.QUOTA_EXHAUSTED),
+        # a quota counted per minute or per second is a rate limit by another name
+        (429, GEMINI_PER_MINUTE, K.RATE_LIMITED),
+        (429, GEMINI_PER_MINUTE.replace("PerMinute", "PerDay"), K.QUOTA_EXHAUSTED),
+        (429, "Quota exceeded: 60 requests per minute", K.RATE_LIMITED),
+        (429, "Quota exceeded: 60 requests per minute; resets in 1h", K.QUOTA_EXHAUSTED),
+        (429, '{"error": {"type": "insufficient_quota", "message": "per minute"}}',
+         K.QUOTA_EXHAUSTED),
         (429, "", K.RATE_LIMITED),
         (500, "", K.SERVER_ERROR),
         (502, "", K.SERVER_ERROR),

@@ -13,10 +13,24 @@ from .retry_hints import retry_hint_ms
 
 __all__ = ["Classification", "TransportFailure", "classify", "classify_transport"]
 
-_QUOTA_TEXT = re.compile(
-    r"insufficient_quota|billing|credit|daily[ _-]limit|monthly[ _-]limit|plan[ _-]limit"
-    r"|quota.{0,40}?(?:exceed|exhaust)|(?:exceed|exhaust).{0,40}?quota",
-    re.IGNORECASE | re.DOTALL,
+#: words that only a spent quota or balance uses
+_QUOTA_WORDS = re.compile(
+    r"insufficient_quota|billing|credit|daily[ _-]limit|monthly[ _-]limit|plan[ _-]limit",
+    re.IGNORECASE,
+)
+#: "quota exceeded", "exceeded your quota", "quota exhausted": a quota, unless it is one
+#: counted per minute or per second (a rate limit under another name)
+_QUOTA_EXCEEDED = re.compile(
+    r"quota.{0,40}?(?:exceed|exhaust)|exceed.{0,40}?quota", re.IGNORECASE | re.DOTALL)
+_SHORT_WINDOW = re.compile(r"per[ _-]?(?:minute|second)", re.IGNORECASE)
+#: "Resource has been exhausted (e.g. check quota)" is Google's per-minute limit: exhausted
+#: before quota is quota text only with a reset hours or days away (docs/design.md §2)
+_EXHAUSTED_THEN_QUOTA = re.compile(r"exhaust.{0,40}?quota", re.IGNORECASE | re.DOTALL)
+_GOOGLE_STATUS = re.compile(r"\bRESOURCE_EXHAUSTED\b")
+_LONG_RESET = re.compile(
+    r"reset(?:s|ting)?\s+(?:after|in)\s+\d+(?:\.\d+)?\s*(?:h|hrs?|hours?|d|days?)\b"
+    r"|per[ _-]?day",
+    re.IGNORECASE,
 )
 _BODY_SCAN_LIMIT = 64 * 1024
 
@@ -83,6 +97,19 @@ def _error_code(text: str) -> str | None:
     return code if isinstance(code, str) else None
 
 
+def _is_quota(text: str) -> bool:
+    """Whether a 429's body says a quota ran out (hours away), not a rate limit (seconds)."""
+    # Google's status word names no quota: "check quota).", "status": "RESOURCE_EXHAUSTED"
+    # must not read as "quota ... exhausted"
+    text = _GOOGLE_STATUS.sub(" ", text)
+    if _QUOTA_WORDS.search(text):
+        return True
+    exceeded = _QUOTA_EXCEEDED.search(text) is not None
+    if _LONG_RESET.search(text):
+        return exceeded or _EXHAUSTED_THEN_QUOTA.search(text) is not None
+    return exceeded and _SHORT_WINDOW.search(text) is None
+
+
 def classify(
     status: int,
     headers: Mapping[str, str] | None = None,
@@ -112,7 +139,6 @@ def classify(
     if status == 404 or _error_code(text) == "model_not_found":
         return Classification(FailureKind.MODEL_NOT_FOUND, hint)
     if status == 429:
-        if _QUOTA_TEXT.search(text):
-            return Classification(FailureKind.QUOTA_EXHAUSTED, hint)
-        return Classification(FailureKind.RATE_LIMITED, hint)
+        kind = FailureKind.QUOTA_EXHAUSTED if _is_quota(text) else FailureKind.RATE_LIMITED
+        return Classification(kind, hint)
     return Classification(FailureKind.CLIENT_ERROR, hint)
