@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .events import BreakerEvent, Event
 from .jitter import Jitter
-from .kinds import BreakerState, FailureKind, SkipReason
+from .kinds import BreakerReason, BreakerState, FailureKind, SkipReason
 from .settings import BreakerSettings
 from .values import value
 
@@ -172,10 +172,10 @@ class ProviderBreaker:
         if not self._accepts(now, admission):
             return
         if self._state is _HALF_OPEN:
-            self._close(now, "probe_succeeded")
+            self._close(now, BreakerReason.PROBE_SUCCEEDED)
             return
         self._failures = max(0, self._failures - 1)
-        self._settle(now, "recovered")
+        self._settle(now, BreakerReason.RECOVERED)
 
     def record_failure(self, now: int, kind: FailureKind, admission: BreakerAdmission,
                        hint_ms: int | None = None) -> None:
@@ -186,13 +186,13 @@ class ProviderBreaker:
         self._last_failure_at = now
         if self._state is _HALF_OPEN:
             self._cycles += 1
-            self._open(now, "probe_failed", kind, hint_ms=hint_ms)
+            self._open(now, BreakerReason.PROBE_FAILED, kind, hint_ms=hint_ms)
         elif self.settings.opens_immediately(kind):
-            self._open(now, f"immediate_{kind.value}", kind, hint_ms=hint_ms)
+            self._open(now, BreakerReason.immediate(kind), kind, hint_ms=hint_ms)
         elif self._failures >= self.settings.failure_threshold:
-            self._open(now, "threshold", kind, hint_ms=hint_ms)
+            self._open(now, BreakerReason.THRESHOLD, kind, hint_ms=hint_ms)
         else:
-            self._settle(now, "failures")
+            self._settle(now, BreakerReason.FAILURES)
 
     def _accepts(self, now: int, admission: BreakerAdmission) -> bool:
         """Whether an outcome may change the breaker now (SPEC §3).
@@ -222,14 +222,15 @@ class ProviderBreaker:
         self._refresh(now)
         self._cycles = 0
         self._forced_until = None
-        self._close(now, "operator_reset")
+        self._close(now, BreakerReason.OPERATOR_RESET)
 
     def force_open(self, now: int, duration_ms: int) -> None:
         """Operator isolation: OPEN until now + duration, ignoring probes until then."""
         self._refresh(now)
         self._forced_until = now + duration_ms
         # announced even when already OPEN: the window changed (and the store must know)
-        self._open(now, "operator_force_open", None, duration_ms=duration_ms, announce=True)
+        self._open(now, BreakerReason.OPERATOR_FORCE_OPEN, None, duration_ms=duration_ms,
+                   announce=True)
 
     def ordinary(self) -> BreakerAdmission:
         """The admission of an ordinary (non-probe) attempt now, for a failure another
@@ -243,7 +244,7 @@ class ProviderBreaker:
         if until <= now or (self._state is _OPEN and self._opened_at is not None
                             and self._opened_at + self._open_for_ms >= until):
             return False
-        self._open(now, "fleet_open", None, duration_ms=until - now, announce=True)
+        self._open(now, BreakerReason.FLEET_OPEN, None, duration_ms=until - now, announce=True)
         return True
 
     def adopt_close(self, now: int) -> bool:
@@ -252,7 +253,7 @@ class ProviderBreaker:
         self._refresh(now)
         if self._state not in _OPEN_STATES or self._forced_until is not None:
             return False
-        self._close(now, "fleet_closed")
+        self._close(now, BreakerReason.FLEET_CLOSED)
         return True
 
     def restore(self, snapshot: BreakerSnapshot) -> None:
@@ -283,7 +284,7 @@ class ProviderBreaker:
                 self._forced_until = None
                 self._leases.clear()
                 self._free_slots = self.settings.half_open_probes
-                self._transition(now, _HALF_OPEN, "reset_timeout")
+                self._transition(now, _HALF_OPEN, BreakerReason.RESET_TIMEOUT)
         elif state is _HALF_OPEN:
             if self._leases:
                 for token, expiry in tuple(self._leases.items()):
@@ -296,9 +297,9 @@ class ProviderBreaker:
             and now - self._last_failure_at > self.settings.failure_window_ms
         ):
             self._failures = 0
-            self._settle(now, "window_expired")
+            self._settle(now, BreakerReason.WINDOW_EXPIRED)
 
-    def _settle(self, now: int, reason: str) -> None:
+    def _settle(self, now: int, reason: BreakerReason) -> None:
         """Recompute CLOSED/DEGRADED from the failure count."""
         target = (
             _DEGRADED
@@ -309,7 +310,8 @@ class ProviderBreaker:
             self._transition(now, target, reason)
 
     def _open(
-        self, now: int, reason: str, kind: FailureKind | None, *, duration_ms: int | None = None,
+        self, now: int, reason: BreakerReason, kind: FailureKind | None, *,
+        duration_ms: int | None = None,
         hint_ms: int | None = None, announce: bool = False,
     ) -> None:
         self._epoch += 1
@@ -322,7 +324,7 @@ class ProviderBreaker:
         self._free_slots = 0
         self._transition(now, _OPEN, reason, force=announce)
 
-    def _close(self, now: int, reason: str) -> None:
+    def _close(self, now: int, reason: BreakerReason) -> None:
         self._failures = 0
         self._cycles = 0
         self._last_failure_at = None
@@ -332,7 +334,8 @@ class ProviderBreaker:
         self._free_slots = 0
         self._transition(now, _CLOSED, reason, force=True)
 
-    def _transition(self, now: int, to: BreakerState, reason: str, *, force: bool = False) -> None:
+    def _transition(self, now: int, to: BreakerState, reason: BreakerReason, *,
+                    force: bool = False) -> None:
         before = self._state
         self._state = to
         if before is to and not force:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .consequences import CONSEQUENCES, Wait
 from .events import CooldownEvent, DisabledEvent, EnabledEvent, Event
 from .jitter import Jitter
 from .kinds import FailureKind
@@ -66,7 +67,7 @@ class ConnectionCooldown:
         self.last_error = kind
         self.last_error_at = now
         before = (self.level, self.cooling_until)
-        if kind is FailureKind.QUOTA_EXHAUSTED:
+        if CONSEQUENCES[kind].wait is Wait.QUOTA:
             # quota: the hint or the quota cooldown, level unchanged; a longer quota wait
             # extends an active cooldown since it is news about a longer outage
             duration = hint_ms if hint_ms is not None else self._jitter.stretch(

@@ -15,6 +15,7 @@ from ..clock import Clock
 from .breaker import BreakerAdmission, BreakerSnapshot, ProviderBreaker
 from .bus import EventBus
 from .classify import Classification
+from .consequences import CONSEQUENCES, BreakerEffect, Layer
 from .cooldown import ConnectionSnapshot
 from .events import (
     BreakerEvent,
@@ -33,19 +34,16 @@ from .kinds import BreakerState, FailureKind
 from .lockout import LockoutSnapshot, ModelLockouts
 from .pool import ConnectionPool, Unavailable
 from .retry_hints import MAX_HINT_MS
-from .settings import ResilienceSettings
+from .settings import BreakerSettings, ResilienceSettings
 
 __all__ = [
     "MERGED_CLASSES", "EngineSnapshot", "ProviderLayers", "ProviderSpec", "ResilienceEngine",
     "UnknownTarget",
 ]
 
-_COOLDOWN_KINDS = frozenset(
-    {FailureKind.NETWORK, FailureKind.TIMEOUT, FailureKind.SERVER_ERROR}
-)
-_LOCKOUT_KINDS = frozenset({FailureKind.FORBIDDEN, FailureKind.MODEL_NOT_FOUND})
-_QUOTA_KINDS = frozenset({FailureKind.RATE_LIMITED, FailureKind.QUOTA_EXHAUSTED})
-
+# enum members bound once: attribute access on an Enum class is slow on the hot path
+_COOLDOWN, _LOCKOUT, _DISABLE = Layer.COOLDOWN, Layer.LOCKOUT, Layer.DISABLE
+_FAILURE, _NO_EFFECT = BreakerEffect.FAILURE, BreakerEffect.NONE
 
 #: what one replica of a fleet tells the others: the event types `ResilienceEngine.merge`
 #: applies (operator actions too: a reset or a clear shortens a deadline, which no merge of
@@ -89,8 +87,8 @@ class ProviderLayers:
     provider up for every question it asks.
     """
 
-    __slots__ = ("_bus", "breaker", "budget", "dedup", "lockouts", "name", "pool", "spec",
-                 "timeout_ms")
+    __slots__ = ("_bus", "_on_failure", "breaker", "budget", "dedup", "lockouts", "name", "pool",
+                 "spec", "timeout_ms")
 
     def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random) -> None:
         settings = spec.settings
@@ -109,6 +107,14 @@ class ProviderLayers:
         self.lockouts = ModelLockouts(spec.name, settings.lockout, emit=bus.emit, jitter=jitter)
         self.dedup = FailureDedup(settings.dedup)
         self.budget = RetryBudget(settings.retry_budget)
+        #: the consequences table, read for this provider once: the layer each kind marks
+        #: (per_model_quota decides for quotas and rate limits) and what the breaker hears
+        #: (its per-kind overrides applied)
+        self._on_failure = {
+            kind: (row.quota_layer if spec.per_model_quota else row.layer,
+                   _breaker_effect(settings.breaker, kind, row.breaker), row.dedup)
+            for kind, row in CONSEQUENCES.items()
+        }
 
     def unavailable(self, now: int, model: str) -> Unavailable:
         return self.pool.unavailable(now, model, self.lockouts)
@@ -129,25 +135,35 @@ class ProviderLayers:
             if (connection, model) in self.lockouts.entries:
                 self.lockouts.record_success(now, connection, model)
             return
-        if kind is FailureKind.CANCELLED:
+        layer, effect, window = self._on_failure[kind]
+        if effect is _NO_EFFECT:
             breaker.record_cancelled(admission)
             return
         hint = outcome.hint_ms
-        if kind in _COOLDOWN_KINDS or (kind in _QUOTA_KINDS and not self.spec.per_model_quota):
+        if layer is _COOLDOWN:
             self.pool.record_failure(pos, now, kind, hint)
-        elif kind in _LOCKOUT_KINDS or kind in _QUOTA_KINDS:
+        elif layer is _LOCKOUT:
             self.lockouts.record_failure(now, connection, model, kind, hint)
-        elif kind is FailureKind.AUTH_FAILED:
+        elif layer is _DISABLE:
             self.pool.disable_for_auth(pos, now)
-        if breaker.settings.counts(kind):
-            window = None if admission.probe else self.dedup.admit(now, connection, kind)
-            if window is None:
+        if effect is _FAILURE:
+            suppressed = None if admission.probe else self.dedup.admit(now, connection, window)
+            if suppressed is None:
                 breaker.record_failure(now, kind, admission, hint)
             elif self._bus.wants(DedupEvent):
-                self._bus.emit(DedupEvent(now, self.name, connection, kind, window))
+                self._bus.emit(DedupEvent(now, self.name, connection, kind, suppressed))
         else:
             # the provider answered: for the breaker, that is a success (§3)
             breaker.record_success(now, admission)
+
+
+def _breaker_effect(settings: BreakerSettings, kind: FailureKind,
+                    effect: BreakerEffect) -> BreakerEffect:
+    """What `kind` tells a breaker with these settings: a per-kind override can make it
+    count (or open at once); a cancelled attempt never tells it anything."""
+    if effect is BreakerEffect.NONE:
+        return effect
+    return BreakerEffect.FAILURE if settings.counts(kind) else BreakerEffect.SUCCESS
 
 
 class ResilienceEngine:
@@ -264,7 +280,8 @@ class ResilienceEngine:
             state = self._providers.get(event.provider)
             if (state is None or not state.breaker.settings.counts(event.kind)
                     or not state.breaker.admits_traffic(now)  # OPEN: its own event says so
-                    or state.dedup.admit(event.t, event.connection, event.kind) is not None):
+                    or state.dedup.admit(event.t, event.connection,
+                                         CONSEQUENCES[event.kind].dedup) is not None):
                 return False
             state.breaker.record_failure(now, event.kind, state.breaker.ordinary(), None)
             return True

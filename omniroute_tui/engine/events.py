@@ -14,7 +14,7 @@ from enum import StrEnum
 from json.encoder import encode_basestring
 from typing import Any, ClassVar
 
-from .kinds import BreakerState, FailureKind, SkipReason
+from .kinds import BreakerReason, BreakerState, DedupWindow, FailureKind, SkipReason
 from .values import value
 
 __all__ = [
@@ -43,7 +43,8 @@ __all__ = [
 #: the engine's vocabulary, as event fields carry it (each a StrEnum: a trace line holds
 #: its value, and reading the line back gives the member again)
 _ENUMS: dict[str, type[StrEnum]] = {
-    cls.__name__: cls for cls in (BreakerState, FailureKind, SkipReason)}
+    cls.__name__: cls for cls in (BreakerReason, BreakerState, DedupWindow, FailureKind,
+                                 SkipReason)}
 
 
 def _json_any(value: Any) -> str:
@@ -184,7 +185,7 @@ class BreakerEvent(Event):
     provider: str
     from_: BreakerState
     to: BreakerState
-    reason: str
+    reason: BreakerReason
     failures: int
     retry_after_ms: int | None
 
@@ -237,7 +238,7 @@ class DedupEvent(Event):
     provider: str
     connection: str
     kind: FailureKind
-    window: str
+    window: DedupWindow
 
 
 @value

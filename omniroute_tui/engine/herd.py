@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .kinds import FailureKind
+from .kinds import DedupWindow
 from .settings import DedupSettings, RetryBudgetSettings
 
 __all__ = ["FailureDedup", "RetryBudget"]
@@ -21,18 +21,19 @@ class FailureDedup:
         self._last_by_connection: dict[str, int] = {}
         self._last_network: int | None = None
 
-    def admit(self, now: int, connection: str, kind: FailureKind) -> str | None:
-        """Count the failure and return None, or return the window that suppressed it."""
-        if kind is FailureKind.NETWORK:
+    def admit(self, now: int, connection: str, window: DedupWindow) -> DedupWindow | None:
+        """Count a failure that counts in `window` and return None, or return the window
+        that suppressed it."""
+        if window is DedupWindow.NETWORK:
             last = self._last_network
             if last is not None and now - last < self.settings.network_window_ms:
-                return "network"
+                return window
             self._last_network = now
             self._last_by_connection[connection] = now
             return None
         last = self._last_by_connection.get(connection)
         if last is not None and now - last < self.settings.connection_window_ms:
-            return "connection"
+            return DedupWindow.CONNECTION
         self._last_by_connection[connection] = now
         return None
 

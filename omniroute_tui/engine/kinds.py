@@ -1,10 +1,10 @@
-"""Failure kinds, breaker states and skip reasons: the vocabulary of the engine."""
+"""Failure kinds, breaker states and reasons, skip reasons: the vocabulary of the engine."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["BREAKER_FAILURE_KINDS", "BreakerState", "FailureKind", "SkipReason"]
+__all__ = ["BreakerReason", "BreakerState", "DedupWindow", "FailureKind", "SkipReason"]
 
 
 class FailureKind(StrEnum):
@@ -30,17 +30,50 @@ class FailureKind(StrEnum):
         return 504 if kind == cls.TIMEOUT else 502
 
 
-#: Kinds that count as breaker failures unless a per-kind override says otherwise.
-BREAKER_FAILURE_KINDS = frozenset(
-    {FailureKind.RATE_LIMITED, FailureKind.SERVER_ERROR, FailureKind.TIMEOUT, FailureKind.NETWORK}
-)
-
-
 class BreakerState(StrEnum):
     CLOSED = "CLOSED"
     DEGRADED = "DEGRADED"
     OPEN = "OPEN"
     HALF_OPEN = "HALF_OPEN"
+
+
+class BreakerReason(StrEnum):
+    """Why a breaker changed state (the `reason` of a breaker event)."""
+
+    THRESHOLD = "threshold"  # failures reached the threshold: OPEN
+    FAILURES = "failures"  # failures reached the degraded threshold: DEGRADED
+    RECOVERED = "recovered"  # successes brought the count down
+    WINDOW_EXPIRED = "window_expired"  # the last counted failure aged out of the window
+    RESET_TIMEOUT = "reset_timeout"  # the OPEN window ended: HALF_OPEN
+    PROBE_SUCCEEDED = "probe_succeeded"
+    PROBE_FAILED = "probe_failed"
+    OPERATOR_RESET = "operator_reset"
+    OPERATOR_FORCE_OPEN = "operator_force_open"
+    FLEET_OPEN = "fleet_open"  # another replica of the fleet opened it
+    FLEET_CLOSED = "fleet_closed"  # another replica closed it
+    # a kind configured to open the breaker at once (`breaker.kinds.<kind>.immediate_open`)
+    IMMEDIATE_NETWORK = "immediate_network"
+    IMMEDIATE_TIMEOUT = "immediate_timeout"
+    IMMEDIATE_AUTH_FAILED = "immediate_auth_failed"
+    IMMEDIATE_QUOTA_EXHAUSTED = "immediate_quota_exhausted"
+    IMMEDIATE_FORBIDDEN = "immediate_forbidden"
+    IMMEDIATE_MODEL_NOT_FOUND = "immediate_model_not_found"
+    IMMEDIATE_RATE_LIMITED = "immediate_rate_limited"
+    IMMEDIATE_SERVER_ERROR = "immediate_server_error"
+    IMMEDIATE_CLIENT_ERROR = "immediate_client_error"
+    IMMEDIATE_CANCELLED = "immediate_cancelled"
+
+    @classmethod
+    def immediate(cls, kind: FailureKind) -> BreakerReason:
+        """The reason for a breaker that `kind` opened at once."""
+        return cls(f"immediate_{kind.value}")
+
+
+class DedupWindow(StrEnum):
+    """The deduplication window that keeps a failure from counting twice (§6)."""
+
+    CONNECTION = "connection"  # once per connection per `dedup.connection_window`
+    NETWORK = "network"  # once per provider per `dedup.network_window`
 
 
 class SkipReason(StrEnum):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from .consequences import CONSEQUENCES, Wait
 from .events import Event, LockoutEvent
 from .jitter import Jitter
 from .kinds import FailureKind
@@ -80,7 +81,7 @@ class ModelLockouts:
             until = entry.until
         if hint_ms is not None:
             duration = hint_ms  # the server's word, exactly
-        elif kind is FailureKind.QUOTA_EXHAUSTED:
+        elif CONSEQUENCES[kind].wait is Wait.QUOTA:
             duration = self._jitter.stretch(self.settings.max_ms)
         else:
             duration = self._jitter.stretch(self.settings.duration_ms(failures))

@@ -11,6 +11,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from .consequences import CONSEQUENCES
 from .cooldown import ConnectionCooldown, ConnectionSnapshot
 from .events import Event
 from .jitter import Jitter
@@ -174,7 +175,8 @@ class ConnectionPool:
                 any_cooling = True
             until = lockouts.locked_until(cooldown.connection, model, now)
             if until is not None:
-                if lockouts.kind_of(cooldown.connection, model) is FailureKind.MODEL_NOT_FOUND:
+                kind = lockouts.kind_of(cooldown.connection, model)
+                if kind is not None and not CONSEQUENCES[kind].awaited:
                     continue  # no point waiting for a model that is not there
                 back = max(back, until)
             if back > now and (earliest is None or back < earliest):

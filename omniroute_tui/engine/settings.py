@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from .kinds import BREAKER_FAILURE_KINDS, FailureKind
+from .consequences import BREAKER_FAILURE_KINDS
+from .kinds import FailureKind
 
 __all__ = [
     "AdmissionSettings",

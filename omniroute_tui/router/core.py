@@ -12,6 +12,7 @@ from typing import Any
 
 from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
+from ..engine.consequences import CONSEQUENCES, Then
 from ..engine.engine import ProviderLayers, ResilienceEngine
 from ..engine.events import (
     AttemptEvent,
@@ -30,10 +31,11 @@ from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
 
 __all__ = ["RequestRouting", "Router", "UnknownRoute"]
 
-_NEXT_TARGET = frozenset({FailureKind.SERVER_ERROR, FailureKind.TIMEOUT, FailureKind.NETWORK})
+#: where a request goes after an attempt of each kind (the consequences table)
+_THEN = {kind: row.then for kind, row in CONSEQUENCES.items()}
 # enum members bound once: attribute access on an Enum class is slow on the hot path
-_CLIENT_ERROR = FailureKind.CLIENT_ERROR
 _ROUND_ROBIN = Strategy.ROUND_ROBIN
+_RESPOND, _NEXT_TARGET = Then.RESPOND, Then.NEXT_TARGET
 
 
 #: a route's targets, each with its provider's layers and its `provider/model` label
@@ -199,12 +201,13 @@ class RequestRouting:
         now = self.engine.clock.now_ms()
         self._note_result(now, attempt, status, outcome)
         kind = outcome.kind
-        if kind is None or kind is _CLIENT_ERROR:
+        then = _RESPOND if kind is None else _THEN[kind]
+        if then is _RESPOND:
             self._next = self._respond(now, status, attempt, None, None)
             return
         layers = self._layers
         assert layers is not None
-        if kind in _NEXT_TARGET or not layers.breaker.admits_traffic(now):
+        if then is _NEXT_TARGET or not layers.breaker.admits_traffic(now):
             self._candidates = None  # on to the next target
         self._next = self._advance(now)
 

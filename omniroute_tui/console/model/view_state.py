@@ -31,7 +31,7 @@ from ...engine.events import (
     SkipEvent,
     WaitEvent,
 )
-from ...engine.kinds import BreakerState, FailureKind, SkipReason
+from ...engine.kinds import BreakerReason, BreakerState, FailureKind, SkipReason
 
 __all__ = [
     "BREAKER_GLYPHS",
@@ -442,12 +442,12 @@ class ConsoleModel:
             view.open_spans[-1][1] = event.t
         view.state = event.to
         view.failures = event.failures
-        view.forced = event.reason == "operator_force_open"
+        view.forced = event.reason is BreakerReason.OPERATOR_FORCE_OPEN
         if not view.forced:
             view.forced_by = ""
         if event.to is BreakerState.OPEN:
             view.open_until = event.t + (event.retry_after_ms or 0)
-            if event.reason == "probe_failed":
+            if event.reason is BreakerReason.PROBE_FAILED:
                 view.cycles += 1
         else:
             view.open_until = None
