@@ -101,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _record(args: argparse.Namespace, console: Console) -> int:
-    from omniroute_tui.gateway.auth import load_token
+    from omniroute_tui.config.token import load_token
 
     from .recorder import events_from_db, events_from_file, events_from_gateway, write_scenario
 

@@ -64,8 +64,6 @@ class FakeAnswer:
     headers: dict[str, str] = field(default_factory=dict)
     body: str = ""
     transport: TransportFailure | None = None
-    fault: str | None = None
-    extra_latency_ms: int = 0
 
 
 class FakeProviders:
@@ -109,7 +107,7 @@ class FakeProviders:
             return self._status(404, latency, None, timeout_ms)
         if fault is None:
             if latency >= timeout_ms:
-                return _timed_out(timeout_ms, None)
+                return _timed_out(timeout_ms)
             return FakeAnswer(latency, 200, _OK)
         action = fault.action
         if action is FaultAction.STATUS:
@@ -119,26 +117,26 @@ class FakeProviders:
             return self._status(429, latency, fault, timeout_ms, quota=True)
         if action is FaultAction.REFUSED:
             return FakeAnswer(0, 0, classify_transport(TransportFailure.CONNECT_REFUSED),
-                              transport=TransportFailure.CONNECT_REFUSED, fault=fault.name)
+                              transport=TransportFailure.CONNECT_REFUSED)
         if action is FaultAction.TIMEOUT:
-            return _timed_out(timeout_ms, fault.name)
+            return _timed_out(timeout_ms)
         if action is FaultAction.RESET:
             if latency >= timeout_ms:
-                return _timed_out(timeout_ms, fault.name)
+                return _timed_out(timeout_ms)
             return FakeAnswer(latency, 0, classify_transport(TransportFailure.CONNECTION_RESET),
-                              transport=TransportFailure.CONNECTION_RESET, fault=fault.name)
+                              transport=TransportFailure.CONNECTION_RESET)
         # slow: the added latency, then success (or a timeout if that is too slow)
         total = latency + fault.latency_ms
         if total >= timeout_ms:
-            return _timed_out(timeout_ms, fault.name)
-        return FakeAnswer(total, 200, _OK, fault=fault.name, extra_latency_ms=fault.latency_ms)
+            return _timed_out(timeout_ms)
+        return FakeAnswer(total, 200, _OK)
 
     def _status(
         self, status: int, latency: int, fault: Fault | None, timeout_ms: int,
         *, quota: bool = False,
     ) -> FakeAnswer:
         if latency >= timeout_ms:
-            return _timed_out(timeout_ms, fault.name if fault else None)
+            return _timed_out(timeout_ms)
         name = fault.name if fault else None
         key = (name, status, quota)
         rendered = self._rendered.get(key)
@@ -151,9 +149,9 @@ class FakeProviders:
                 status, quota=quota)
             rendered = self._rendered[key] = (headers, body, classify(status, headers, body))
         headers, body, outcome = rendered
-        return FakeAnswer(latency, status, outcome, headers, body, fault=name)
+        return FakeAnswer(latency, status, outcome, headers, body)
 
 
-def _timed_out(timeout_ms: int, fault: str | None) -> FakeAnswer:
+def _timed_out(timeout_ms: int) -> FakeAnswer:
     return FakeAnswer(timeout_ms, 0, classify_transport(TransportFailure.READ_TIMEOUT),
-                      transport=TransportFailure.READ_TIMEOUT, fault=fault)
+                      transport=TransportFailure.READ_TIMEOUT)

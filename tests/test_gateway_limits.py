@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from omniroute_tui.config.limits import GatewayLimits
+from omniroute_tui.config.token import TokenError, load_token
 from omniroute_tui.engine import EventBus, OperatorEvent
-from omniroute_tui.gateway.auth import TokenError, load_token
 from omniroute_tui.gateway.events_stream import EventBroadcaster
 from omniroute_tui.gateway.protocol import client_log
 

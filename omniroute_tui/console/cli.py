@@ -92,8 +92,8 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
                          "always starts fresh)")
     listen = token = None
     if getattr(args, "listen", None):
+        from ..config.token import load_token
         from ..gateway import parse_listen
-        from ..gateway.auth import load_token
 
         listen = parse_listen(args.listen)
         token = load_token(getattr(args, "token_file", None))
@@ -126,7 +126,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
 
 
 def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None) -> object:
-    from ..gateway.auth import load_token
+    from ..config.token import load_token
     from .app import ConsoleApp
     from .model.attach import AttachBackend, fetch_state
     from .model.view_state import ConsoleModel

@@ -1,41 +1,10 @@
-"""Bearer-token checks for the management API (constant-time comparison)."""
+"""The bearer-token check of the management API (constant-time comparison)."""
 
 from __future__ import annotations
 
 import hmac
-import os
-from pathlib import Path
 
-__all__ = ["TokenError", "bearer_matches", "load_token"]
-
-TOKEN_ENV = "OMNIROUTE_TOKEN"
-MIN_TOKEN_CHARS = 16
-
-
-class TokenError(ValueError):
-    """No usable token: the message says where one was looked for."""
-
-
-def load_token(token_file: str | Path | None) -> str | None:
-    """The token from `token_file`, else from $OMNIROUTE_TOKEN, else None."""
-    if token_file is not None:
-        try:
-            token = Path(token_file).read_text().strip()
-        except OSError as exc:
-            raise TokenError(f"cannot read the token file {token_file}: {exc.strerror}") from None
-        return _usable(token, f"the token in {token_file}")
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    return _usable(token, f"${TOKEN_ENV}") if token else None
-
-
-def _usable(token: str, where: str) -> str:
-    if len(token) < MIN_TOKEN_CHARS:
-        raise TokenError(f"{where} is shorter than {MIN_TOKEN_CHARS} characters; make one "
-                         "with: head -c 24 /dev/urandom | base64")
-    if not token.isascii() or not token.isprintable() or " " in token:
-        raise TokenError(f"{where} must be printable ASCII without spaces")
-    return token
-
+__all__ = ["bearer_matches"]
 
 def bearer_matches(header: str | None, token: str) -> bool:
     if not header or not header.startswith("Bearer "):

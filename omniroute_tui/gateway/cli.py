@@ -13,9 +13,9 @@ from pathlib import Path
 
 from ..clock import SystemClock
 from ..config import ConfigError, load_router_config
+from ..config.token import TOKEN_ENV, TokenError, load_token
 from ..store import Recovery, SqliteStore, StoreError
 from .app import Gateway
-from .auth import TOKEN_ENV, TokenError, load_token
 from .server import GatewayServer, parse_listen
 
 __all__ = ["main"]
