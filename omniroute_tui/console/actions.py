@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from textual.binding import Binding
 
+from .model.panes import Pane
+
 __all__ = ["ACTIONS", "ConsoleAction", "bindings"]
 
 
@@ -22,18 +24,18 @@ class ConsoleAction:
 
 
 ACTIONS: tuple[ConsoleAction, ...] = (
-    ConsoleAction("pane('overview')", "0", "Overview",
+    ConsoleAction(f"pane('{Pane.OVERVIEW}')", "0", "Overview",
                   "every layer at a glance (a dashboard from 120x36 up)"),
-    ConsoleAction("pane('providers')", "1", "Providers", "show the providers pane"),
-    ConsoleAction("pane('connections')", "2", "Conns", "show the connections pane"),
-    ConsoleAction("pane('lockouts')", "3", "Locks", "show the model lockouts pane"),
-    ConsoleAction("pane('events')", "4", "Events", "show the events log"),
-    ConsoleAction("pane('scenario')", "5", "Faults",
+    ConsoleAction(f"pane('{Pane.PROVIDERS}')", "1", "Providers", "show the providers pane"),
+    ConsoleAction(f"pane('{Pane.CONNECTIONS}')", "2", "Conns", "show the connections pane"),
+    ConsoleAction(f"pane('{Pane.LOCKOUTS}')", "3", "Locks", "show the model lockouts pane"),
+    ConsoleAction(f"pane('{Pane.EVENTS}')", "4", "Events", "show the events log"),
+    ConsoleAction(f"pane('{Pane.SCENARIO}')", "5", "Faults",
                   "the scenario: fault timeline, herd chart, lesson (enter)"),
-    ConsoleAction("pane('requests')", "6", "Requests",
+    ConsoleAction(f"pane('{Pane.REQUESTS}')", "6", "Requests",
                   "recent requests: enter says why one went where",
                   show=False),
-    ConsoleAction("pane('audit')", "7", "Audit", "who did what and when (operator actions)",
+    ConsoleAction(f"pane('{Pane.AUDIT}')", "7", "Audit", "who did what and when (operator actions)",
                   show=False),
     ConsoleAction("filter", "slash", "Filter", "filter the rows of this pane by text",
                   key_display="/"),

@@ -22,6 +22,7 @@ from ..store import StoreError, StoreProblem
 from .actions import bindings
 from .commands import ConsoleCommands
 from .model.backends import Backend
+from .model.panes import Pane
 from .model.view_state import COLUMNS, SORTS, ConsoleModel
 from .operating import OperatorActions
 from .painting import DASHBOARD_PICKS, DASHBOARD_SIZE
@@ -71,11 +72,11 @@ class ConsoleApp(OperatorActions, ReplayControls):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield FaultBanner(id="banner")
-        with TabbedContent(initial="providers", id="panes"):
-            with TabPane("0 Overview", id="overview"):
+        with TabbedContent(initial=Pane.PROVIDERS, id="panes"):
+            with TabPane("0 Overview", id=Pane.OVERVIEW):
                 yield PlainStatic(id="overview-summary")
                 with Vertical(id="dashboard"):
-                    for kind in ("providers", "connections", "lockouts"):
+                    for kind in (Pane.PROVIDERS, Pane.CONNECTIONS, Pane.LOCKOUTS):
                         table = KeyedTable(kind, COLUMNS[kind], pick=DASHBOARD_PICKS[kind],
                                            id=f"dash-{kind}")
                         table.border_title = kind.capitalize()
@@ -83,22 +84,22 @@ class ConsoleApp(OperatorActions, ReplayControls):
                     log = EventLog(id="dash-events")
                     log.border_title = "Events"
                     yield log
-            with TabPane("1 Providers", id="providers"):
-                yield KeyedTable("providers", COLUMNS["providers"], id="providers-table")
-            with TabPane("2 Conns", id="connections"):
-                yield KeyedTable("connections", COLUMNS["connections"],
+            with TabPane("1 Providers", id=Pane.PROVIDERS):
+                yield KeyedTable(Pane.PROVIDERS, COLUMNS[Pane.PROVIDERS], id="providers-table")
+            with TabPane("2 Conns", id=Pane.CONNECTIONS):
+                yield KeyedTable(Pane.CONNECTIONS, COLUMNS[Pane.CONNECTIONS],
                                  id="connections-table")
-            with TabPane("3 Locks", id="lockouts"):
-                yield KeyedTable("lockouts", COLUMNS["lockouts"], id="lockouts-table")
-            with TabPane("4 Events", id="events"):
+            with TabPane("3 Locks", id=Pane.LOCKOUTS):
+                yield KeyedTable(Pane.LOCKOUTS, COLUMNS[Pane.LOCKOUTS], id="lockouts-table")
+            with TabPane("4 Events", id=Pane.EVENTS):
                 yield EventLog(id="events-log")
-            with TabPane("5 Faults", id="scenario"):
+            with TabPane("5 Faults", id=Pane.SCENARIO):
                 yield ScenarioTimeline(id="timeline")
                 yield HerdChartPlot(id="herd")
-            with TabPane("6 Reqs", id="requests"):
-                yield KeyedTable("requests", COLUMNS["requests"], id="requests-table")
-            with TabPane("7 Audit", id="audit"):
-                yield KeyedTable("audit", COLUMNS["audit"], id="audit-table")
+            with TabPane("6 Reqs", id=Pane.REQUESTS):
+                yield KeyedTable(Pane.REQUESTS, COLUMNS[Pane.REQUESTS], id="requests-table")
+            with TabPane("7 Audit", id=Pane.AUDIT):
+                yield KeyedTable(Pane.AUDIT, COLUMNS[Pane.AUDIT], id="audit-table")
         yield PlainStatic(id="no-matches")
         yield Input(placeholder="filter rows (enter to apply, escape to clear)", id="filter",
                     disabled=True)
@@ -106,7 +107,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
 
     def on_mount(self) -> None:
         if self.dashboard_fits:
-            self.query_one(TabbedContent).active = "overview"
+            self.query_one(TabbedContent).active = Pane.OVERVIEW
         self.refresh_view()
         self._focus_pane()
         self.run_worker(self._start_backend(), group="backend", exit_on_error=False)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from .actions import ACTIONS
+from .model.panes import Pane
 
 if TYPE_CHECKING:
     from .app import ConsoleApp
@@ -26,13 +27,13 @@ class ConsoleCommands(Provider):
         model = app.model
         for name in model.providers:
             entries.append((f"Jump to provider {name}", "providers pane",
-                            partial(app.jump, "providers", name)))
+                            partial(app.jump, Pane.PROVIDERS, name)))
         for provider, conn in model.connections:
             entries.append((f"Jump to connection {provider}/{conn}", "connections pane",
-                            partial(app.jump, "connections", f"{provider}/{conn}")))
+                            partial(app.jump, Pane.CONNECTIONS, f"{provider}/{conn}")))
         for provider, conn, mdl in model.lockouts:
             entries.append((f"Jump to lockout {provider}/{conn}/{mdl}", "lockouts pane",
-                            partial(app.jump, "lockouts", f"{provider}/{conn}/{mdl}")))
+                            partial(app.jump, Pane.LOCKOUTS, f"{provider}/{conn}/{mdl}")))
         return entries
 
     async def discover(self) -> Hits:

@@ -11,6 +11,7 @@ from textual.dom import DOMNode
 from ..config.durations import format_ms
 from ..engine.engine import UnknownTarget
 from .actions import ACTIONS
+from .model.panes import Pane
 from .painting import TARGETS, PaneView
 from .screens.modals import ConfirmScreen
 
@@ -62,14 +63,14 @@ class OperatorActions(PaneView):
         if action == "clear_provider_lockouts":
             return f"Clear every model lockout of {provider}?"
         if action == "clear":
-            if pane == "connections":
+            if pane == Pane.CONNECTIONS:
                 return f"Clear the cooldown of {key}?"
-            if pane == "lockouts":
+            if pane == Pane.LOCKOUTS:
                 return f"Clear the lockout of {key}?"
             self.notify("select a connection or a lockout to clear", severity="warning")
             return None
         if action == "toggle_enabled":
-            if pane != "connections" or key is None:
+            if pane != Pane.CONNECTIONS or key is None:
                 self.notify("select a connection to enable or disable", severity="warning")
                 return None
             conn = self.model.connections[tuple(key.split("/", 1))]  # type: ignore[index]
@@ -113,11 +114,11 @@ class OperatorActions(PaneView):
         if key is None:
             return
         op = self.backend.operator
-        if pane == "connections":
+        if pane == Pane.CONNECTIONS:
             provider, conn = key.split("/", 1)
             self._operate("clearing the cooldown of", key,
                           lambda: op.clear_cooldown(provider, conn, actor=self.operator))
-        elif pane == "lockouts":
+        elif pane == Pane.LOCKOUTS:
             provider, conn, model = key.split("/", 2)
             self._operate("clearing the lockout of", key,
                           lambda: op.clear_lockouts(provider, conn, model,
@@ -131,7 +132,7 @@ class OperatorActions(PaneView):
 
     def action_toggle_enabled(self) -> None:
         pane, key = self._selected()
-        if pane != "connections" or key is None:
+        if pane != Pane.CONNECTIONS or key is None:
             return
         provider, conn = key.split("/", 1)
         disabled = self.model.connections[(provider, conn)].disabled

@@ -11,6 +11,7 @@ from textual.widgets import Input, Static, TabbedContent
 
 from ..config.durations import format_ms
 from .model.backends import Backend
+from .model.panes import Pane
 from .model.view_state import SORTS, ConsoleModel, clock_text
 from .screens.modals import DetailScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
@@ -22,10 +23,10 @@ __all__ = ["DASHBOARD_PICKS", "DASHBOARD_SIZE", "TARGETS", "PaneView"]
 #: from this size up, the overview pane is a dashboard: every layer and the events at once
 DASHBOARD_SIZE = (120, 36)
 #: the dashboard's compact tables: which of each pane's columns they show
-DASHBOARD_PICKS = {"providers": (0, 1, 2, 3, 5, 8, 10, 11), "connections": (0, 1, 2, 3),
-                   "lockouts": (1, 2, 3, 5)}
+DASHBOARD_PICKS = {Pane.PROVIDERS: (0, 1, 2, 3, 5, 8, 10, 11), Pane.CONNECTIONS: (0, 1, 2, 3),
+                   Pane.LOCKOUTS: (1, 2, 3, 5)}
 #: the panes whose rows are operator targets
-TARGETS = ("providers", "connections", "lockouts")
+TARGETS = (Pane.PROVIDERS, Pane.CONNECTIONS, Pane.LOCKOUTS)
 
 
 class PaneView(App[None]):
@@ -34,11 +35,11 @@ class PaneView(App[None]):
     backend: Backend
     model: ConsoleModel
     read_only: bool
-    _sort: dict[str, int]
+    _sort: dict[Pane, int]
 
     @property
-    def active_pane(self) -> str:
-        return self.query_one(TabbedContent).active or "providers"
+    def active_pane(self) -> Pane:
+        return Pane(self.query_one(TabbedContent).active or Pane.PROVIDERS)
 
     def refresh_view(self) -> None:
         """Paint the status bar and the visible pane from the model."""
@@ -50,11 +51,11 @@ class PaneView(App[None]):
             matched: int | None = None
             if pane in SORTS:
                 matched = self._paint_table(self.query_one(f"#{pane}-table", KeyedTable), now)
-            elif pane == "events":
+            elif pane == Pane.EVENTS:
                 log = self.query_one("#events-log", EventLog)
                 log.catch_up(model.events, model.event_serial)
                 matched = log.matched
-            elif pane == "overview":
+            elif pane == Pane.OVERVIEW:
                 self._paint_overview(now)
             else:
                 self._paint_timeline(now)
@@ -67,9 +68,9 @@ class PaneView(App[None]):
 
     def _paint_table(self, table: KeyedTable, now: int) -> int:
         model, kind = self.model, table.kind
-        rows = {"providers": model.provider_rows, "connections": model.connection_rows,
-                "lockouts": model.lockout_rows, "requests": model.request_rows,
-                "audit": model.audit_rows}[kind](now)
+        rows = {Pane.PROVIDERS: model.provider_rows, Pane.CONNECTIONS: model.connection_rows,
+                Pane.LOCKOUTS: model.lockout_rows, Pane.REQUESTS: model.request_rows,
+                Pane.AUDIT: model.audit_rows}[kind](now)
         order = model.order(kind, SORTS[kind][self._sort[kind]], now)
         return table.sync(rows, list(rows) if order is None else order)
 
@@ -149,7 +150,7 @@ class PaneView(App[None]):
         self.query_one(TabbedContent).active = pane
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        if self.active_pane == "events":
+        if self.active_pane == Pane.EVENTS:
             self.query_one("#events-log", EventLog).clear()
         self.refresh_view()
         self._focus_pane()
@@ -185,7 +186,7 @@ class PaneView(App[None]):
             return
         focused = self.focused
         log = focused if isinstance(focused, EventLog) else (
-            self.query_one("#events-log", EventLog) if self.active_pane == "events" else None)
+            self.query_one("#events-log", EventLog) if self.active_pane == Pane.EVENTS else None)
         if log is not None:
             {"down": log.scroll_down, "up": log.scroll_up, "top": log.scroll_home,
              "bottom": log.scroll_end}[where](animate=False)
@@ -223,7 +224,7 @@ class PaneView(App[None]):
         pane = self.active_pane
         if pane in SORTS:
             self.query_one(f"#{pane}-table", KeyedTable).focus()
-        elif pane == "overview" and self.dashboard_fits:
+        elif pane == Pane.OVERVIEW and self.dashboard_fits:
             self.query_one("#dash-providers", KeyedTable).focus()
 
     def jump(self, pane: str, key: str) -> None:
@@ -234,7 +235,7 @@ class PaneView(App[None]):
             self.notify(f"{key} is not in the {pane} pane now", severity="warning")
         table.focus()
 
-    def _selected(self) -> tuple[str, str | None]:
+    def _selected(self) -> tuple[Pane, str | None]:
         """The kind of the selected row (providers, connections, lockouts) and its key."""
         table = self._table()
         if table is None:
@@ -247,7 +248,7 @@ class PaneView(App[None]):
 
     def action_detail(self) -> None:
         scenario = self.backend.scenario
-        if self.active_pane == "scenario" and scenario is not None:
+        if self.active_pane == Pane.SCENARIO and scenario is not None:
             faults = [(f.name, f"{f.target} from {clock_text(f.at_ms)}") for f in scenario.faults]
             lesson = textwrap.wrap(scenario.description.replace("\n", " "), 70)
             self.push_screen(DetailScreen(scenario.name, [

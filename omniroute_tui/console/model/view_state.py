@@ -32,6 +32,7 @@ from ...engine.events import (
     WaitEvent,
 )
 from ...engine.kinds import BreakerReason, BreakerState, FailureKind, SkipReason
+from .panes import Pane
 
 __all__ = [
     "BREAKER_GLYPHS",
@@ -67,8 +68,8 @@ def _longest(words: Iterable[str]) -> int:
 
 #: each table's columns with the width its vocabulary needs (None: as wide as the names
 #: and numbers it holds): a state, kind or reason is never cut, whatever rows come first
-COLUMNS: dict[str, tuple[tuple[str, int | None], ...]] = {
-    "providers": (
+COLUMNS: dict[Pane, tuple[tuple[str, int | None], ...]] = {
+    Pane.PROVIDERS: (
         ("provider", None),
         ("breaker", 2 + _longest([*BreakerState, FORCED_OPEN])),
         ("fail/thr", None), ("retry in", None), ("cycles", None),
@@ -78,32 +79,32 @@ COLUMNS: dict[str, tuple[tuple[str, int | None], ...]] = {
         ("budget", None), ("dedup", None), ("waits", None),
         ("skipped", _longest(SkipReason) + len(" 99999")),
     ),
-    "connections": (
+    Pane.CONNECTIONS: (
         ("provider", None), ("connection", None),
         ("cooldown", 2 + _LONGEST_DURATION + 1 + _longest([*COOLDOWN_KINDS, "disabled"])),
         ("backoff", None),
         ("last error", _longest(FailureKind) + len(" (429)")),
         ("key", None),
     ),
-    "lockouts": (
+    Pane.LOCKOUTS: (
         ("provider", None), ("connection", None), ("model", None),
         ("kind", _longest(FailureKind)), ("failures", None),
         ("remaining", _LONGEST_DURATION),
     ),
-    "requests": (
+    Pane.REQUESTS: (
         ("request", None), ("route", None), ("status", None), ("attempts", None),
         ("waited", None), ("latency", None), ("why", None), ("served by", None),
     ),
-    "audit": (("time", None), ("actor", None), ("action", None), ("target", None),
+    Pane.AUDIT: (("time", None), ("actor", None), ("action", None), ("target", None),
               ("result", None)),
 }
 #: the orders each table can be sorted in (`s` cycles them); the first is the default
-SORTS: dict[str, tuple[str, ...]] = {
-    "providers": ("config order", "failures", "state"),
-    "connections": ("config order", "cooldown left", "backoff level"),
-    "lockouts": ("name", "time left", "failures"),
-    "requests": ("newest first", "slowest", "most attempts"),
-    "audit": ("newest first",),
+SORTS: dict[Pane, tuple[str, ...]] = {
+    Pane.PROVIDERS: ("config order", "failures", "state"),
+    Pane.CONNECTIONS: ("config order", "cooldown left", "backoff level"),
+    Pane.LOCKOUTS: ("name", "time left", "failures"),
+    Pane.REQUESTS: ("newest first", "slowest", "most attempts"),
+    Pane.AUDIT: ("newest first",),
 }
 AUDIT_ROWS = 500  # operator actions the audit pane keeps
 RECENT_REQUESTS = 200  # requests the "why" view keeps, each with its steps
@@ -137,7 +138,7 @@ def precise_ms(ms: int) -> str:
     return f"{ms / 1000:.1f}s"
 
 
-def _names(kind: str) -> tuple[str, ...]:
+def _names(kind: Pane) -> tuple[str, ...]:
     return tuple(name for name, _ in COLUMNS[kind])
 
 
@@ -665,28 +666,28 @@ class ConsoleModel:
             )
         return rows
 
-    def detail(self, kind: str, key: str, now: int
+    def detail(self, kind: Pane, key: str, now: int
                ) -> tuple[str, list[tuple[str, str]], list[str]] | None:
         """What the detail view of a row shows: a title, the row's fields (with the
         breakdowns that do not fit a row) and its history, oldest first."""
-        if kind == "audit":
+        if kind == Pane.AUDIT:
             row = self.audit_rows(now).get(key)
             if row is None:
                 return None
-            return f"{row[1]}: {row[2]} {row[3]}", list(zip(_names("audit"), row,
+            return f"{row[1]}: {row[2]} {row[3]}", list(zip(_names(Pane.AUDIT), row,
                                                             strict=True)), []
-        if kind == "requests":
+        if kind == Pane.REQUESTS:
             trail = self.requests.get(key)
             if trail is None:
                 return None
             cells = self.request_rows(now)[key]
             steps = [f"{clock_text(t)}  {layer:>12}  {what}" for t, layer, what in trail.steps]
-            return f"request {key}", list(zip(_names("requests"), cells, strict=True)), steps
-        if kind == "providers":
+            return f"request {key}", list(zip(_names(Pane.REQUESTS), cells, strict=True)), steps
+        if kind == Pane.PROVIDERS:
             view = self.providers.get(key)
             if view is None:
                 return None
-            pairs = list(zip(_names("providers"), self.provider_rows(now)[key], strict=True))
+            pairs = list(zip(_names(Pane.PROVIDERS), self.provider_rows(now)[key], strict=True))
             pairs = [p for p in pairs if p[0] not in ("attempts", "fails", "skipped")]
             tokens = ("full" if view.budget_tokens is None
                       else f"{view.budget_tokens:g} of {view.budget_burst:g} tokens")
@@ -696,19 +697,19 @@ class ConsoleModel:
             for reason, count in view.skips.most_common():
                 pairs.append((f"skipped: {reason}", str(count)))
             return key, pairs, list(view.history)
-        if kind == "connections":
+        if kind == Pane.CONNECTIONS:
             provider, conn = key.split("/", 1)
             cview = self.connections.get((provider, conn))
             if cview is None:
                 return None
             row = self.connection_rows(now)[key]
-            return key, list(zip(_names("connections"), row, strict=True)), list(cview.history)
+            return key, list(zip(_names(Pane.CONNECTIONS), row, strict=True)), list(cview.history)
         parts = key.split("/", 2)
         lockout = self.lockouts.get((parts[0], parts[1], parts[2]))
         found = self.lockout_rows(now).get(key)
         if lockout is None or found is None:
             return None
-        return key, list(zip(_names("lockouts"), found, strict=True)), list(lockout.history)
+        return key, list(zip(_names(Pane.LOCKOUTS), found, strict=True)), list(lockout.history)
 
     def connection_rows(self, now: int) -> dict[str, tuple[str, ...]]:
         rows: dict[str, tuple[str, ...]] = {}
@@ -779,26 +780,26 @@ class ConsoleModel:
             f"traffic    {rate:.1f} req/s, {answered} answered ok; faults: {faults}",
         ]
 
-    def order(self, pane: str, sort: str, now: int) -> list[str] | None:
+    def order(self, pane: Pane, sort: str, now: int) -> list[str] | None:
         """Row keys of `pane` in the order `sort` (one of SORTS[pane]) puts them; None for
         the rows' own order. Ties keep that order (the sorts are stable)."""
         if sort == SORTS[pane][0]:
             return None
-        if pane == "providers":
+        if pane == Pane.PROVIDERS:
             views = list(self.providers.values())
             if sort == "failures":
                 views.sort(key=lambda v: -v.failures)
             else:
                 views.sort(key=lambda v: _SEVERITY.get(BreakerState(v.state), 4))
             return [v.name for v in views]
-        if pane == "connections":
+        if pane == Pane.CONNECTIONS:
             conns = list(self.connections.values())
             if sort == "cooldown left":
                 conns.sort(key=lambda c: -max(0, c.cooling_until - now))
             else:
                 conns.sort(key=lambda c: -c.level)
             return [f"{c.provider}/{c.connection}" for c in conns]
-        if pane == "requests":
+        if pane == Pane.REQUESTS:
             trails = list(reversed(self.requests.values()))
             if sort == "slowest":
                 trails.sort(key=lambda r: -(r.latency_ms or 0))

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from rich.markup import escape
 from textual.widgets import DataTable
 
+from ..model.panes import Pane
+
 __all__ = ["KeyedTable"]
 
 
@@ -16,7 +18,7 @@ class KeyedTable(DataTable[str]):
     KeyedTable { height: 1fr; }
     """
 
-    def __init__(self, kind: str, columns: tuple[tuple[str, int | None], ...], *,
+    def __init__(self, kind: Pane, columns: tuple[tuple[str, int | None], ...], *,
                  pick: tuple[int, ...] | None = None, id: str | None = None) -> None:
         """A table of `kind` (providers, connections, lockouts) rows. `columns`: names
         with a fixed width, or None for one that grows with its contents; `pick` shows
