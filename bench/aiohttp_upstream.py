@@ -1,5 +1,5 @@
 """aiohttp's client as the gateway's upstream client, for the comparison in
-`gateway_overhead.py` only (the gateway ships its own: README, "Upstream client")."""
+`gateway_overhead.py` only (the gateway ships its own: docs/gateway.md, "Upstream client")."""
 
 from __future__ import annotations
 

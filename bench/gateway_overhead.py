@@ -3,7 +3,7 @@ gateway, alternating request by request (the direct call is the baseline), then 
 gateway's throughput with 32 concurrent clients. Target: <= 0.6 ms median overhead.
 
 A second gateway, the same but with aiohttp's client for its upstream calls
-(`aiohttp_upstream.py`), is measured in the same rounds: the README says why the gateway
+(`aiohttp_upstream.py`), is measured in the same rounds: docs/gateway.md says why the gateway
 keeps its own client, with these numbers. The fake and each gateway run in their own
 process, as in production.
 """

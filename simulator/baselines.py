@@ -1,4 +1,4 @@
-"""Baseline policies to compare the engine against (SPEC §11): no shared state at all.
+"""Baseline policies to compare the engine against (docs/design.md §11): no shared state at all.
 
 `naive` retries each failed attempt at once, up to 3 times, then moves to the next
 target; `backoff` does the same with exponential backoff and full jitter between

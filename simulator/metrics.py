@@ -1,4 +1,4 @@
-"""Metrics of one policy run (SPEC §11), aggregated from events as they happen.
+"""Metrics of one policy run (docs/design.md §11), aggregated from events as they happen.
 
 Memory stays flat however long the run: counters, a latency histogram, and per-fault
 state bounded by the number of faults.
@@ -166,7 +166,7 @@ class MetricsCollector:
         self.dedup_suppressed += 1
 
     def report(self, end_ms: int, wall_s: float) -> dict[str, Any]:
-        """The policy's metrics in the report layout of SPEC §11."""
+        """The policy's metrics in the report layout of docs/design.md §11."""
         for stats in self.providers.values():
             stats.leave_open(end_ms)
         requests = self.requests

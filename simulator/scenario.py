@@ -1,4 +1,4 @@
-"""Scenario files (SPEC §11): the router config plus latency, traffic, faults and expects.
+"""Scenario files (docs/design.md §11): the router config plus latency, traffic, faults and expects.
 
 Every problem is reported with the file, the line and the field; nothing here raises a
 traceback at a user.

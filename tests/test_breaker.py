@@ -1,4 +1,4 @@
-"""Layer 1: the provider circuit breaker (SPEC §3), on exact manual-clock times."""
+"""Layer 1: the provider circuit breaker (docs/design.md §3), on exact manual-clock times."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_probe_failure_reopens_with_a_cycle() -> None:
 @pytest.mark.parametrize(
     ("auth", "expected_s"),
     [
-        # worked numbers of SPEC §8: resets for cycles 0..7
+        # worked numbers of docs/design.md §8: resets for cycles 0..7
         (AuthKind.APIKEY, [30, 30, 30, 30, 60, 120, 120, 120]),
         (AuthKind.OAUTH, [60, 60, 60, 120, 240, 480, 480, 480]),
     ],

@@ -1,4 +1,4 @@
-"""Failure classification and retry hints (SPEC §2)."""
+"""Failure classification and retry hints (docs/design.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Layer 2: connection cooldowns (SPEC §4) through the engine, on exact times."""
+"""Layer 2: connection cooldowns (docs/design.md §4) through the engine, on exact times."""
 
 from __future__ import annotations
 

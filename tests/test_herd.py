@@ -1,4 +1,4 @@
-"""Anti-thundering-herd controls (SPEC §6): dedup windows, retry budget, jitter."""
+"""Anti-thundering-herd controls (docs/design.md §6): dedup windows, retry budget, jitter."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Layer 3: model lockouts (SPEC §5)."""
+"""Layer 3: model lockouts (docs/design.md §5)."""
 
 from __future__ import annotations
 

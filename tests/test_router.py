@@ -1,4 +1,4 @@
-"""The routing decision (SPEC §7): fallback, skips, aggregated errors, admission waits."""
+"""The routing decision (docs/design.md §7): fallback, skips, aggregated errors, admission waits."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import re
 __all__ = ["MAX_DURATION_MS", "MAX_RATE_PER_S", "format_ms", "parse_duration_ms",
            "parse_rate_per_s"]
 
-#: the longest duration any file or API accepts: 30 days, the cap on retry hints (SPEC §2)
+#: the longest duration any file or API accepts: 30 days, the cap on retry hints (docs/design.md §2)
 MAX_DURATION_MS = 30 * 86_400_000
 #: the highest rate a scenario may ask for (a million requests a second is not a test)
 MAX_RATE_PER_S = 100_000.0

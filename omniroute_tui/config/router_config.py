@@ -1,4 +1,4 @@
-"""The router config file (SPEC §1, §8): providers, routes, resilience, store, gateway."""
+"""The router config file (docs/design.md §1, §8): providers, routes, resilience, store, gateway."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The router's upstream calls are all alike: one POST, a JSON or SSE answer. httpx spends
 over a millisecond per request on generality this path does not use, and aiohttp about
-0.8 ms more than this client through the gateway (README, "Upstream client"); this
+0.8 ms more than this client through the gateway (docs/gateway.md, "Upstream client"); this
 client does the one exchange directly. Bodies are read by content-length, chunked, or to
 the close.
 

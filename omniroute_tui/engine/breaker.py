@@ -1,4 +1,4 @@
-"""Layer 1: the provider circuit breaker (SPEC §3).
+"""Layer 1: the provider circuit breaker (docs/design.md §3).
 
 No timers: every read first refreshes lazily (OPEN → HALF_OPEN once the reset has passed,
 expired probe leases returned, failures older than the window forgotten).
@@ -195,7 +195,7 @@ class ProviderBreaker:
             self._settle(now, BreakerReason.FAILURES)
 
     def _accepts(self, now: int, admission: BreakerAdmission) -> bool:
-        """Whether an outcome may change the breaker now (SPEC §3).
+        """Whether an outcome may change the breaker now (docs/design.md §3).
 
         Not when it is stale (admitted before the breaker last opened) nor while OPEN;
         while HALF_OPEN only a probe's outcome counts, and its slot is taken back.

@@ -1,4 +1,5 @@
-"""Failure classification (SPEC §2): one attempt outcome in, one kind and a retry hint out."""
+"""Failure classification (docs/design.md §2): one attempt outcome in, one kind and a
+retry hint out."""
 
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def classify(
     *,
     now_epoch_ms: int | None = None,
 ) -> Classification:
-    """Classify an HTTP response; the order of the checks is the order of SPEC §2.
+    """Classify an HTTP response; the order of the checks is the order of docs/design.md §2.
 
     Statuses outside 2xx and 4xx (1xx, 3xx, 5xx and nonsense) are server errors: an LLM
     API that answers with them is not serving.

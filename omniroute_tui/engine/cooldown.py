@@ -1,4 +1,4 @@
-"""Layer 2: per-connection cooldown with exponential backoff (SPEC §4)."""
+"""Layer 2: per-connection cooldown with exponential backoff (docs/design.md §4)."""
 
 from __future__ import annotations
 

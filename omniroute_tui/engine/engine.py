@@ -121,7 +121,7 @@ class ProviderLayers:
 
     def record(self, now: int, connection: str, model: str, admission: BreakerAdmission,
                outcome: Classification) -> None:
-        """Apply one attempt's classified outcome to every layer (table of SPEC §2)."""
+        """Apply one attempt's classified outcome to every layer (table of docs/design.md §2)."""
         pos = self.pool.position.get(connection)
         if pos is None:
             raise UnknownTarget(f"provider {self.name!r} has no connection {connection!r}")
@@ -229,7 +229,7 @@ class ResilienceEngine:
         admission: BreakerAdmission,
         outcome: Classification,
     ) -> None:
-        """Apply one attempt's classified outcome to every layer (table of SPEC §2)."""
+        """Apply one attempt's classified outcome to every layer (table of docs/design.md §2)."""
         self._state(provider).record(self.now(), connection, model, admission, outcome)
 
     # -- a fleet: what other replicas saw -------------------------------------------------

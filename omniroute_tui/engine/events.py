@@ -1,4 +1,4 @@
-"""Typed events (SPEC §9): what the engine and the router announce.
+"""Typed events (docs/design.md §9): what the engine and the router announce.
 
 Every state change in the engine and every routing step is announced as one of these
 frozen dataclasses. The console, the store, the simulator's trace and the gateway's
@@ -272,7 +272,7 @@ class BudgetEvent(Event):
 
 @value
 class WaitEvent(Event):
-    """An admission wait (SPEC §6): `start` when the request waits `delay_ms` for the
+    """An admission wait (docs/design.md §6): `start` when the request waits `delay_ms` for the
     earliest target to come back (`target`, skipped for `reason`), `end` when it routes
     again (`delay_ms` then is what it waited)."""
 
@@ -284,7 +284,7 @@ class WaitEvent(Event):
     reason: SkipReason
 
 
-#: every concrete event class, in the order of SPEC §9's table
+#: every concrete event class, in the order of docs/design.md §9's table
 EVENT_CLASSES: tuple[type[Event], ...] = (
     RequestEvent, AttemptEvent, ResultEvent, SkipEvent, ResponseEvent, BreakerEvent,
     CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent, OperatorEvent,

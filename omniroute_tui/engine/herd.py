@@ -1,4 +1,4 @@
-"""Anti-thundering-herd controls (SPEC §6): failure deduplication and the retry budget."""
+"""Anti-thundering-herd controls (docs/design.md §6): failure deduplication and the retry budget."""
 
 from __future__ import annotations
 

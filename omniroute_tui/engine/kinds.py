@@ -8,7 +8,7 @@ __all__ = ["BreakerReason", "BreakerState", "DedupWindow", "FailureKind", "SkipR
 
 
 class FailureKind(StrEnum):
-    """The one class every failed attempt falls into (SPEC §2)."""
+    """The one class every failed attempt falls into (docs/design.md §2)."""
 
     NETWORK = "network"
     TIMEOUT = "timeout"

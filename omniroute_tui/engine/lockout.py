@@ -1,4 +1,4 @@
-"""Layer 3: model lockouts keyed by (provider, connection, model) (SPEC §5)."""
+"""Layer 3: model lockouts keyed by (provider, connection, model) (docs/design.md §5)."""
 
 from __future__ import annotations
 

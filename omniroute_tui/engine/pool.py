@@ -61,7 +61,7 @@ class ConnectionPool:
 
     def record_failure(self, pos: int, now: int, kind: FailureKind, hint_ms: int | None
                        ) -> None:
-        """A cooldown-causing failure of the connection at `pos` (SPEC §4)."""
+        """A cooldown-causing failure of the connection at `pos` (docs/design.md §4)."""
         self.cooldowns[pos].record_failure(now, kind, hint_ms)
         self._reindex(pos, now)
 

@@ -1,4 +1,4 @@
-"""Retry hints read from upstream response headers (SPEC §2).
+"""Retry hints read from upstream response headers (docs/design.md §2).
 
 A bad header never raises: garbage, negative or missing values are ignored, and every
 value is capped at 30 days.

@@ -1,4 +1,4 @@
-"""Resilience settings (SPEC §8): typed, frozen, with the per-auth defaults."""
+"""Resilience settings (docs/design.md §8): typed, frozen, with the per-auth defaults."""
 
 from __future__ import annotations
 
@@ -159,7 +159,7 @@ class ResilienceSettings:
 
 
 def default_settings(auth: AuthKind = AuthKind.APIKEY) -> ResilienceSettings:
-    """The defaults of SPEC §8 for a provider authenticated with `auth`."""
+    """The defaults of docs/design.md §8 for a provider authenticated with `auth`."""
     oauth = auth is AuthKind.OAUTH
     return ResilienceSettings(
         breaker=BreakerSettings(

@@ -1,4 +1,4 @@
-"""The routing decision (SPEC §7) as a sans-IO state machine.
+"""The routing decision (docs/design.md §7) as a sans-IO state machine.
 
 A driver asks `RequestRouting.next_step()` what to do, performs attempts and waits in its
 own way (httpx and asyncio, or a virtual-time event loop) and reports each attempt's result
@@ -265,7 +265,7 @@ class RequestRouting:
 
     def _walk(self, now: int) -> Attempt | None:
         """Walk on from the current position to the next attempt; None past the last
-        target (SPEC §7)."""
+        target (docs/design.md §7)."""
         records = self.records
         max_attempts = self.router.max_attempts
         while True:
@@ -347,7 +347,7 @@ class RequestRouting:
 
     def _admission_wait(self) -> tuple[int, Skip] | None:
         """The wait before routing once more and the skip it waits out (the earliest to
-        come back), or None to fail at once (SPEC §6)."""
+        come back), or None to fail at once (docs/design.md §6)."""
         waits = [
             skip for skip in self.skips
             if skip.retry_after_ms is not None and skip.reason != SkipReason.ALL_DISABLED

@@ -1,4 +1,4 @@
-"""The SQLite state store: write-behind persistence of the engine's state (SPEC §10).
+"""The SQLite state store: write-behind persistence of the engine's state (docs/design.md §10).
 
 The store is an event consumer. Each event marks the entities it touched as dirty (a set
 insert, cheap and synchronous, so routing never waits); a flusher task wakes within
