@@ -347,21 +347,22 @@ class SqliteStore:
                       "log: %d are waiting for the disk already", self.path, excess,
                       _MAX_PENDING_AUDIT)
 
-    def _trim_now(self) -> int | None:
-        """The engine's time if the logs are due for a trim, else None."""
+    def _trim_now(self, batch: _Batch) -> int | None:
+        """The engine's time if the logs are due for a trim with `batch` written, else
+        None: between trims a log passes its count bound by less than TRIM_AFTER_ROWS."""
         if self._engine is None:
             return None
         now = self._engine.now()
+        written = self._written_since_trim + len(batch.state_changes) + len(batch.requests)
         if (self._trimmed_at is None or self._trim_unfinished
-                or now - self._trimmed_at >= TRIM_EVERY_MS
-                or self._written_since_trim >= TRIM_AFTER_ROWS):
+                or now - self._trimmed_at >= TRIM_EVERY_MS or written >= TRIM_AFTER_ROWS):
             return now
         return None
 
     async def _flush(self) -> bool:
         self._wake.clear()
-        trim_at = self._trim_now()
         batch = self._take()
+        trim_at = self._trim_now(batch)
         if not batch and trim_at is None:
             return True
         self._writing = batch
@@ -424,21 +425,23 @@ class SqliteStore:
                     lockout_deletes.append(key)
                 else:
                     lockouts.append(schema.lockout_row(snapshot))
+        writes: list[tuple[str, list[Any]]] = [
+            (_upsert("breakers", schema.BREAKER_COLUMNS, 1), breakers),
+            (_upsert("connections", schema.CONNECTION_COLUMNS, 2), connections),
+            (_upsert("lockouts", schema.LOCKOUT_COLUMNS, 3), lockouts),
+            ("DELETE FROM lockouts WHERE provider=? AND connection=? AND model=?",
+             lockout_deletes),
+            ("INSERT INTO audit (t, actor, action, target, result) VALUES (?,?,?,?,?)",
+             [(a.t, a.actor, a.action, a.target, a.result) for a in batch.audit]),
+            ("INSERT INTO history (t, type, body) VALUES (?,?,?)",
+             [(e.t, e.TYPE, e.to_json()) for e in batch.state_changes]),
+            ("INSERT INTO requests (t, type, body) VALUES (?,?,?)",
+             [(e.t, e.TYPE, e.to_json()) for e in batch.requests]),
+        ]
         db = self._db
-        await db.executemany(_upsert("breakers", schema.BREAKER_COLUMNS, 1), breakers)
-        await db.executemany(_upsert("connections", schema.CONNECTION_COLUMNS, 2), connections)
-        await db.executemany(_upsert("lockouts", schema.LOCKOUT_COLUMNS, 3), lockouts)
-        await db.executemany(
-            "DELETE FROM lockouts WHERE provider=? AND connection=? AND model=?", lockout_deletes
-        )
-        await db.executemany(
-            "INSERT INTO audit (t, actor, action, target, result) VALUES (?,?,?,?,?)",
-            [(a.t, a.actor, a.action, a.target, a.result) for a in batch.audit],
-        )
-        for table, events in (("history", batch.state_changes), ("requests", batch.requests)):
-            if events:
-                await db.executemany(f"INSERT INTO {table} (t, type, body) VALUES (?,?,?)",
-                                     [(e.t, e.TYPE, e.to_json()) for e in events])
+        for sql, rows in writes:
+            if rows:  # each statement is a trip to the database's thread: none for nothing
+                await db.executemany(sql, rows)
         if trim_at is not None:
             self._trim_unfinished = await self._trim(trim_at)
         await db.commit()
@@ -460,8 +463,10 @@ class SqliteStore:
             ) as cur:
                 aged = cur.rowcount
             async with self._db.execute(
-                f"DELETE FROM {table} WHERE id <= (SELECT min(MAX(id) - ?, MIN(id) + ?) "
-                f"FROM {table})", (max_rows, TRIM_BATCH - 1),
+                # one aggregate a SELECT: SQLite finds MAX or MIN in the index, both at
+                # once only by scanning the table
+                f"DELETE FROM {table} WHERE id <= min((SELECT MAX(id) FROM {table}) - ?, "
+                f"(SELECT MIN(id) FROM {table}) + ?)", (max_rows, TRIM_BATCH - 1),
             ) as cur:
                 counted = cur.rowcount
             unfinished = unfinished or TRIM_BATCH in (aged, counted)
