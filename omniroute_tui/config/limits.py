@@ -67,7 +67,7 @@ class StoreRetention:
     State changes are rare (well under 1 % of events) and are what a console or an
     incident review wants days later; per-request events are the bulk and only their
     recent past is worth a replay (`omniroute-sim record --db`). Kept apart, a burst of
-    traffic never pushes a breaker's transitions out. The defaults fill about 115 MB.
+    traffic never pushes a breaker's transitions out. The defaults fill about 110 MB.
     """
 
     history_max_age_ms: int = 7 * _DAY_MS

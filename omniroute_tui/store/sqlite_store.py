@@ -59,9 +59,10 @@ _MAX_PENDING_AUDIT = 100_000
 #: rows were written, so a burst in one instant stays bounded too
 TRIM_EVERY_MS = 10_000
 TRIM_AFTER_ROWS = 20_000
-#: the most rows one trim deletes from one log: a first trim of a big file (a lowered
-#: bound, a migrated log) is spread over flushes instead of holding one up for seconds
-TRIM_BATCH = 20_000
+#: the most rows one trim deletes from one log (about 10 ms): the backlog of a burst, a
+#: lowered bound or a migrated log is spread over flushes, each one still on disk within
+#: the 100 ms a state change has (docs/design.md §10); the steady state is ~1,000 a trim
+TRIM_BATCH = 5_000
 _STATE_CHANGES = frozenset(STATE_CHANGE_CLASSES)
 
 
