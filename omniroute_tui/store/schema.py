@@ -75,7 +75,9 @@ CREATE INDEX IF NOT EXISTS requests_t ON requests (t);
 # `body` is the event's JSON line. Each log is trimmed by age (the index on `t`) and by
 # count (the id, which only grows), docs/design.md §10.
 
-_STATE_TYPES_SQL = ", ".join(f"'{t}'" for t in sorted(STATE_CHANGE_TYPES))
+#: the state changes as version 3 defined them, written out: a migration says what it
+#: did then, whatever later releases call a state change
+_V3_STATE_TYPES = "'breaker', 'cooldown', 'disabled', 'enabled', 'fault', 'lockout', 'operator'"
 
 #: version -> the SQL that takes a file from that version to the next (run in one
 #: transaction with the rest of the upgrade). Version 1 files (our first release) carried
@@ -90,9 +92,9 @@ CREATE TABLE IF NOT EXISTS events (
     body TEXT NOT NULL
 );
 INSERT INTO history (t, type, body)
-    SELECT t, type, body FROM events WHERE type IN ({_STATE_TYPES_SQL}) ORDER BY id;
+    SELECT t, type, body FROM events WHERE type IN ({_V3_STATE_TYPES}) ORDER BY id;
 INSERT INTO requests (t, type, body)
-    SELECT t, type, body FROM events WHERE type NOT IN ({_STATE_TYPES_SQL}) ORDER BY id;
+    SELECT t, type, body FROM events WHERE type NOT IN ({_V3_STATE_TYPES}) ORDER BY id;
 DROP TABLE events;
 """,
 }
