@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                     "with --config. Keys and message contents never enter the file.")
     origin = record.add_mutually_exclusive_group(required=True)
     origin.add_argument("--db", type=Path, metavar="FILE",
-                        help="a gateway's state database (it keeps the recent events)")
+                        help="a gateway's state database (it keeps the last hour of requests "
+                             "and a week of state changes)")
     origin.add_argument("--events", type=Path, metavar="FILE",
                         help="a trace (JSON Lines) or a saved management API event stream")
     origin.add_argument("--from", dest="from_", metavar="URL",

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import yaml
 
-from omniroute_tui.store.schema import APPLICATION_ID
+from omniroute_tui.store.schema import APPLICATION_ID, SCHEMA_VERSION
 
 from .recording import Recording, scenario_from_events
 
@@ -49,8 +49,10 @@ def events_from_file(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def events_from_db(path: Path) -> Iterator[dict[str, Any]]:
-    """The recent events a gateway's state database keeps, oldest first (read-only: a
-    running gateway may hold the file)."""
+    """The events a gateway's state database keeps, in time order: its per-request log
+    (arrivals, attempts, answers: the last hour by default) merged with its history of
+    state changes (retry hints). Read-only: a running gateway may hold the file, and one
+    of the earlier release (a single `events` log) is read as it is."""
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
     try:
@@ -60,15 +62,25 @@ def events_from_db(path: Path) -> Iterator[dict[str, Any]]:
     try:
         if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
             raise ValueError(f"{path}: not an omniroute state database")
-        rows = db.execute("SELECT body FROM events ORDER BY id").fetchall()
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise ValueError(f"{path}: written by a newer release (schema version "
+                             f"{version}; this one reads up to {SCHEMA_VERSION})")
+        query = _ONE_LOG if version < 3 else _TWO_LOGS
+        for (body,) in db.execute(query):  # row by row: an hour is ~100 MB of text
+            event = _parse(body) if isinstance(body, str) else None
+            if event is not None:
+                yield event
     except sqlite3.Error as exc:
         raise ValueError(f"{path}: cannot read its events ({exc})") from None
     finally:
         db.close()
-    for (body,) in rows:
-        event = _parse(body) if isinstance(body, str) else None
-        if event is not None:
-            yield event
+
+
+#: the earlier release's one log of every event, and this one's two, merged by time
+_ONE_LOG = "SELECT body FROM events ORDER BY id"
+_TWO_LOGS = ("SELECT body FROM (SELECT t, id, body, 0 AS log FROM requests UNION ALL "
+             "SELECT t, id, body, 1 FROM history) ORDER BY t, log, id")
 
 
 def events_from_gateway(url: str, token: str, length_ms: int,

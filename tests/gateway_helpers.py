@@ -11,7 +11,7 @@ import yaml
 
 from omniroute_tui.clock import SystemClock
 from omniroute_tui.config import load_router_config
-from omniroute_tui.config.limits import GatewayLimits
+from omniroute_tui.config.limits import GatewayLimits, StoreRetention
 from omniroute_tui.gateway import Gateway, GatewayServer
 from omniroute_tui.store import SqliteStore
 from simulator.http_fakes import start_fakes, stop_fakes
@@ -49,7 +49,8 @@ class Running:
 @asynccontextmanager
 async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = SCENARIO,
                           limits: GatewayLimits | None = None, busy_timeout_ms: int = 2000,
-                          redis: tuple[str, str] | None = None, kept_events: int = 5000,
+                          redis: tuple[str, str] | None = None,
+                          retention: StoreRetention | None = None,
                           ) -> AsyncIterator[Running]:
     """A gateway on its own fakes; `redis` (URL, key prefix) makes it a fleet replica."""
     loaded = load_scenario("gateway.yaml", text=scenario)
@@ -63,7 +64,7 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
         if db:
             store = await SqliteStore.open(tmp_path / "state.db",
                                            busy_timeout_ms=busy_timeout_ms,
-                                           max_events=kept_events)
+                                           retention=retention)
             await store.attach(router.engine)
         if redis is not None:
             from omniroute_tui.store.redis_link import RedisLink

@@ -10,7 +10,9 @@ import httpx
 
 from omniroute_tui.console.cli import build_app
 from omniroute_tui.console.model.attach import fetch_state
+from omniroute_tui.console.model.view_state import clock_text
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
+from omniroute_tui.engine.events import RequestEvent
 
 from .console_helpers import settle
 from .gateway_helpers import SCENARIO, TOKEN, running_gateway
@@ -198,3 +200,57 @@ async def test_an_attached_console_says_when_the_fleets_redis_fails(tmp_path: Pa
 
             await settle(pilot, failing, tries=200)
             assert failing()
+
+
+async def _a_breaker_then_a_burst(tmp_path: Path) -> int:
+    """A gateway on a state database sees `broken`'s breaker open, then a burst of
+    100,000 per-request events (what 20,000 requests leave), and stops; returns when the
+    breaker opened."""
+    async with running_gateway(tmp_path, db=True, scenario=ATTACH_SCENARIO) as gw, \
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+        for _ in range(3):
+            await http.post("/v1/chat/completions", json={"model": "fallback", "messages": []})
+        engine = gw.gateway.engine
+        assert engine.breaker_snapshot("broken").state == "OPEN"
+        opened_at = engine.breaker_snapshot("broken").opened_at
+        assert opened_at is not None
+        now = engine.now()
+        for n in range(100_000):
+            engine.bus.emit(RequestEvent(now, f"burst{n}", "chat"))
+        assert gw.gateway.store is not None and await gw.gateway.store.flush()
+    return opened_at
+
+
+def _opened(events: list[dict[str, object]], opened_at: int) -> bool:
+    return any(e["type"] == "breaker" and e["provider"] == "broken" and e["to"] == "OPEN"
+               and e["t"] == opened_at for e in events)
+
+
+async def test_history_after_a_restart_has_the_state_changes_from_before_a_burst(
+        tmp_path: Path) -> None:
+    opened_at = await _a_breaker_then_a_burst(tmp_path)
+    async with running_gateway(tmp_path, db=True, scenario=ATTACH_SCENARIO) as gw, \
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+        answer = await http.get("/api/resilience/history",
+                                headers={"authorization": f"Bearer {TOKEN}"})
+        events = answer.json()["events"]
+        assert _opened(events, opened_at)
+        assert {e["type"] for e in events} <= {"breaker", "cooldown", "lockout", "disabled",
+                                               "enabled", "operator", "fault"}
+
+
+async def test_an_attaching_console_sees_a_breaker_opened_before_a_burst_and_a_restart(
+        tmp_path: Path) -> None:
+    opened_at = await _a_breaker_then_a_burst(tmp_path)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    async with running_gateway(tmp_path, db=True, scenario=ATTACH_SCENARIO) as gw:
+        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
+        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
+            model = app.model  # type: ignore[attr-defined]
+            # the transition itself, at its time, from the store's history log
+            assert any(line.startswith(clock_text(opened_at)) and "→ OPEN" in line
+                       for line in model.providers["broken"].history)
+            assert any("breaker broken" in line for _, _, line in model.events)

@@ -141,3 +141,25 @@ def test_client_errors_and_cancels_leave_the_connection_alone(kind: FailureKind)
     engine.record("p", "c", "m", ADMIT, fail(kind))
     snap = engine.connection_snapshot("p", "c")
     assert (snap.level, snap.cooling_until, snap.disabled) == (0, 0, False)
+
+
+def test_a_restart_forgets_an_expired_cooldowns_last_error_and_keeps_a_live_ones() -> None:
+    """docs/design.md §10: an expired cooldown comes back cleared, level 0 and no last
+    error; one still running keeps all of it; a key disabled by auth_failed keeps the
+    error that disabled it."""
+    engine, clock, _ = make_engine({"p": ("old", "live", "revoked")})
+    clock.set(1_000_000)
+    engine.record("p", "old", "m", ADMIT, fail(RATE))  # 3 s
+    engine.record("p", "live", "m", ADMIT, fail(RATE, 600_000))  # 10 min
+    engine.record("p", "revoked", "m", ADMIT, fail(FailureKind.AUTH_FAILED))
+    snapshot = engine.snapshot()
+    restarted, later, _ = make_engine({"p": ("old", "live", "revoked")})
+    later.set(1_000_000 + 60_000)
+    restarted.restore(snapshot)
+    rows = {c: restarted.connection_snapshot("p", c) for c in ("old", "live", "revoked")}
+    assert [(s.level, s.cooling_until, s.last_error, s.last_error_at, s.disabled)
+            for s in rows.values()] == [
+        (0, 0, None, None, False),
+        (1, 1_600_000, "rate_limited", 1_000_000, False),
+        (0, 0, "auth_failed", 1_000_000, True),
+    ]

@@ -169,8 +169,7 @@ async def test_record_of_a_gateway_run_replays_the_storm_within_a_second(
         "resilience: {request: {timeout: 3s}, cooldown: {base: 250ms, max: 1s}, "
         "breaker: {reset_timeout: 1s}}")
     started = time.time() * 1000  # the fakes' faults count from about now
-    async with running_gateway(tmp_path, db=True, scenario=scenario,
-                               kept_events=100_000) as gateway:
+    async with running_gateway(tmp_path, db=True, scenario=scenario) as gateway:
         back: list[int] = []  # alpha answered again after the storm
 
         def on_result(event: ResultEvent) -> None:
@@ -233,17 +232,38 @@ def test_a_shipped_scenario_recorded_from_its_own_trace_loads_against_its_config
     assert replay.faults and all(f.target.provider == "alpha" for f in replay.faults)
 
 
-def test_the_config_says_how_many_events_the_database_keeps() -> None:
+def test_the_config_says_what_the_database_keeps_and_for_how_long() -> None:
     from omniroute_tui.config import ConfigError, load_router_config
+    from omniroute_tui.config.limits import StoreRetention
 
     base = "providers: {a: {models: [m], connections: [k]}}\n"
-    assert load_router_config("r.yaml", text=base).store_events == 5000
-    assert load_router_config(
-        "r.yaml", text=base + "store: {path: x.db, events: 100000}\n").store_events == 100_000
-    for bad, message in (("50", "expected a whole number >= 100"),
-                         ("2000000", "at most 1,000,000 events"), ("many", "whole number")):
-        with pytest.raises(ConfigError, match=message):
-            load_router_config("r.yaml", text=base + f"store: {{events: {bad}}}\n")
+    assert load_router_config("r.yaml", text=base).store_retention == StoreRetention(
+        history_max_age_ms=7 * 86_400_000, history_max_events=200_000,
+        requests_max_age_ms=3_600_000, requests_max_events=500_000,
+        audit_max_age_ms=90 * 86_400_000, audit_max_entries=100_000)
+    text = base + ("store:\n  path: x.db\n  history: {max_age: 30d, max_events: 1000}\n"
+                   "  requests: {max_age: 2h, max_events: 800000}\n"
+                   "  audit: {max_age: 3650d, max_entries: 500}\n")
+    assert load_router_config("r.yaml", text=text).store_retention == StoreRetention(
+        history_max_age_ms=30 * 86_400_000, history_max_events=1000,
+        requests_max_age_ms=7_200_000, requests_max_events=800_000,
+        audit_max_age_ms=3650 * 86_400_000, audit_max_entries=500)
+    for bad, message in (
+            ("{requests: {max_events: 50}}", "r.yaml:2: store.requests.max_events: expected "
+                                             "a whole number >= 100, got 50"),
+            ("{history: {max_events: 6000000}}", "r.yaml:2: store.history.max_events: at "
+                                                 "most 5,000,000"),
+            ("{audit: {max_age: 3651d}}", "r.yaml:2: store.audit.max_age: '3651d' is longer "
+                                          "than 3650 days"),
+            ("{requests: {max_age: 30s}}", "r.yaml:2: store.requests.max_age: at least 1m"),
+            ("{history: {max_entries: 5}}", "r.yaml:2: store.history.max_entries: unknown "
+                                            "field; expected one of: max_age, max_events"),
+            ("{audit: 7}", "r.yaml:2: store.audit: expected a mapping"),
+            ("{events: 100000}", "r.yaml:2: store.events: state changes and per-request "
+                                 "events are kept apart now: write store.requests.max_events")):
+        with pytest.raises(ConfigError) as info:
+            load_router_config("r.yaml", text=base + f"store: {bad}\n")
+        assert message in str(info.value), str(info.value)
 
 
 async def test_ctrl_c_ends_a_live_recording_and_keeps_what_came(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from omniroute_tui.clock import ManualClock
+from omniroute_tui.config.limits import StoreRetention
 from omniroute_tui.engine import BreakerState, FailureKind
 from omniroute_tui.store import Recovery, SqliteStore, StoreError, StoreProblem
 
@@ -77,17 +78,19 @@ async def test_state_is_on_disk_without_close_on_the_flush_interval(tmp_path: Pa
     await store.close()
 
 
-async def test_recent_events_are_bounded(tmp_path: Path) -> None:
+async def test_the_history_log_is_bounded_by_its_count(tmp_path: Path) -> None:
     engine, clock, _ = make_engine({"p": ("a",)})
-    store = await SqliteStore.open(tmp_path / "s.db", max_events=10)
+    store = await SqliteStore.open(tmp_path / "s.db",
+                                   retention=StoreRetention(history_max_events=10))
     await store.attach(engine)
     for _ in range(50):
-        clock.advance(10_000)
+        clock.advance(10_000)  # each flush is a trim's turn
         engine.record("p", "a", "m", ADMIT, fail(FailureKind.FORBIDDEN))
-    await store.flush()
-    events = await store.recent_events(limit=100)
+        await store.flush()
+    events = await store.state_changes(limit=100)
     assert len(events) == 10
-    assert '"type":"lockout"' in events[-1]
+    assert [e["type"] for e in events] == ["lockout"] * 10
+    assert events[-1]["t"] == clock.now_ms()
     await store.close()
 
 

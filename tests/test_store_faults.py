@@ -20,6 +20,7 @@ from omniroute_tui.engine.events import ResultEvent
 from omniroute_tui.store import Recovery, SqliteStore, StoreError, StoreProblem, schema
 
 from .helpers import ADMIT, OK, fail, make_engine
+from .old_schemas import SCHEMA_V2
 
 
 async def _until(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -169,7 +170,7 @@ async def test_a_file_of_a_newer_release_is_refused(tmp_path: Path) -> None:
 async def test_a_first_release_file_is_migrated_with_its_state(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with sqlite3.connect(db) as raw:
-        raw.executescript(schema.SCHEMA)
+        raw.executescript(SCHEMA_V2)  # the tables of version 1 too
         raw.execute("INSERT INTO meta VALUES ('schema_version', '1')")
         raw.execute("INSERT INTO connections VALUES ('p', 'a', 1, 9000000, 1, 'x', NULL, NULL)")
     store = await SqliteStore.open(db)

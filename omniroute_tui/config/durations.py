@@ -17,10 +17,11 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(ms|s|m|h)\s*$")
 
 
-def parse_duration_ms(value: object) -> int:
+def parse_duration_ms(value: object, *, longest_ms: int = MAX_DURATION_MS) -> int:
     """Parse `250ms`, `3s`, `1.5s`, `5m`, `1h`, `1m30s` or integer milliseconds.
 
-    At most 30 days. Raises ValueError with a sentence a user can act on.
+    At most `longest_ms` (30 days unless a field says otherwise: how long a log is kept
+    may be longer). Raises ValueError with a sentence a user can act on.
     """
     if isinstance(value, bool):
         raise ValueError(f"expected a duration like 3s or 250ms, got {value!r}")
@@ -29,7 +30,7 @@ def parse_duration_ms(value: object) -> int:
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"a duration cannot be negative, got {value}")
-        return _bounded(value, value)
+        return _bounded(value, value, longest_ms)
     if not isinstance(value, str):
         raise ValueError(f"expected a duration like 3s or 250ms, got {value!r}")
     text = value.strip().replace(" ", "")
@@ -47,12 +48,14 @@ def parse_duration_ms(value: object) -> int:
             f"{value!r} is not a duration: write a number with a unit (250ms, 3s, 5m, 1h) "
             "or integer milliseconds"
         )
-    return _bounded(round(total), value)
+    return _bounded(round(total), value, longest_ms)
 
 
-def _bounded(ms: int, value: object) -> int:
-    if ms > MAX_DURATION_MS:
-        raise ValueError(f"{value!r} is longer than 30 days, the longest duration accepted")
+def _bounded(ms: int, value: object, longest_ms: int) -> int:
+    if ms > longest_ms:
+        days = f"{longest_ms // 86_400_000} days" if longest_ms % 86_400_000 == 0 else (
+            format_ms(longest_ms))
+        raise ValueError(f"{value!r} is longer than {days}, the longest duration accepted")
     return ms
 
 

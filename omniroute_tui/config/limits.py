@@ -1,4 +1,5 @@
-"""What one client may cost the gateway: sizes, times and counts (config `gateway.limits`)."""
+"""Bounds a config sets: what one client may cost the gateway (`gateway.limits`) and what
+the state database keeps (`store.history`, `store.requests`, `store.audit`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from .problems import Path
 from .readers import read_duration, read_int, read_mapping, reject_unknown
 from .yaml_source import Source
 
-__all__ = ["GatewayLimits", "parse_limits"]
+__all__ = ["GatewayLimits", "StoreRetention", "parse_limits", "parse_retention"]
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,69 @@ def parse_limits(src: Source, value: Any, path: Path) -> GatewayLimits:
             if ms is not None:
                 changes[field] = ms / 1000
     return GatewayLimits(**changes)
+
+
+_HOUR_MS = 3_600_000
+_DAY_MS = 24 * _HOUR_MS
+#: the most rows a log of the state database may be asked to keep (about 800 MB of file)
+MAX_KEPT_ROWS = 5_000_000
+#: how long a log may be asked to keep its rows (the audit's ten years)
+MAX_KEPT_AGE_MS = 3650 * _DAY_MS
+
+
+@dataclass(frozen=True)
+class StoreRetention:
+    """What the state database's logs keep (config `store.history`, `store.requests`,
+    `store.audit`): each is trimmed by age and by count, whichever bites first.
+
+    State changes are rare (well under 1 % of events) and are what a console or an
+    incident review wants days later; per-request events are the bulk and only their
+    recent past is worth a replay (`omniroute-sim record --db`). Kept apart, a burst of
+    traffic never pushes a breaker's transitions out. The defaults fill about 110 MB.
+    """
+
+    history_max_age_ms: int = 7 * _DAY_MS
+    history_max_events: int = 200_000  # a week of the incident rate of hour-long-mixed
+    requests_max_age_ms: int = _HOUR_MS
+    #: an hour at 20 req/s is ~345,600 events at 4.8 a request; 500,000 leave room for an
+    #: incident's retries (6.9 events a request), about 80 MB
+    requests_max_events: int = 500_000
+    audit_max_age_ms: int = 90 * _DAY_MS
+    audit_max_entries: int = 100_000
+
+
+#: config section -> (its count field, the StoreRetention fields of its age and count)
+_RETENTION_SECTIONS = {
+    "history": ("max_events", "history_max_age_ms", "history_max_events"),
+    "requests": ("max_events", "requests_max_age_ms", "requests_max_events"),
+    "audit": ("max_entries", "audit_max_age_ms", "audit_max_entries"),
+}
+RETENTION_FIELDS = tuple(_RETENTION_SECTIONS)
+
+
+def parse_retention(src: Source, store: dict[str, Any], path: Path) -> StoreRetention:
+    """`store.history`, `store.requests`, `store.audit`: `max_age` a duration from one
+    minute to ten years, `max_events` (`max_entries`) a count from 100 to 5,000,000."""
+    changes: dict[str, Any] = {}
+    for section, (count_name, age_field, count_field) in _RETENTION_SECTIONS.items():
+        if section not in store:
+            continue
+        where = path + (section,)
+        body = read_mapping(src, store[section], where)
+        if body is None:
+            continue
+        reject_unknown(src, body, where, ("max_age", count_name))
+        if "max_age" in body:
+            ms = read_duration(src, body["max_age"], where + ("max_age",),
+                               longest_ms=MAX_KEPT_AGE_MS)
+            if ms is not None and ms < 60_000:
+                src.problem(where + ("max_age",), "at least 1m")
+            elif ms is not None:
+                changes[age_field] = ms
+        if count_name in body:
+            count = read_int(src, body[count_name], where + (count_name,), minimum=100)
+            if count is not None and count > MAX_KEPT_ROWS:
+                src.problem(where + (count_name,), f"at most {MAX_KEPT_ROWS:,}")
+            elif count is not None:
+                changes[count_field] = count
+    return StoreRetention(**changes)

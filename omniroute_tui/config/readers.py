@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .durations import parse_duration_ms
+from .durations import MAX_DURATION_MS, parse_duration_ms
 from .problems import Path
 from .yaml_source import Source
 
@@ -68,9 +68,10 @@ def read_number(
     return None
 
 
-def read_duration(src: Source, value: Any, path: Path, *, positive: bool = False) -> int | None:
+def read_duration(src: Source, value: Any, path: Path, *, positive: bool = False,
+                  longest_ms: int = MAX_DURATION_MS) -> int | None:
     try:
-        ms = parse_duration_ms(value)
+        ms = parse_duration_ms(value, longest_ms=longest_ms)
     except ValueError as exc:
         src.problem(path, str(exc))
         return None

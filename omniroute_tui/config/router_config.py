@@ -17,7 +17,13 @@ from ..engine.jitter import Jitter
 from ..engine.settings import AuthKind, ResilienceSettings, default_settings
 from ..router.core import Router
 from ..router.routes import Route, Strategy, Target
-from .limits import GatewayLimits, parse_limits
+from .limits import (
+    RETENTION_FIELDS,
+    GatewayLimits,
+    StoreRetention,
+    parse_limits,
+    parse_retention,
+)
 from .overrides import OverridePatch, parse_overrides, validate_settings
 from .problems import Path
 from .readers import read_bool, read_int, read_mapping, read_str, reject_unknown
@@ -35,8 +41,6 @@ __all__ = [
 
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
-#: the most events a state database may be asked to keep (about 250 MB of file)
-MAX_KEPT_EVENTS = 1_000_000
 PROVIDER_FIELDS = ("auth", "per_model_quota", "base_url", "models", "resilience", "connections")
 
 
@@ -77,8 +81,8 @@ class RouterConfig:
     store_path: str | None = None
     store_redis: str | None = None  # a fleet's shared state (redis://host:6379/0)
     store_prefix: str = "omniroute"
-    #: how many recent events the state database keeps (`omniroute-sim record` reads them)
-    store_events: int = 5000
+    #: what the state database's logs keep, and for how long
+    store_retention: StoreRetention = field(default_factory=StoreRetention)
     gateway_listen: str | None = None
     gateway_token_file: str | None = None
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
@@ -300,16 +304,16 @@ def load_router_config(
     routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
     store_path = store_redis = listen = token_file = None
     prefix = "omniroute"
-    store_events = 5000
+    retention = StoreRetention()
     limits = GatewayLimits()
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
-        reject_unknown(src, store, ("store",), ("path", "redis", "prefix", "events"))
-        if "events" in store:
-            events = read_int(src, store["events"], ("store", "events"), minimum=100)
-            if events is not None and events > MAX_KEPT_EVENTS:
-                src.problem(("store", "events"), f"at most {MAX_KEPT_EVENTS:,} events")
-            elif events is not None:
-                store_events = events
+        if "events" in store:  # the earlier release's one log of every event
+            src.problem(("store", "events"), "state changes and per-request events are kept "
+                        "apart now: write store.requests.max_events (what omniroute-sim "
+                        "record reads) and store.history.max_events")
+        reject_unknown(src, {k: v for k, v in store.items() if k != "events"}, ("store",),
+                       ("path", "redis", "prefix", *RETENTION_FIELDS))
+        retention = parse_retention(src, store, ("store",))
         if "path" in store:
             store_path = read_str(src, store["path"], ("store", "path"))
         if "redis" in store:
@@ -333,7 +337,7 @@ def load_router_config(
     src.raise_if_problems()
     return RouterConfig(
         providers=providers, routes=routes, settings=settings, store_path=store_path,
-        store_redis=store_redis, store_prefix=prefix, store_events=store_events,
+        store_redis=store_redis, store_prefix=prefix, store_retention=retention,
         gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
         source=src.name, raw=data,
     )

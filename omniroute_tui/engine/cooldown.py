@@ -157,11 +157,17 @@ class ConnectionCooldown:
         )
 
     def restore(self, snapshot: ConnectionSnapshot, now: int) -> None:
-        """Load persisted state; an expired cooldown comes back cleared (level 0)."""
+        """Load persisted state; an expired cooldown comes back cleared: level 0 and its
+        last error forgotten (docs/design.md §10), as a success would have left it. The
+        error that disabled a connection (auth_failed) stays with it until it is enabled."""
         self.disabled = snapshot.disabled
         self.disabled_reason = snapshot.disabled_reason
-        self.last_error = FailureKind(snapshot.last_error) if snapshot.last_error else None
-        self.last_error_at = snapshot.last_error_at
+        last_error = FailureKind(snapshot.last_error) if snapshot.last_error else None
+        if snapshot.cooling_until > now or (
+                snapshot.disabled and last_error is FailureKind.AUTH_FAILED):
+            self.last_error, self.last_error_at = last_error, snapshot.last_error_at
+        else:
+            self.last_error = self.last_error_at = None
         if snapshot.cooling_until > now:
             self.level = min(max(snapshot.level, 0), self.settings.max_level)
             self.cooling_until = snapshot.cooling_until

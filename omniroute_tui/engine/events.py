@@ -290,10 +290,12 @@ EVENT_CLASSES: tuple[type[Event], ...] = (
     CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent, OperatorEvent,
     FaultEvent, BudgetEvent, WaitEvent,
 )
-#: the events that change state (the rest follow single requests): a gateway's history
+#: the events that change state: a gateway's history, kept for days. The rest follow
+#: single requests and come with the traffic; `dedup` is one of those (a failure that was
+#: not counted changes nothing, and a blip seen by every request emits one each).
 STATE_CHANGE_CLASSES: tuple[type[Event], ...] = (
-    BreakerEvent, CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent,
-    OperatorEvent, FaultEvent,
+    BreakerEvent, CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, OperatorEvent,
+    FaultEvent,
 )
 _EVENT_TYPES: dict[str, type[Event]] = {kind.TYPE: kind for kind in EVENT_CLASSES}
 

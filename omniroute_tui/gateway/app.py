@@ -7,7 +7,6 @@ console can serve it from its own in-process router.
 from __future__ import annotations
 
 import asyncio
-import json
 import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -86,7 +85,8 @@ class Gateway:
             fleet.on_remote = self._remote
         self._audit: deque[OperatorEvent] = deque(maxlen=1000)
         self._history: deque[Event] = deque(maxlen=HISTORY_LIMIT)
-        router.engine.bus.subscribe(self._remember, *STATE_CHANGE_CLASSES)
+        if store is None:  # a store keeps both, from before this gateway started too
+            router.engine.bus.subscribe(self._remember, *STATE_CHANGE_CLASSES)
 
     def _remote(self, replica: str, data: dict[str, Any]) -> None:
         """Another replica's event: streamed to attached consoles, and an operator's
@@ -277,28 +277,17 @@ class Gateway:
 
     async def history(self, request: Request) -> Response:
         """The recent state changes (breakers, cooldowns, lockouts, operator actions,
-        faults), oldest first: since this gateway started, and before that from its
-        store's recent events."""
+        faults), oldest first: from the store's history log, which holds those from
+        before this gateway started (days of them) and is never pushed out by traffic;
+        without a store, those since it started."""
         raw = request.query_params.get("limit", str(HISTORY_LIMIT))
         if not raw.isdigit() or not 1 <= int(raw) <= HISTORY_LIMIT:
             return error_response(400, f"limit: a whole number from 1 to {HISTORY_LIMIT}",
                                   param="limit")
         limit = int(raw)
-        events = [e.to_dict() for e in self._history]
-        if self.store is not None and len(events) < limit:
-            first = events[0]["t"] if events else None
-            types = {cls.TYPE for cls in STATE_CHANGE_CLASSES}
-            older = []
-            for line in await self.store.recent_events(self.store.max_events):
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if (isinstance(event, dict) and event.get("type") in types
-                        and (first is None or event.get("t", first) < first)):
-                    older.append(event)
-            events = older + events
-        return JSONResponse({"events": events[-limit:]})
+        if self.store is not None:
+            return JSONResponse({"events": await self.store.state_changes(limit)})
+        return JSONResponse({"events": [e.to_dict() for e in self._history][-limit:]})
 
     async def audit(self, request: Request) -> Response:
         if self.store is not None:

@@ -63,7 +63,7 @@ async def _serve(args: argparse.Namespace) -> int:
     if db:
         store = await SqliteStore.open(
             db, recover=Recovery.SET_ASIDE if args.db_recover == "set-aside" else Recovery.FAIL,
-            max_events=config.store_events)
+            retention=config.store_retention)
         if store.set_aside_from is not None:
             print(f"the bad database was kept as {store.set_aside_from}", file=sys.stderr)
         await store.attach(router.engine)

@@ -79,8 +79,9 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
         }},
         "/api/resilience/history": {"get": {
             "summary": "Recent state changes (breaker, cooldown, disabled, enabled, lockout, "
-                       "dedup, operator, fault events), oldest first: what a console shows "
-                       "when it attaches.",
+                       "operator, fault events), oldest first: what a console shows "
+                       "when it attaches (from the state database when there is one: "
+                       "days of them, from before the gateway started too).",
             "parameters": [{"name": "limit", "in": "query", "required": False,
                             "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}],
             "responses": {"200": _json({"type": "object", "required": ["events"],

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..engine.breaker import BreakerSnapshot
 from ..engine.cooldown import ConnectionSnapshot
+from ..engine.events import STATE_CHANGE_CLASSES
 from ..engine.kinds import BreakerState, FailureKind
 from ..engine.lockout import LockoutSnapshot
 
 __all__ = [
     "APPLICATION_ID",
+    "FORMER_TABLES",
     "MIGRATIONS",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "STATE_CHANGE_TYPES",
     "TABLES",
     "breaker_from_row",
     "breaker_row",
@@ -27,9 +29,14 @@ __all__ = [
 #: `PRAGMA application_id` of our files ("OMNR"): a file without it is not ours to touch
 APPLICATION_ID = 0x4F4D4E52
 #: `PRAGMA user_version`; each step in MIGRATIONS takes a file one version up
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-TABLES = frozenset({"meta", "breakers", "connections", "lockouts", "audit", "events"})
+TABLES = frozenset({"meta", "breakers", "connections", "lockouts", "audit", "history",
+                    "requests"})
+#: tables of earlier versions, gone since (a file that has them may still be ours)
+FORMER_TABLES = frozenset({"events"})
+#: the event types of the `history` table; every other type goes to `requests`
+STATE_CHANGE_TYPES = frozenset(cls.TYPE for cls in STATE_CHANGE_CLASSES)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -52,17 +59,44 @@ CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT, t INTEGER NOT NULL, actor TEXT NOT NULL,
     action TEXT NOT NULL, target TEXT NOT NULL, result TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS audit_t ON audit (t);
+CREATE TABLE IF NOT EXISTS history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, t INTEGER NOT NULL, type TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS history_t ON history (t);
+CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, t INTEGER NOT NULL, type TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS requests_t ON requests (t);
+"""
+# `history` holds the state changes (STATE_CHANGE_TYPES), `requests` every other event;
+# `body` is the event's JSON line. Each log is trimmed by age (the index on `t`) and by
+# count (the id, which only grows), docs/design.md §10.
+
+#: the state changes as version 3 defined them, written out: a migration says what it
+#: did then, whatever later releases call a state change
+_V3_STATE_TYPES = "'breaker', 'cooldown', 'disabled', 'enabled', 'fault', 'lockout', 'operator'"
+
+#: version -> the SQL that takes a file from that version to the next (run in one
+#: transaction with the rest of the upgrade). Version 1 files (our first release) carried
+#: the version in `meta` and no application id; version 2 adds both pragmas, so a file
+#: that is not ours can be told apart before anything is written; version 3 splits the one
+#: `events` log into `history` (state changes) and `requests`, in their order.
+MIGRATIONS: dict[int, str] = {
+    1: "DELETE FROM meta WHERE key = 'schema_version';",
+    2: SCHEMA + f"""
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, t INTEGER NOT NULL, type TEXT NOT NULL,
     body TEXT NOT NULL
 );
-"""
-
-#: version -> the SQL that takes a file from that version to the next. Version 1 files (our
-#: first release) carried the version in `meta` and no application id; version 2 adds both
-#: pragmas, so a file that is not ours can be told apart before anything is written.
-MIGRATIONS: dict[int, str] = {
-    1: "DELETE FROM meta WHERE key = 'schema_version';",
+INSERT INTO history (t, type, body)
+    SELECT t, type, body FROM events WHERE type IN ({_V3_STATE_TYPES}) ORDER BY id;
+INSERT INTO requests (t, type, body)
+    SELECT t, type, body FROM events WHERE type NOT IN ({_V3_STATE_TYPES}) ORDER BY id;
+DROP TABLE events;
+""",
 }
 
 BREAKER_COLUMNS = ("provider", "state", "failures", "last_failure_at", "opened_at",
@@ -160,6 +194,3 @@ def lockout_from_row(row: tuple[Any, ...]) -> LockoutSnapshot:
         until=_count(until, "until"),
     )
 
-
-def event_body(data: dict[str, Any]) -> str:
-    return json.dumps(data, separators=(",", ":"))

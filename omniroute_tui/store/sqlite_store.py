@@ -6,6 +6,11 @@ insert, cheap and synchronous, so routing never waits); a flusher task wakes wit
 public API and writes them in one transaction. A write that fails leaves its entities dirty
 and is retried with backoff, so a change is never dropped: the retry reads the snapshots
 again, merged with whatever changed meanwhile. `close()` makes one last bounded attempt.
+
+Events go to two logs: `history` (state changes, kept for days) and `requests` (the
+per-request events, kept for the last hour); the audit is a third. Each is trimmed by age
+and count (`StoreRetention`) every `TRIM_EVERY_MS` of the engine's clock, inside a flush,
+a bounded number of rows at a time (docs/design.md §10).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import sqlite3
@@ -24,8 +30,10 @@ from typing import IO, Any
 
 import aiosqlite
 
+from ..config.limits import StoreRetention
 from ..engine.engine import EngineSnapshot, ResilienceEngine
 from ..engine.events import (
+    STATE_CHANGE_CLASSES,
     BreakerEvent,
     CooldownEvent,
     DisabledEvent,
@@ -47,6 +55,15 @@ _WRITE_ERRORS = (sqlite3.Error, OSError, OverflowError, ValueError)
 _RETRY_FIRST_MS = 50
 _RETRY_MAX_MS = 5000
 _MAX_PENDING_AUDIT = 100_000
+#: how often (engine clock) each log is trimmed to its bounds; also after TRIM_AFTER_ROWS
+#: rows were written, so a burst in one instant stays bounded too
+TRIM_EVERY_MS = 10_000
+TRIM_AFTER_ROWS = 20_000
+#: the most rows one trim deletes from one log (about 10 ms): the backlog of a burst, a
+#: lowered bound or a migrated log is spread over flushes, each one still on disk within
+#: the 100 ms a state change has (docs/design.md §10); the steady state is ~1,000 a trim
+TRIM_BATCH = 5_000
+_STATE_CHANGES = frozenset(STATE_CHANGE_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -77,11 +94,12 @@ class _Batch:
     connections: set[tuple[str, str]]
     lockouts: set[tuple[str, str, str]]
     audit: list[AuditEntry]
-    events: list[Event]
+    state_changes: list[Event]
+    requests: list[Event]
 
     def size(self) -> int:
         return (len(self.breakers) + len(self.connections) + len(self.lockouts)
-                + len(self.audit) + len(self.events))
+                + len(self.audit) + len(self.state_changes) + len(self.requests))
 
     def __bool__(self) -> bool:
         return self.size() > 0
@@ -89,8 +107,12 @@ class _Batch:
     def describe(self) -> str:
         counts = ((len(self.breakers), "breaker(s)"), (len(self.connections), "connection(s)"),
                   (len(self.lockouts), "lockout(s)"), (len(self.audit), "audit entries"),
-                  (len(self.events), "event(s)"))
+                  (len(self.state_changes) + len(self.requests), "event(s)"))
         return ", ".join(f"{n} {what}" for n, what in counts if n) or "nothing"
+
+
+def _empty() -> _Batch:
+    return _Batch(set(), set(), set(), [], [], [])
 
 
 class SqliteStore:
@@ -103,7 +125,7 @@ class SqliteStore:
         lock: IO[str],
         *,
         flush_interval_ms: int = 20,
-        max_events: int = 5000,
+        retention: StoreRetention | None = None,
         set_aside_from: Path | None = None,
         migrated_from: int | None = None,
     ) -> None:
@@ -111,16 +133,21 @@ class SqliteStore:
         self._db = db
         self._lock = lock
         self.flush_interval_ms = flush_interval_ms
-        self.max_events = max_events
+        self.retention = retention = retention or StoreRetention()
         #: where a bad file was moved when the store was opened with Recovery.SET_ASIDE
         self.set_aside_from = set_aside_from
         #: the schema version the file had when it was opened, if it was migrated
         self.migrated_from = migrated_from
         self._engine: ResilienceEngine | None = None
         self._unsubscribe: Any = None
-        self._dirty = _Batch(set(), set(), set(), [], [])
-        self._writing = _Batch(set(), set(), set(), [], [])  # the batch being written
-        self._events: deque[Event] = deque(maxlen=max_events)
+        self._dirty = _empty()
+        self._writing = _empty()  # the batch being written
+        # events waiting for the disk, at most what their log keeps
+        self._state_changes: deque[Event] = deque(maxlen=retention.history_max_events)
+        self._requests: deque[Event] = deque(maxlen=retention.requests_max_events)
+        self._trimmed_at: int | None = None  # engine clock; None: not since opening
+        self._written_since_trim = 0
+        self._trim_unfinished = False  # the last trim stopped at TRIM_BATCH rows
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
@@ -200,18 +227,29 @@ class SqliteStore:
         entries = [AuditEntry(*row) for row in reversed(list(rows))] + self._dirty.audit
         return entries[-limit:] if limit > 0 else []
 
-    async def recent_events(self, limit: int = 100) -> list[str]:
-        """The most recent events as JSON lines, oldest first."""
+    async def state_changes(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """The last `limit` state changes (the `history` log), oldest first, including
+        any not yet written: what a console attaching to the gateway is shown."""
         await self.flush()
         async with self._db.execute(
-            "SELECT body FROM events ORDER BY id DESC LIMIT ?", (limit,)
+            "SELECT body FROM history ORDER BY id DESC LIMIT ?", (limit,)
         ) as cur:
             rows = await cur.fetchall()
-        return [row[0] for row in reversed(list(rows))]
+        stored = []
+        for (body,) in reversed(list(rows)):
+            try:
+                event = json.loads(body)
+            except (TypeError, ValueError):
+                continue  # a hand-edited row: not an event
+            if isinstance(event, dict):
+                stored.append(event)
+        events = stored + [e.to_dict() for e in self._state_changes]
+        return events[-limit:] if limit > 0 else []
 
     def health(self) -> StoreHealth:
         """`pending` counts the changes not on disk yet, those being written included."""
-        pending = self._dirty.size() + len(self._events) + self._writing.size()
+        pending = (self._dirty.size() + len(self._state_changes) + len(self._requests)
+                   + self._writing.size())
         if self._failing_since is None:
             return StoreHealth(True, pending=pending)
         return StoreHealth(False, self._failing_since, self._last_error, pending)
@@ -234,7 +272,10 @@ class SqliteStore:
         self._wake.set()
 
     def _on_event(self, event: Event) -> None:
-        self._events.append(event)
+        if type(event) in _STATE_CHANGES:
+            self._state_changes.append(event)
+        else:
+            self._requests.append(event)
         dirty = self._dirty
         if isinstance(event, ResultEvent):
             dirty.breakers.add(event.provider)
@@ -254,7 +295,10 @@ class SqliteStore:
 
     async def _flush_loop(self) -> None:
         while not self._closed:
-            await self._wake.wait()
+            # an idle store still wakes now and then: its logs age out even with no traffic
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(TRIM_EVERY_MS / 1000):
+                    await self._wake.wait()
             await asyncio.sleep(self.flush_interval_ms / 1000)
             if not await self.flush():
                 delay = min(_RETRY_FIRST_MS << min(self._failures - 1, 16), _RETRY_MAX_MS)
@@ -271,9 +315,11 @@ class SqliteStore:
             return await self._flush()
 
     def _take(self) -> _Batch:
-        batch, self._dirty = self._dirty, _Batch(set(), set(), set(), [], [])
-        batch.events = list(self._events)
-        self._events.clear()
+        batch, self._dirty = self._dirty, _empty()
+        batch.state_changes = list(self._state_changes)
+        batch.requests = list(self._requests)
+        self._state_changes.clear()
+        self._requests.clear()
         return batch
 
     def _put_back(self, batch: _Batch) -> None:
@@ -284,10 +330,12 @@ class SqliteStore:
         dirty.lockouts |= batch.lockouts
         dirty.audit[:0] = batch.audit
         self._trim_audit()
-        newer = list(self._events)
-        self._events.clear()
-        self._events.extend(batch.events)  # the deque keeps the newest `max_events`
-        self._events.extend(newer)
+        for pending, failed in ((self._state_changes, batch.state_changes),
+                                (self._requests, batch.requests)):
+            newer = list(pending)
+            pending.clear()
+            pending.extend(failed)  # each deque keeps the newest its log would
+            pending.extend(newer)
 
     def _trim_audit(self) -> None:
         """Operator actions waiting for the disk are bounded: past the bound the oldest
@@ -300,14 +348,27 @@ class SqliteStore:
                       "log: %d are waiting for the disk already", self.path, excess,
                       _MAX_PENDING_AUDIT)
 
+    def _trim_now(self, batch: _Batch) -> int | None:
+        """The engine's time if the logs are due for a trim with `batch` written, else
+        None: between trims a log passes its count bound by less than TRIM_AFTER_ROWS."""
+        if self._engine is None:
+            return None
+        now = self._engine.now()
+        written = self._written_since_trim + len(batch.state_changes) + len(batch.requests)
+        if (self._trimmed_at is None or self._trim_unfinished
+                or now - self._trimmed_at >= TRIM_EVERY_MS or written >= TRIM_AFTER_ROWS):
+            return now
+        return None
+
     async def _flush(self) -> bool:
         self._wake.clear()
         batch = self._take()
-        if not batch:
+        trim_at = self._trim_now(batch)
+        if not batch and trim_at is None:
             return True
         self._writing = batch
         try:
-            await self._write(batch)
+            await self._write(batch, trim_at)
         except _WRITE_ERRORS as exc:
             with contextlib.suppress(*_WRITE_ERRORS):
                 await self._db.rollback()
@@ -318,7 +379,11 @@ class SqliteStore:
             self._put_back(batch)
             raise
         finally:
-            self._writing = _Batch(set(), set(), set(), [], [])
+            self._writing = _empty()
+        self._written_since_trim += len(batch.state_changes) + len(batch.requests)
+        if trim_at is not None:
+            self._trimmed_at = trim_at
+            self._written_since_trim = 0
         self._recovered()
         return True
 
@@ -338,7 +403,7 @@ class SqliteStore:
         self._failing_since = self._last_error = None
         self._failures = 0
 
-    async def _write(self, batch: _Batch) -> None:
+    async def _write(self, batch: _Batch, trim_at: int | None) -> None:
         engine = self._engine
         breakers, connections, lockouts = [], [], []
         lockout_deletes = []
@@ -361,27 +426,52 @@ class SqliteStore:
                     lockout_deletes.append(key)
                 else:
                     lockouts.append(schema.lockout_row(snapshot))
+        writes: list[tuple[str, list[Any]]] = [
+            (_upsert("breakers", schema.BREAKER_COLUMNS, 1), breakers),
+            (_upsert("connections", schema.CONNECTION_COLUMNS, 2), connections),
+            (_upsert("lockouts", schema.LOCKOUT_COLUMNS, 3), lockouts),
+            ("DELETE FROM lockouts WHERE provider=? AND connection=? AND model=?",
+             lockout_deletes),
+            ("INSERT INTO audit (t, actor, action, target, result) VALUES (?,?,?,?,?)",
+             [(a.t, a.actor, a.action, a.target, a.result) for a in batch.audit]),
+            ("INSERT INTO history (t, type, body) VALUES (?,?,?)",
+             [(e.t, e.TYPE, e.to_json()) for e in batch.state_changes]),
+            ("INSERT INTO requests (t, type, body) VALUES (?,?,?)",
+             [(e.t, e.TYPE, e.to_json()) for e in batch.requests]),
+        ]
         db = self._db
-        await db.executemany(_upsert("breakers", schema.BREAKER_COLUMNS, 1), breakers)
-        await db.executemany(_upsert("connections", schema.CONNECTION_COLUMNS, 2), connections)
-        await db.executemany(_upsert("lockouts", schema.LOCKOUT_COLUMNS, 3), lockouts)
-        await db.executemany(
-            "DELETE FROM lockouts WHERE provider=? AND connection=? AND model=?", lockout_deletes
-        )
-        await db.executemany(
-            "INSERT INTO audit (t, actor, action, target, result) VALUES (?,?,?,?,?)",
-            [(a.t, a.actor, a.action, a.target, a.result) for a in batch.audit],
-        )
-        if batch.events:
-            await db.executemany(
-                "INSERT INTO events (t, type, body) VALUES (?,?,?)",
-                [(e.t, e.TYPE, schema.event_body(e.to_dict())) for e in batch.events],
-            )
-            await db.execute(
-                "DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?",
-                (self.max_events,),
-            )
+        for sql, rows in writes:
+            if rows:  # each statement is a trip to the database's thread: none for nothing
+                await db.executemany(sql, rows)
+        if trim_at is not None:
+            self._trim_unfinished = await self._trim(trim_at)
         await db.commit()
+
+    async def _trim(self, now: int) -> bool:
+        """Delete what each log keeps no longer: older than its age bound (found through
+        the index on `t`), then the oldest past its count (ids only grow, so the newest
+        `n` rows are the ids above `MAX(id) - n`). At most TRIM_BATCH rows each; True
+        when one stopped there (more to do at the next flush)."""
+        r = self.retention
+        unfinished = False
+        for table, max_age_ms, max_rows in (
+                ("history", r.history_max_age_ms, r.history_max_events),
+                ("requests", r.requests_max_age_ms, r.requests_max_events),
+                ("audit", r.audit_max_age_ms, r.audit_max_entries)):
+            async with self._db.execute(
+                f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE t < ? "
+                "ORDER BY t LIMIT ?)", (now - max_age_ms, TRIM_BATCH),
+            ) as cur:
+                aged = cur.rowcount
+            async with self._db.execute(
+                # one aggregate a SELECT: SQLite finds MAX or MIN in the index, both at
+                # once only by scanning the table
+                f"DELETE FROM {table} WHERE id <= min((SELECT MAX(id) FROM {table}) - ?, "
+                f"(SELECT MIN(id) FROM {table}) + ?)", (max_rows, TRIM_BATCH - 1),
+            ) as cur:
+                counted = cur.rowcount
+            unfinished = unfinished or TRIM_BATCH in (aged, counted)
+        return unfinished
 
     async def close(self, timeout_s: float = 5.0) -> StoreHealth:
         """One last flush (bounded by `timeout_s`), then release the file; never raises.
@@ -410,7 +500,8 @@ class SqliteStore:
         health = self.health()
         if not health.ok:
             d = self._dirty
-            unwritten = _Batch(d.breakers, d.connections, d.lockouts, d.audit, list(self._events))
+            unwritten = _Batch(d.breakers, d.connections, d.lockouts, d.audit,
+                               list(self._state_changes), list(self._requests))
             log.error("state database %s: closed with changes not written (%s): %s",
                       self.path, unwritten.describe(), health.error)
         try:
@@ -481,18 +572,16 @@ async def _connect_checked(
         version = await _our_version(db, path)
         await db.execute("PRAGMA journal_mode=WAL")
         await db.execute("PRAGMA synchronous=NORMAL")
-        migrated = None
-        if version is None:
-            await db.executescript(schema.SCHEMA)
-        elif version < schema.SCHEMA_VERSION:
-            migrated = version
-            for step in range(version, schema.SCHEMA_VERSION):
-                await db.executescript(schema.MIGRATIONS[step])
-            await db.executescript(schema.SCHEMA)
+        migrated = None if version is None or version == schema.SCHEMA_VERSION else version
         if version != schema.SCHEMA_VERSION:
-            await db.execute(f"PRAGMA application_id={schema.APPLICATION_ID}")
-            await db.execute(f"PRAGMA user_version={schema.SCHEMA_VERSION}")
-            await db.commit()
+            # one transaction: a process killed while it upgrades leaves the old version,
+            # upgraded again on the next open, never half of each
+            steps = [] if version is None else [
+                schema.MIGRATIONS[step] for step in range(version, schema.SCHEMA_VERSION)]
+            await db.executescript(
+                "BEGIN IMMEDIATE;\n" + "\n".join(steps) + schema.SCHEMA
+                + f"PRAGMA application_id={schema.APPLICATION_ID};\n"
+                + f"PRAGMA user_version={schema.SCHEMA_VERSION};\nCOMMIT;")
     except StoreError:
         await db.close()
         raise
@@ -524,7 +613,7 @@ async def _our_version(db: aiosqlite.Connection, path: Path) -> int | None:
         return user_version
     if app_id == 0 and not tables:
         return None  # a new file, or an empty one: ours from now on
-    if app_id == 0 and tables <= schema.TABLES and "meta" in tables:
+    if app_id == 0 and tables <= schema.TABLES | schema.FORMER_TABLES and "meta" in tables:
         async with db.execute("SELECT value FROM meta WHERE key='schema_version'") as cur:
             row = await cur.fetchone()
         if row is not None and row[0] == "1":

@@ -280,7 +280,7 @@ class RouterBackend(RealTimeBackend):
         self.operator: Operator = EngineOperator(self.engine)
         self.db = db
         self.recover = recover
-        self.kept_events = config.store_events
+        self.retention = config.store_retention
         self.store: Any = None
 
     def now_ms(self) -> int:
@@ -301,7 +301,7 @@ class RouterBackend(RealTimeBackend):
 
         store = await SqliteStore.open(
             self.db, recover=Recovery.SET_ASIDE if recover or self.recover else Recovery.FAIL,
-            max_events=self.kept_events)
+            retention=self.retention)
         await store.attach(self.engine)
         self.store = store
 
