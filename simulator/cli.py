@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from omniroute_tui.config import ConfigError, parse_duration_ms
+from omniroute_tui.config.hidden import visible
 from omniroute_tui.config.problems import Problem
 
 from .html_report import write_html
@@ -300,7 +301,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if args.check and failed:
         for outcome, check in failed:
             prefix = f"{outcome.scenario.name}: " if many else ""
-            console.print(f"[red]expectation failed:[/] {escape(prefix + check['expect'])} "
+            console.print(f"[red]expectation failed:[/] "
+                          f"{escape(visible(prefix + check['expect']))} "
                           f"(observed {format_value(check['value'])})", soft_wrap=True)
         return 1
     return 0
@@ -314,8 +316,8 @@ def _summary(outcomes: list[ScenarioOutcome]) -> Table:
     for outcome in outcomes:
         skipped = len(outcome.checks) - outcome.passed - outcome.failed
         verdict = "[red]FAIL[/]" if outcome.failed else "[green]ok[/]"
-        table.add_row(Text(outcome.scenario.name), str(outcome.passed), str(outcome.failed),
-                      str(skipped), verdict)
+        table.add_row(Text(visible(outcome.scenario.name)), str(outcome.passed),
+                      str(outcome.failed), str(skipped), verdict)
     return table
 
 
@@ -341,10 +343,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             for scenario in load_scenarios(args.scenario, args.config):
                 against = f" against {scenario.config.source}" if args.config else ""
-                console.print(escape(f"{scenario.source}: ok{against} ({len(scenario.providers)} "
+                console.print(escape(visible(
+                              f"{scenario.source}: ok{against} ({len(scenario.providers)} "
                               f"providers, {len(scenario.traffic)} traffic items, "
                               f"{len(scenario.faults)} faults, {len(scenario.expect)} "
-                              "expectations)"), soft_wrap=True)
+                              "expectations)")), soft_wrap=True)
             return 0
         if args.command == "list":
             return _list(console)

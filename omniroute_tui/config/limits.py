@@ -1,4 +1,8 @@
-"""What one client may cost the gateway: sizes, times and counts (config `gateway.limits`)."""
+"""What a config may declare and what one client may cost the gateway.
+
+The counts a config or scenario file may declare are fixed (`MAX_COUNTS`); what a client
+may cost is the config's `gateway.limits`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,19 @@ from .problems import Path
 from .readers import read_duration, read_int, read_mapping, reject_unknown
 from .yaml_source import Source
 
-__all__ = ["GatewayLimits", "parse_limits"]
+__all__ = ["MAX_COUNTS", "GatewayLimits", "parse_limits"]
+
+#: how many of each a config or scenario file may declare (docs/design.md §8): far above
+#: any deployment, and low enough that a file loads and a router starts in about a second
+#: (200,000 connections on one provider took 365 MB and over 20 s). The benchmarks and the
+#: tests give a provider 1,000 connections; an engine built in code has no such cap.
+MAX_COUNTS = {
+    "providers": 100,
+    "connections per provider": 1_000,
+    "models per provider": 1_000,
+    "routes": 1_000,
+    "targets per route": 100,
+}
 
 
 @dataclass(frozen=True)
