@@ -134,6 +134,11 @@ def _record(args: argparse.Namespace, console: Console) -> int:
                   f"{len(recording.arrivals)} route(s), {recording.results:,} attempts"
                   + (f", {recording.skipped:,} lines skipped" if recording.skipped else ""),
                   soft_wrap=True)
+    if recording.out_of_range:
+        Console(stderr=True, highlight=False).print(
+            f"warning: {recording.out_of_range:,} event(s) left out: a time, latency or "
+            "Retry-After hint over 30 days from the rest, not finite or negative, a status "
+            "that is no HTTP error, or requests over the limit of a run", soft_wrap=True)
     if args.config is not None:
         scenario = load_scenario(args.output, config=args.config)
         console.print(f"fits {escape(str(args.config))}: {len(scenario.faults)} fault(s): "

@@ -55,7 +55,12 @@ def hidden_reason(text: str, what: str, keep: str = "") -> str | None:
             "would not show as written in a terminal or a report")
 
 
+_SHORT = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _escaped(char: str) -> str:
+    if char in _SHORT:
+        return _SHORT[char]
     code = ord(char)
     if code < 0x100:
         return f"\\x{code:02x}"
