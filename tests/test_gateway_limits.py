@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -359,3 +360,22 @@ def test_one_client_address_gets_one_line_every_ten_seconds_whatever_it_does(
         "refused-413 from 10.0.0.1",
         "malformed from 10.0.0.2 (and 1 more like it since the last line)",
         "malformed from 10.0.0.1"]
+
+
+async def test_a_slow_second_request_on_a_kept_alive_connection_is_cut_off_too(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    async with running_gateway(tmp_path, limits=FAST) as gw:
+        reader, writer = await _raw(gw.url)
+        writer.write(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        async with asyncio.timeout(5):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"content-length: (\d+)", head)
+            assert length is not None
+            await reader.readexactly(int(length[1]))
+        assert head.startswith(b"HTTP/1.1 200 ")
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")  # and no more
+        started = time.monotonic()
+        assert (await _read_all(reader)).startswith(b"HTTP/1.1 408 ")
+        assert time.monotonic() - started < 4
+        writer.close()
+    _no_tracebacks(caplog)

@@ -154,7 +154,8 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def _timed_out(self, what: str) -> None:
         self._timer = None
-        if self.cycle is not None and self.cycle.response_started:
+        cycle = self.cycle  # this request's, or (a kept-alive connection's) the one before
+        if cycle is not None and cycle.response_started and not cycle.response_complete:
             return  # the answer is under way; the client is not what is slow
         client_log.note(f"slow-{what}", "closed a connection from %s: the request's %s took "
                         "longer than allowed", _peer(self.client), what,
@@ -170,8 +171,8 @@ class _LimitedProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         if cycle is not None and not cycle.response_complete:
-            # the application's answer, if any, is void: to it the client has gone, and
-            # what it sends is dropped (not an error of its own, logged with a traceback)
+            # the application's answer, if any, is void: to it the client has gone, so
+            # its sends are dropped (uvicorn raised on them, and logged a traceback)
             cycle.disconnected = True
             cycle.message_event.set()
         body = f"{refusal}\n".encode()
@@ -213,6 +214,13 @@ class _LimitedProtocol(HttpToolsProtocol):
         if self._stall is not None:
             self._stall.cancel()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """A graceful shutdown waits for answers under way; a refused client's is sent."""
+        if self._dropping is not None:
+            self.transport.close()
+        else:
+            super().shutdown()
 
     def pause_writing(self) -> None:
         """The client's buffers are full: it gets `write_timeout_s` to read on."""
