@@ -74,7 +74,7 @@ RUN_METRICS = frozenset({
 PROVIDER_METRICS = frozenset({"attempts", "probes", "successes", "failures", "breaker_opens",
                               "open_ms", "max_attempts_per_open"})
 FAULT_METRICS = frozenset({"attempts", "attempts_per_s", "ttr_ms", "burst_after"})
-_CHECK = re.compile(r"^\s*(<=|>=|==|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
+_CHECK = re.compile(r"^ *(<=|>=|==|<|>) *(-?[0-9]+(?:\.[0-9]+)?) *$")  # ASCII digits, as durations
 _Z99 = 2.3263478740408408  # the 99th percentile of the standard normal
 
 

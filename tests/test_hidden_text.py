@@ -19,6 +19,7 @@ from textual.app import App, ComposeResult
 from omniroute_tui.config import ConfigError, load_router_config
 from omniroute_tui.config.hidden import visible
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
+from omniroute_tui.console.widgets.panels import EventLog, StatusBar
 from simulator.cli import main
 from simulator.html_report import render_html
 from simulator.junit import ScenarioOutcome, write_junit
@@ -179,19 +180,29 @@ def test_the_summary_of_several_runs_prints_names_escaped(
     assert _raw_hidden(out, "\n") == [] and visible(EVIL) in out
 
 
-class _Tables(App[None]):
+class _Panes(App[None]):
     def compose(self) -> ComposeResult:
         yield KeyedTable("connections", (("connection", None), ("model", None)), id="t")
+        yield StatusBar(f"status {EVIL}")
+        yield EventLog()
 
 
-async def test_the_console_tables_show_an_attached_gateways_hidden_names_escaped() -> None:
-    app = _Tables()
-    async with app.run_test() as pilot:
+async def test_the_console_shows_an_attached_gateways_hidden_names_escaped() -> None:
+    app = _Panes()
+    async with app.run_test(size=(200, 20)) as pilot:
         table = app.query_one(KeyedTable)
         table.sync({"p/a": (f"p/{EVIL}", "m\u202e")})
         table.sync({"p/a": (f"p/{EVIL}", "m\u202ex")})  # a changed cell too
+        status = app.query_one(StatusBar)
+        assert str(status.render()) == f"status {visible(EVIL)}"
+        status.update(f"two\nlines {EVIL}")
+        log = app.query_one(EventLog)
+        log.show([(1000, "fault", f"fault {EVIL} start")])
         await pilot.pause()
         assert table.get_row_at(0) == [f"p/{visible(EVIL)}", "m\\u202ex"]
+        assert str(status.render()) == f"two\nlines {visible(EVIL)}"
+        (line,) = ["".join(segment.text for segment in strip) for strip in log.lines]
+        assert line.rstrip().endswith(f"fault {visible(EVIL)} start")
 
 
 def test_a_recorded_name_or_name_option_with_hidden_characters_never_reaches_the_file(

@@ -182,3 +182,12 @@ def test_a_log_spanning_more_than_30_days_keeps_its_busiest_stretch(tmp_path: Pa
     assert recorded["traffic"] == [{"route": "chat", "at": [0, 500, 900]}]
     assert recorded["duration"] == "1s"
     assert main(["validate", str(out), "--config", str(config)]) == 0
+
+
+def test_an_expectations_bound_is_written_in_ascii_digits() -> None:
+    base = ("name: s\nduration: 1m\nproviders:\n  p: {models: [m], connections: [a]}\n"
+            "routes: {r: {targets: [p/m]}}\nexpect:\n  - {metric: attempts, check: '%s'}\n")
+    assert load_scenario("s.yaml", text=base % "<= 5").expect[0].value == 5
+    with pytest.raises(ConfigError, match=r"s.yaml:7: expect\[0\].check: expected an operator "
+                                          r"and a number like \"<= 1.3\", got '<= ٥'"):
+        load_scenario("s.yaml", text=base % "<= ٥")
