@@ -17,8 +17,8 @@ __all__ = ["MAX_COUNTS", "GatewayLimits", "parse_limits"]
 
 #: how many of each a config or scenario file may declare (docs/design.md §8): far above
 #: any deployment, and low enough that a file loads and a router starts in about a second
-#: (200,000 connections on one provider took 365 MB and over 20 s). The benchmarks and the
-#: tests give a provider 1,000 connections; an engine built in code has no such cap.
+#: (200,000 connections on one provider took 17 s and 200 MB to load and build). The
+#: benchmarks and tests give a provider 1,000 connections; an engine built in code has no cap.
 MAX_COUNTS = {
     "providers": 100,
     "connections per provider": 1_000,

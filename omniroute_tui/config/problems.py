@@ -13,8 +13,8 @@ Path = tuple[str | int, ...]
 
 
 def format_field(path: Path) -> str:
-    """`("providers", "a", "connections", 0)` → `providers.a.connections[0]`; a key's
-    hidden characters escaped (`routes.r\\x1b`): errors print it."""
+    """`("providers", "a", "connections", 0)` → `providers.a.connections[0]`, with
+    a key's hidden characters escaped (`routes.r\\x1b`): errors print the field."""
     out = ""
     for part in path:
         if isinstance(part, int):
