@@ -89,6 +89,8 @@ def _providers(count: int, connections: int = 1, models: int = 1) -> str:
     (_providers(1, connections=200_000), 2, "providers.p0.connections",
      "200,000 connections: at most 1,000 connections per provider"),
     (_providers(101), 1, "providers", "101 providers: at most 100 providers"),
+    (_providers(11, connections=1000), 1, "providers",
+     "11,000 connections: at most 10,000 connections in all"),
     (_providers(1, models=1001), 2, "providers.p0.models",
      "1,001 models: at most 1,000 models per provider"),
     (_providers(1) + "routes:\n" + "".join(f"  r{i}: {{targets: [p0/m0]}}\n"

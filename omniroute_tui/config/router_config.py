@@ -226,6 +226,8 @@ def parse_providers(
             name=provider_id, auth=auth, models=models, connections=connections,
             settings=settings, per_model_quota=bool(per_model), base_url=base_url, extra=extra,
         )
+    _within(src, sum(len(p.connections) for p in providers.values()), path,
+            "connections in all")
     return providers
 
 
