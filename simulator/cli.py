@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from omniroute_tui.config import ConfigError, parse_duration_ms
+from omniroute_tui.config.hidden import visible
 from omniroute_tui.config.problems import Problem
 
 from .html_report import write_html
@@ -134,6 +135,11 @@ def _record(args: argparse.Namespace, console: Console) -> int:
                   f"{len(recording.arrivals)} route(s), {recording.results:,} attempts"
                   + (f", {recording.skipped:,} lines skipped" if recording.skipped else ""),
                   soft_wrap=True)
+    if recording.out_of_range:
+        Console(stderr=True, highlight=False).print(
+            f"warning: {recording.out_of_range:,} event(s) left out: a time, latency or "
+            "Retry-After hint over 30 days from the rest, not finite or negative, a status "
+            "that is no HTTP error, or requests over the limit of a run", soft_wrap=True)
     if args.config is not None:
         scenario = load_scenario(args.output, config=args.config)
         console.print(f"fits {escape(str(args.config))}: {len(scenario.faults)} fault(s): "
@@ -301,7 +307,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if args.check and failed:
         for outcome, check in failed:
             prefix = f"{outcome.scenario.name}: " if many else ""
-            console.print(f"[red]expectation failed:[/] {escape(prefix + check['expect'])} "
+            console.print(f"[red]expectation failed:[/] "
+                          f"{escape(visible(prefix + check['expect']))} "
                           f"(observed {format_value(check['value'])})", soft_wrap=True)
         return 1
     return 0
@@ -315,8 +322,8 @@ def _summary(outcomes: list[ScenarioOutcome]) -> Table:
     for outcome in outcomes:
         skipped = len(outcome.checks) - outcome.passed - outcome.failed
         verdict = "[red]FAIL[/]" if outcome.failed else "[green]ok[/]"
-        table.add_row(Text(outcome.scenario.name), str(outcome.passed), str(outcome.failed),
-                      str(skipped), verdict)
+        table.add_row(Text(visible(outcome.scenario.name)), str(outcome.passed),
+                      str(outcome.failed), str(skipped), verdict)
     return table
 
 
@@ -342,10 +349,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             for scenario in load_scenarios(args.scenario, args.config):
                 against = f" against {scenario.config.source}" if args.config else ""
-                console.print(escape(f"{scenario.source}: ok{against} ({len(scenario.providers)} "
+                console.print(escape(visible(
+                              f"{scenario.source}: ok{against} ({len(scenario.providers)} "
                               f"providers, {len(scenario.traffic)} traffic items, "
                               f"{len(scenario.faults)} faults, {len(scenario.expect)} "
-                              "expectations)"), soft_wrap=True)
+                              "expectations)")), soft_wrap=True)
             return 0
         if args.command == "list":
             return _list(console)

@@ -18,6 +18,8 @@ from typing import Any
 import matplotlib
 from matplotlib.figure import Figure
 
+from omniroute_tui.config.hidden import DESCRIPTION_KEEPS, visible
+
 from .junit import ScenarioOutcome
 from .report import summary_rows
 from .scenario import Scenario
@@ -38,6 +40,12 @@ _RC: dict[str, Any] = {
 _SVG_ID = re.compile(r'id="([^"]+)"')
 _PROLOGUE = re.compile(r"^.*?(?=<svg)", re.S)
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
+
+
+def _text(value: str, keep: str = "") -> str:
+    """Text for the page: its markup escaped, and its hidden characters written as their
+    escapes (a name's, and any but the line breaks and tabs of a description)."""
+    return html.escape(visible(value, keep))
 
 
 def _chart(scenario: Scenario, policy: str, timeline: Timeline, attempts_top: float) -> Figure:
@@ -118,8 +126,8 @@ def _expectations(outcome: ScenarioOutcome) -> str:
         state, word = ({None: ("skip", "not run"), True: ("pass", "PASS"),
                         False: ("fail", "FAIL")}[check["ok"]])
         observed = "–" if check["value"] is None else f"{check['value']:g}"
-        rows.append(f"<tr><td>{html.escape(expect.label)}</td><td>{expect.policy}</td>"
-                    f"<td>{observed}</td><td>{html.escape(expect.bound)}</td>"
+        rows.append(f"<tr><td>{_text(expect.label)}</td><td>{expect.policy}</td>"
+                    f"<td>{observed}</td><td>{_text(expect.bound)}</td>"
                     f'<td class="{state}">{word}</td></tr>')
     if not rows:
         return "<p>This scenario states no expectations.</p>"
@@ -129,15 +137,15 @@ def _expectations(outcome: ScenarioOutcome) -> str:
 
 def _figures(outcome: ScenarioOutcome) -> str:
     policies = list(outcome.results)
-    head = "".join(f"<th>{html.escape(p)}</th>" for p in policies)
+    head = "".join(f"<th>{_text(p)}</th>" for p in policies)
     rows = []
     for label, cells in summary_rows(outcome.scenario, outcome.results):
         if cells is None:
             rows.append(f'<tr class="section"><td colspan="{len(policies) + 1}">'
-                        f"{html.escape(label)}</td></tr>")
+                        f"{_text(label)}</td></tr>")
         else:
-            rows.append(f"<tr><td>{html.escape(label)}</td>"
-                        + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+            rows.append(f"<tr><td>{_text(label)}</td>"
+                        + "".join(f"<td>{_text(c)}</td>" for c in cells) + "</tr>")
     return f"<table><tr><th></th>{head}</tr>{''.join(rows)}</table>"
 
 
@@ -148,7 +156,7 @@ def render_html(outcome: ScenarioOutcome, timelines: dict[str, Timeline]) -> str
             for c in t.attempts.values()]
     top = max([1, *tops]) * 1.1  # one scale for every policy: the herd compares honestly
     charts = "".join(
-        f'<figure aria-label="{html.escape(policy)}">'
+        f'<figure aria-label="{_text(policy)}">'
         f"{_chart_svg(scenario, policy, timeline, top, f'c{index}')}</figure>"
         for index, (policy, timeline) in enumerate(timelines.items())
     )
@@ -157,15 +165,15 @@ def render_html(outcome: ScenarioOutcome, timelines: dict[str, Timeline]) -> str
                else '<span class="pass">every expectation holds</span>'
                if outcome.checks else "")
     meta = (f"seed {scenario.seed} · {scenario.duration_ms / 1000:g} s of virtual time · "
-            f"router config {html.escape(scenario.config.source)} · {verdict}")
-    lesson = html.escape(scenario.description) or "This scenario has no description."
+            f"router config {_text(scenario.config.source)} · {verdict}")
+    lesson = _text(scenario.description, DESCRIPTION_KEEPS) or "This scenario has no description."
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{html.escape(scenario.name)}: omniroute-sim report</title>
+<title>{_text(scenario.name)}: omniroute-sim report</title>
 <style>{_STYLE}</style></head>
 <body>
-<h1>{html.escape(scenario.name)}</h1>
+<h1>{_text(scenario.name)}</h1>
 <p class="meta">{meta}</p>
 <h2>The lesson</h2>
 <div class="lesson">{lesson}</div>

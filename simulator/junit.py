@@ -9,6 +9,8 @@ from typing import Any
 
 from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
+from omniroute_tui.config.hidden import visible
+
 from .scenario import Expect, Scenario
 
 __all__ = ["ScenarioOutcome", "write_junit"]
@@ -33,8 +35,9 @@ class ScenarioOutcome:
 
 def _case(outcome: ScenarioOutcome, expect: Expect, check: dict[str, Any]) -> TestCase:
     scenario = outcome.scenario
-    case = TestCase(expect.label, classname=f"{scenario.name}.{expect.policy}", time=0.0)
-    where = f"{scenario.source}:{expect.line}" if expect.line else scenario.source
+    case = TestCase(visible(expect.label), classname=visible(f"{scenario.name}.{expect.policy}"),
+                    time=0.0)
+    where = visible(f"{scenario.source}:{expect.line}" if expect.line else scenario.source)
     if check["ok"] is None:
         skipped = Skipped()  # the reason as text: the JUnit schema gives <skipped> no message
         skipped.text = f"the {expect.policy} policy was not run"
@@ -49,13 +52,17 @@ def _case(outcome: ScenarioOutcome, expect: Expect, check: dict[str, Any]) -> Te
 
 
 def write_junit(path: Path, outcomes: list[ScenarioOutcome]) -> None:
-    """Write every scenario's expectations to `path` (written beside, then renamed)."""
+    """Write every scenario's expectations to `path` (written beside, then renamed).
+
+    Names and file names are written with their hidden characters escaped: XML 1.0 cannot
+    hold most control characters at all, and a CI page would not show the others.
+    """
     xml = JUnitXml("omniroute-sim")
     for outcome in outcomes:
         scenario = outcome.scenario
-        suite = TestSuite(scenario.name)
-        suite.add_property("scenario", scenario.source)
-        suite.add_property("config", scenario.config.source)
+        suite = TestSuite(visible(scenario.name))
+        suite.add_property("scenario", visible(scenario.source))
+        suite.add_property("config", visible(scenario.config.source))
         suite.add_property("seed", str(scenario.seed))
         for expect, check in zip(scenario.expect, outcome.checks, strict=True):
             suite.add_testcase(_case(outcome, expect, check))

@@ -16,9 +16,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from omniroute_tui.config.durations import MAX_DURATION_MS
+from omniroute_tui.config.hidden import find_hidden, hidden_reason, visible
 from omniroute_tui.engine.kinds import FailureKind
 
 from .metrics import LatencyHistogram
+from .scenario import MAX_SIMULATED_REQUESTS
 
 __all__ = ["Recording", "scenario_from_events"]
 
@@ -26,11 +29,20 @@ __all__ = ["Recording", "scenario_from_events"]
 MERGE_GAP_MS = 2_000
 #: below this share of failures a merged window says its `rate`
 FULL_RATE = 0.98
+#: the longest stretch of a log a scenario can replay: its duration, rounded up to the
+#: second, stays within the 30 days any duration may last
+MAX_SPAN_MS = MAX_DURATION_MS - 1000
+
+
+class _OutOfRange(ValueError):
+    """A number no scenario can hold: a latency or hint over 30 days, or a status that is
+    not an HTTP error."""
 
 
 @dataclass
 class _Outcome:
     start: int  # when the attempt was sent (the result's time less its latency)
+    end: int  # when its result came
     connection: str
     model: str
     error: str | int | None  # None: a success
@@ -66,8 +78,21 @@ def _error(kind: str | None, status: int) -> str | int | None:
     """The scenario's `error` for a failed attempt; None for an answer or a cancel."""
     if kind is None or kind == FailureKind.CANCELLED:
         return None
-    return {FailureKind.QUOTA_EXHAUSTED: "quota", FailureKind.NETWORK: "reset",
-            FailureKind.TIMEOUT: "timeout"}.get(FailureKind(kind), status or "reset")
+    error = {FailureKind.QUOTA_EXHAUSTED: "quota", FailureKind.NETWORK: "reset",
+             FailureKind.TIMEOUT: "timeout"}.get(FailureKind(kind), status or "reset")
+    if isinstance(error, int) and not 400 <= error <= 599:
+        raise _OutOfRange(f"status {error}")
+    return error
+
+
+def _bounded_ms(value: Any, minimum: int) -> int:
+    """A latency or hint from the log, if a scenario can hold it: `minimum` to 30 days."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _OutOfRange(f"{value} ms")
+    ms = int(value)
+    if not minimum <= ms <= MAX_DURATION_MS:
+        raise _OutOfRange(f"{ms} ms")
+    return ms
 
 
 @dataclass
@@ -78,6 +103,9 @@ class Recording:
     answered: int = 0
     results: int = 0
     skipped: int = 0  # lines that were not events we know
+    #: events with a time, latency, hint or status no scenario can hold (over 30 days
+    #: from the rest, not finite, negative), or requests over the simulator's limit
+    out_of_range: int = 0
     arrivals: dict[str, list[int]] = field(default_factory=dict)
     outcomes: dict[str, list[_Outcome]] = field(default_factory=dict)
     hints: dict[str, Counter[int]] = field(default_factory=dict)
@@ -88,8 +116,13 @@ class Recording:
 
     def add(self, event: Mapping[str, Any]) -> None:
         kind, t = event.get("type"), event.get("t")
-        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+        if isinstance(t, bool) or not isinstance(t, int | float):
             self.skipped += 1
+            return
+        if isinstance(t, float) and t.is_integer():
+            t = int(t)  # 1500.0, or 1e40 (which `bound` leaves out as far from the rest)
+        if not isinstance(t, int) or t < 0:  # NaN, inf, negative, a fraction of a ms
+            self.out_of_range += 1
             return
         try:
             if kind == "request":
@@ -97,13 +130,14 @@ class Recording:
                 self.requests += 1
                 self._ids.add(event.get("id"))
             elif kind == "result":
-                latency = max(0, int(event["latency_ms"]))
+                latency = _bounded_ms(event["latency_ms"], 0)
                 provider = _name(event["provider"])
                 error = _error(event.get("kind"), int(event["status"]))
                 if error is None and event.get("kind") is not None:
                     return  # cancelled by the caller: says nothing of the upstream
                 self.outcomes.setdefault(provider, []).append(_Outcome(
-                    t - latency, _name(event["connection"]), _name(event["model"]), error))
+                    t - latency, t, _name(event["connection"]), _name(event["model"]),
+                    error))
                 if error is None:
                     self.latencies.setdefault(provider, LatencyHistogram()).add(latency)
                 self.results += 1
@@ -112,18 +146,74 @@ class Recording:
                     self.answered += 200 <= int(event["status"]) < 300
             elif kind == "cooldown" and event.get("hint_ms"):
                 self.hints.setdefault(_name(event["provider"]), Counter())[
-                    int(event["hint_ms"])] += 1
+                    _bounded_ms(event["hint_ms"], 1)] += 1
             else:
                 return
-        except (KeyError, TypeError, ValueError):
+        except _OutOfRange:
+            self.out_of_range += 1
+            return
+        except (KeyError, TypeError, ValueError, OverflowError):  # int(Infinity) overflows
             self.skipped += 1
             return
         self.first_ms = t if self.first_ms is None else min(self.first_ms, t)
         self.last_ms = max(self.last_ms, t)
 
+    def bound(self) -> None:
+        """Keep what one scenario can replay: the 30 days of the log with the most
+        requests (a time far from the others, like `t: 1e40`, is left out), and of those
+        at most the simulator's limit of requests, the earliest."""
+        if self.first_ms is None or not self.requests:
+            return
+        if self.last_ms - self.first_ms > MAX_SPAN_MS:
+            start = _busiest_start(sorted(t for ts in self.arrivals.values() for t in ts))
+            self._keep_between(start, start + MAX_SPAN_MS)
+        if self.requests > MAX_SIMULATED_REQUESTS:
+            ordered = sorted((t, route) for route, ts in self.arrivals.items() for t in ts)
+            self.out_of_range += len(ordered) - MAX_SIMULATED_REQUESTS
+            self.requests = MAX_SIMULATED_REQUESTS
+            self.arrivals = {}
+            for t, route in ordered[:MAX_SIMULATED_REQUESTS]:
+                self.arrivals.setdefault(route, []).append(t)
+
+    def _keep_between(self, first: int, last: int) -> None:
+        """Drop the requests and results outside `first`..`last`, counting them."""
+        for route, times in list(self.arrivals.items()):
+            kept = [t for t in times if first <= t <= last]
+            self.out_of_range += len(times) - len(kept)
+            self.requests -= len(times) - len(kept)
+            if kept:
+                self.arrivals[route] = kept
+            else:
+                del self.arrivals[route]
+        for provider, outcomes in list(self.outcomes.items()):
+            inside = [o for o in outcomes if first <= o.end <= last]
+            self.out_of_range += len(outcomes) - len(inside)
+            self.results -= len(outcomes) - len(inside)
+            if inside:
+                self.outcomes[provider] = inside
+            else:
+                del self.outcomes[provider]
+        times = [t for ts in self.arrivals.values() for t in ts]
+        times += [o.end for outcomes in self.outcomes.values() for o in outcomes]
+        self.first_ms, self.last_ms = min(times), max(times)
+
+
+def _busiest_start(times: list[int]) -> int:
+    """The first of the sorted `times` that starts the stretch of `MAX_SPAN_MS` holding
+    the most of them."""
+    best, best_count, end = times[0], 0, 0
+    for index, start in enumerate(times):
+        while end < len(times) and times[end] <= start + MAX_SPAN_MS:
+            end += 1
+        if end - index > best_count:
+            best, best_count = start, end - index
+    return best
+
 
 def _name(value: Any) -> str:
-    if not isinstance(value, str) or not value or len(value) > 200:
+    """A route, provider, connection or model name a scenario can hold (docs/design.md
+    §8: every character of it shows)."""
+    if not isinstance(value, str) or not value or len(value) > 200 or find_hidden(value):
         raise ValueError("not a name")
     return value
 
@@ -183,11 +273,15 @@ def scenario_from_events(events: Iterable[Mapping[str, Any]], *, name: str,
     halfway between its last failure and the first answer after it from the same scope
     (the provider, one connection or one model), with the most common error, the
     Retry-After hint the engine heard most, and a `rate` when windows close together
-    merged. Raises ValueError when no request was recorded.
+    merged. Raises ValueError when no request was recorded, or for a name that would not
+    show as written.
     """
+    if reason := hidden_reason(name, "--name"):
+        raise ValueError(reason)
     recording = Recording()
     for event in events:
         recording.add(event)
+    recording.bound()
     if recording.first_ms is None or not recording.requests:
         raise ValueError(f"{source}: no requests in the recorded events (is it a gateway's "
                          "event log?)")
@@ -222,7 +316,7 @@ def scenario_from_events(events: Iterable[Mapping[str, Any]], *, name: str,
     scenario: dict[str, Any] = {
         "name": name,
         "description": (
-            f"Recorded from {source}: {recording.requests:,} requests over "
+            f"Recorded from {visible(source)}: {recording.requests:,} requests over "
             f"{duration / 1000:g} s, {len(faults)} upstream failure window(s) found in "
             f"{recording.results:,} attempts. Replay it against a changed router config "
             "with --config; the expectation asks the change to answer at least as many "

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from omniroute_tui.config.durations import format_ms
+from omniroute_tui.config.hidden import visible
 
 from .scenario import Expect, Scenario
 
@@ -110,16 +111,16 @@ _FAULT_ROWS: tuple[tuple[str, Any], ...] = (
 def summary_rows(scenario: Scenario, results: dict[str, dict[str, Any]]
                  ) -> Iterator[tuple[str, list[str] | None]]:
     """(label, a cell per policy) for the run, then each provider and fault under a
-    heading row (cells None)."""
+    heading row (cells None); names in labels have their hidden characters escaped."""
     policies = list(results)
     for label, key, fmt in _RUN_ROWS:
         yield label, [fmt(results[p].get(key)) for p in policies]
     for name in scenario.providers:
-        yield f"provider {name}", None
+        yield visible(f"provider {name}"), None
         for label, cell in _PROVIDER_ROWS:
             yield f"  {label}", [cell(results[p]["providers"][name]) for p in policies]
     for fault in scenario.faults:
-        yield f"fault {fault.name} on {fault.target}", None
+        yield visible(f"fault {fault.name} on {fault.target}"), None
         for label, cell in _FAULT_ROWS:
             yield f"  {label}", [cell(results[p]["faults"][fault.name]) for p in policies]
 
@@ -127,8 +128,9 @@ def summary_rows(scenario: Scenario, results: dict[str, dict[str, Any]]
 def summary_table(scenario: Scenario, results: dict[str, dict[str, Any]]) -> Table:
     """Policies as columns, one short row per figure: fits 80 columns with five policies."""
     policies = list(results)
-    table = Table(title=Text(f"{scenario.name} (seed {scenario.seed})"), title_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    title = Text(visible(f"{scenario.name} (seed {scenario.seed})"))
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  padding=(0, 1))
     table.add_column("", no_wrap=True, overflow="ellipsis")
     for policy in policies:
         table.add_column(policy, justify="right", no_wrap=True)
@@ -146,10 +148,11 @@ def render(console: Console, scenario: Scenario, results: dict[str, dict[str, An
     """The policies side by side (runs, providers, faults), then the checks."""
     console.print(summary_table(scenario, results))
     for check in checks:
+        expect = escape(visible(check["expect"]))
         if check["ok"] is None:
-            console.print(f"[dim]SKIP {escape(check['expect'])}: {check['policy']} was not "
+            console.print(f"[dim]SKIP {expect}: {check['policy']} was not "
                           "run[/]")
             continue
         mark = "[green]PASS[/]" if check["ok"] else "[red]FAIL[/]"
-        console.print(f"{mark} {escape(check['expect'])}: observed "
+        console.print(f"{mark} {expect}: observed "
                       f"{format_value(check['value'])}")

@@ -19,12 +19,14 @@ from statistics import NormalDist
 from typing import Any
 
 from omniroute_tui.config.durations import parse_rate_per_s
+from omniroute_tui.config.hidden import DESCRIPTION_KEEPS, hidden_reason
 from omniroute_tui.config.overrides import parse_overrides, validate_settings
 from omniroute_tui.config.problems import ConfigError, Path, Problem
 from omniroute_tui.config.readers import (
     read_duration,
     read_int,
     read_mapping,
+    read_name,
     read_number,
     read_str,
     reject_unknown,
@@ -72,7 +74,7 @@ RUN_METRICS = frozenset({
 PROVIDER_METRICS = frozenset({"attempts", "probes", "successes", "failures", "breaker_opens",
                               "open_ms", "max_attempts_per_open"})
 FAULT_METRICS = frozenset({"attempts", "attempts_per_s", "ttr_ms", "burst_after"})
-_CHECK = re.compile(r"^\s*(<=|>=|==|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
+_CHECK = re.compile(r"^ *(<=|>=|==|<|>) *(-?[0-9]+(?:\.[0-9]+)?) *$")  # ASCII digits, as durations
 _Z99 = 2.3263478740408408  # the 99th percentile of the standard normal
 
 
@@ -339,7 +341,7 @@ def _read_fault(
         return None
     reject_unknown(src, body, path, ("name", "at", "for", "until", "target", "error",
                                      "retry_after", "body", "rate", "latency"))
-    name = read_str(src, body.get("name"), path + ("name",))
+    name = read_name(src, body.get("name"), path + ("name",))
     at = read_duration(src, body.get("at", 0), path + ("at",))
     target = _read_target(src, body.get("target"), path + ("target",), providers, origin)
     until: int | None = end_ms
@@ -525,11 +527,13 @@ def load_scenario(
     src = load_source(path, text=text)
     data = src.data
     reject_unknown(src, data, (), TOP_FIELDS)
-    name = read_str(src, data.get("name", FsPath(str(path)).stem), ("name",)) or "scenario"
+    name = read_name(src, data.get("name", FsPath(str(path)).stem), ("name",)) or "scenario"
     description = data.get("description", "")
     if not isinstance(description, str):
         src.problem(("description",), "expected text")
         description = ""
+    elif reason := hidden_reason(description, "the description", DESCRIPTION_KEEPS):
+        src.problem(("description",), reason)
     seed = read_int(src, data.get("seed", 0), ("seed",)) or 0
     duration = read_duration(src, data.get("duration"), ("duration",), positive=True) \
         if "duration" in data else None

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sqlite3
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -315,3 +317,65 @@ def test_client_log_lines_are_one_per_reason_every_ten_seconds(
     assert [r.getMessage() for r in caplog.records] == [
         "closed a slow client", "closed a stalled client",
         "closed a slow client (and 99 more like it since the last line)"]
+
+
+async def test_oversized_chunked_bodies_are_413_every_time_and_one_log_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """5 MiB bodies with no content-length, over the 4 MiB limit: each is answered 413
+    (the rest of its upload read and dropped, so no reset destroys the answer), and the
+    twenty of them from one address are one log line, without a traceback."""
+    caplog.set_level(logging.INFO)
+
+    async def five_mib() -> AsyncIterator[bytes]:
+        for _ in range(80):
+            yield b"x" * 65_536
+
+    async with running_gateway(tmp_path) as gw, httpx.AsyncClient(base_url=gw.url) as http:
+        statuses = [(await http.post(CHAT, content=five_mib())).status_code
+                    for _ in range(20)]
+        assert (await http.post(CHAT, json={"model": "chat", "messages": []})
+                ).status_code == 200
+    assert statuses == [413] * 20
+    _no_tracebacks(caplog)
+    lines = [r.getMessage() for r in caplog.records  # the server's, not the client's
+             if r.name.startswith(("omniroute", "uvicorn"))]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("answered 413 to 127.0.0.1:")
+    assert lines[0].endswith(": the request body is over 4194304 bytes")
+
+
+def test_one_client_address_gets_one_line_every_ten_seconds_whatever_it_does(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from omniroute_tui.gateway.protocol import ClientLog
+
+    caplog.set_level(logging.INFO)
+    now = [100.0]
+    clients = ClientLog(10.0, clock=lambda: now[0])
+    for reason in ("refused-413", "refused-431", "malformed", "slow-head", "hung-up"):
+        clients.note(reason, "%s from %s", reason, "10.0.0.1", client="10.0.0.1")
+    clients.note("malformed", "%s from %s", "malformed", "10.0.0.2", client="10.0.0.2")
+    now[0] += 10.0
+    clients.note("malformed", "%s from %s", "malformed", "10.0.0.1", client="10.0.0.1")
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused-413 from 10.0.0.1",
+        "malformed from 10.0.0.2 (and 1 more like it since the last line)",
+        "malformed from 10.0.0.1"]
+
+
+async def test_a_slow_second_request_on_a_kept_alive_connection_is_cut_off_too(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    async with running_gateway(tmp_path, limits=FAST) as gw:
+        reader, writer = await _raw(gw.url)
+        writer.write(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        async with asyncio.timeout(5):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"content-length: (\d+)", head)
+            assert length is not None
+            await reader.readexactly(int(length[1]))
+        assert head.startswith(b"HTTP/1.1 200 ")
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")  # and no more
+        started = time.monotonic()
+        assert (await _read_all(reader)).startswith(b"HTTP/1.1 408 ")
+        assert time.monotonic() - started < 4
+        writer.close()
+    _no_tracebacks(caplog)

@@ -13,15 +13,18 @@ MAX_DURATION_MS = 30 * 86_400_000
 MAX_RATE_PER_S = 100_000.0
 
 _UNITS_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0, "d": 86_400_000.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(ms|s|m|h)\s*$")
+#: ASCII digits only: `\d` would take "٥" or "５", which `float()` reads as 5
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_RATE = re.compile(r"^ *([0-9]+(?:\.[0-9]+)?) */ *(ms|s|m|h) *$")
 
 
 def parse_duration_ms(value: object, *, longest_ms: int = MAX_DURATION_MS) -> int:
-    """Parse `250ms`, `3s`, `1.5s`, `5m`, `1h`, `1m30s` or integer milliseconds.
+    """Parse `250ms`, `3s`, `1.5s`, `5m`, `1h`, `7d`, `1m30s` or integer milliseconds.
 
-    At most `longest_ms` (30 days unless a field says otherwise: how long a log is kept
-    may be longer). Raises ValueError with a sentence a user can act on.
+    ASCII digits and units only, with nothing around or between them: `"5 m"`, `" 5m"`,
+    `"٥m"` or `"1e3ms"` are refused rather than guessed at (docs/design.md §8). At most
+    `longest_ms` (30 days unless a field says otherwise: how long a log is kept may be
+    longer). Raises ValueError with a sentence a user can act on.
     """
     if isinstance(value, bool):
         raise ValueError(f"expected a duration like 3s or 250ms, got {value!r}")
@@ -33,17 +36,22 @@ def parse_duration_ms(value: object, *, longest_ms: int = MAX_DURATION_MS) -> in
         return _bounded(value, value, longest_ms)
     if not isinstance(value, str):
         raise ValueError(f"expected a duration like 3s or 250ms, got {value!r}")
-    text = value.strip().replace(" ", "")
-    if not text:
+    if not value:
         raise ValueError("expected a duration like 3s or 250ms, got an empty string")
+    if any(c.isspace() for c in value):
+        raise ValueError(f"{value!r} is not a duration: write it without spaces, like 5m "
+                         "or 1m30s")
+    if not value.isascii():
+        raise ValueError(f"{value!r} is not a duration: write it in ASCII digits 0-9 and a "
+                         "unit (ms, s, m, h, d), like 5m")
     total = 0.0
     pos = 0
-    for match in _PART.finditer(text):
+    for match in _PART.finditer(value):
         if match.start() != pos:
             break
         total += float(match.group(1)) * _UNITS_MS[match.group(2)]
         pos = match.end()
-    if pos != len(text) or pos == 0:
+    if pos != len(value) or pos == 0:
         raise ValueError(
             f"{value!r} is not a duration: write a number with a unit (250ms, 3s, 5m, 1h) "
             "or integer milliseconds"

@@ -1,5 +1,9 @@
-"""Bounds a config sets: what one client may cost the gateway (`gateway.limits`) and what
-the state database keeps (`store.history`, `store.requests`, `store.audit`)."""
+"""What a config may declare, what one client may cost the gateway, what the store keeps.
+
+The counts a config or scenario file may declare are fixed (`MAX_COUNTS`); what a client
+may cost is the config's `gateway.limits`; what the state database keeps is
+`store.history`, `store.requests` and `store.audit`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,22 @@ from .problems import Path
 from .readers import read_duration, read_int, read_mapping, reject_unknown
 from .yaml_source import Source
 
-__all__ = ["GatewayLimits", "StoreRetention", "parse_limits", "parse_retention"]
+__all__ = [
+    "MAX_COUNTS", "GatewayLimits", "StoreRetention", "parse_limits", "parse_retention",
+]
+
+#: how many of each a config or scenario file may declare (docs/design.md §8): far above
+#: any deployment, and low enough that a file loads and a router starts in about a second
+#: (200,000 connections on one provider took 17 s and 200 MB to load and build). The
+#: benchmarks and tests give a provider 1,000 connections; an engine built in code has no cap.
+MAX_COUNTS = {
+    "providers": 100,
+    "connections per provider": 1_000,
+    "connections in all": 10_000,  # 100,000 took 5 s and 105 MB to load and build
+    "models per provider": 1_000,
+    "routes": 1_000,
+    "targets per route": 100,
+}
 
 
 @dataclass(frozen=True)

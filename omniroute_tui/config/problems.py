@@ -5,19 +5,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .hidden import visible
+
 __all__ = ["ConfigError", "Path", "Problem", "format_field"]
 
 Path = tuple[str | int, ...]
 
 
 def format_field(path: Path) -> str:
-    """`("providers", "a", "connections", 0)` → `providers.a.connections[0]`."""
+    """`("providers", "a", "connections", 0)` → `providers.a.connections[0]`, with
+    a key's hidden characters escaped (`routes.r\\x1b`): errors print the field."""
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            out += f".{visible(part)}" if out else visible(part)
     return out or "(top level)"
 
 
@@ -29,8 +32,10 @@ class Problem:
     reason: str
 
     def __str__(self) -> str:
+        """One line that prints as it reads: a file name or reason quoting a hidden
+        character shows its escape."""
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.field}: {self.reason}"
+        return visible(f"{where}: {self.field}: {self.reason}")
 
 
 class ConfigError(Exception):

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .durations import MAX_DURATION_MS, parse_duration_ms
+from .hidden import hidden_reason
 from .problems import Path
 from .yaml_source import Source
 
@@ -14,6 +15,7 @@ __all__ = [
     "read_duration",
     "read_int",
     "read_mapping",
+    "read_name",
     "read_number",
     "read_str",
     "reject_unknown",
@@ -40,6 +42,18 @@ def read_str(src: Source, value: Any, path: Path) -> str | None:
         return value
     src.problem(path, f"expected a non-empty string, got {_kind(value)}")
     return None
+
+
+def read_name(src: Source, value: Any, path: Path, what: str = "the name") -> str | None:
+    """A non-empty string every character of which shows (docs/design.md §8)."""
+    text = read_str(src, value, path)
+    if text is None:
+        return None
+    reason = hidden_reason(text, what)
+    if reason is not None:
+        src.problem(path, reason)
+        return None
+    return text
 
 
 def read_bool(src: Source, value: Any, path: Path) -> bool | None:

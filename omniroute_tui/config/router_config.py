@@ -17,7 +17,9 @@ from ..engine.jitter import Jitter
 from ..engine.settings import AuthKind, ResilienceSettings, default_settings
 from ..router.core import Router
 from ..router.routes import Route, Strategy, Target
+from .hidden import hidden_reason
 from .limits import (
+    MAX_COUNTS,
     RETENTION_FIELDS,
     GatewayLimits,
     StoreRetention,
@@ -26,7 +28,7 @@ from .limits import (
 )
 from .overrides import OverridePatch, parse_overrides, validate_settings
 from .problems import Path
-from .readers import read_bool, read_int, read_mapping, read_str, reject_unknown
+from .readers import read_bool, read_int, read_mapping, read_name, read_str, reject_unknown
 from .secrets import Secret
 from .yaml_source import Source, load_source
 
@@ -106,10 +108,21 @@ class RouterConfig:
 
 
 def _identifier(src: Source, value: Any, path: Path, what: str) -> str | None:
-    if isinstance(value, str) and _ID.match(value):
+    if isinstance(value, str) and _ID.fullmatch(value):
         return value
-    src.problem(path, f"{what} must be letters, digits, '_', '-' or '.', got {value!r}")
+    reason = hidden_reason(value, "the name") if isinstance(value, str) else None
+    src.problem(path, reason or f"{what} must be letters, digits, '_', '-' or '.', "
+                                f"got {value!r}")
     return None
+
+
+def _within(src: Source, count: int, path: Path, what: str) -> bool:
+    """Whether `count` is within the cap on `what` (`MAX_COUNTS`); a problem if not."""
+    limit = MAX_COUNTS[what]
+    if count <= limit:
+        return True
+    src.problem(path, f"{count:,} {what.split()[0]}: at most {limit:,} {what}")
+    return False
 
 
 def _secret(src: Source, value: Any, path: Path, env: Mapping[str, str]) -> Secret | None:
@@ -137,6 +150,8 @@ def _connections(
 ) -> tuple[ConnectionConfig, ...]:
     if not isinstance(value, list) or not value:
         src.problem(path, "expected a non-empty list of connections ({id, api_key} or bare ids)")
+        return ()
+    if not _within(src, len(value), path, "connections per provider"):
         return ()
     seen: set[str] = set()
     result = []
@@ -182,6 +197,8 @@ def parse_providers(
         return {}
     if not mapping:
         src.problem(path, "no providers: name at least one")
+    if not _within(src, len(mapping), path, "providers"):
+        return {}
     providers: dict[str, ProviderConfig] = {}
     for name, body in mapping.items():
         where = path + (str(name),)
@@ -214,6 +231,8 @@ def parse_providers(
             name=provider_id, auth=auth, models=models, connections=connections,
             settings=settings, per_model_quota=bool(per_model), base_url=base_url, extra=extra,
         )
+    _within(src, sum(len(p.connections) for p in providers.values()), path,
+            "connections in all")
     return providers
 
 
@@ -221,9 +240,11 @@ def _models(src: Source, value: Any, path: Path) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         src.problem(path, "expected a non-empty list of model names")
         return ()
+    if not _within(src, len(value), path, "models per provider"):
+        return ()
     models = []
     for index, item in enumerate(value):
-        name = read_str(src, item, path + (index,))
+        name = read_name(src, item, path + (index,))
         if name is not None:
             if name in models:
                 src.problem(path + (index,), f"model {name!r} is listed twice")
@@ -234,10 +255,14 @@ def _models(src: Source, value: Any, path: Path) -> tuple[str, ...]:
 def parse_routes(
     src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig]
 ) -> dict[str, Route]:
-    mapping = read_mapping(src, value, path)
+    mapping = read_mapping(src, value, path) or {}
     routes: dict[str, Route] = {}
-    for name, body in (mapping or {}).items():
+    if not _within(src, len(mapping), path, "routes"):
+        return routes
+    for name, body in mapping.items():
         where = path + (str(name),)
+        if read_name(src, str(name), where) is None:
+            continue
         body = read_mapping(src, body, where)
         if body is None:
             continue
@@ -252,6 +277,8 @@ def parse_routes(
         targets_raw = body.get("targets")
         if not isinstance(targets_raw, list) or not targets_raw:
             src.problem(where + ("targets",), "expected a non-empty list of provider/model")
+            continue
+        if not _within(src, len(targets_raw), where + ("targets",), "targets per route"):
             continue
         targets = []
         for index, item in enumerate(targets_raw):

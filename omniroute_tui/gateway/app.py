@@ -19,6 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config.durations import parse_duration_ms
+from ..config.hidden import visible
 from ..config.limits import GatewayLimits
 from ..config.router_config import ProviderConfig
 from ..drivers import AsyncDriver, UpstreamClient
@@ -390,7 +391,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 def _client_gone(request: Request) -> Response:
     client = request.client
     client_log.note("hung-up", "%s hung up before its request to %s was read whole",
-                    f"{client.host}:{client.port}" if client else "a client", request.url.path)
+                    f"{client.host}:{client.port}" if client else "a client",
+                    visible(request.url.path),
+                    client=client.host if client else None)
     return Response(status_code=499)
 
 

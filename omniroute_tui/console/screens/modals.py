@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
+from ...config.hidden import visible
 from ..actions import ACTIONS
 
 __all__ = ["ConfirmScreen", "DetailScreen", "HelpScreen"]
@@ -80,10 +81,10 @@ class DetailScreen(ModalScreen[None]):
 
     def __init__(self, title: str, current: Iterable[tuple[str, str]],
                  history: Iterable[str]) -> None:
-        super().__init__()
-        self.heading = title
-        self.current = list(current)
-        self.history = list(history)
+        super().__init__()  # names shown with hidden characters escaped, like the tables'
+        self.heading = visible(title)
+        self.current = [(k, visible(v)) for k, v in current]
+        self.history = [visible(line) for line in history]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from rich.markup import escape
 from textual.widgets import DataTable
 
+from ...config.hidden import visible
 from ..model.panes import Pane
 
 __all__ = ["KeyedTable"]
@@ -54,7 +55,9 @@ class KeyedTable(DataTable[str]):
              order: Sequence[str] | None = None) -> int:
         """Make the table show `rows` (key -> cells), touching only what changed, in
         `order` (row keys) when given; returns how many rows pass the filter. Cells are
-        text: a model or route named like markup (`[/x]`) is shown as it is written."""
+        text: a model or route named like markup (`[/x]`) is shown as it is written, and
+        a hidden character in a name (an attached gateway's are not ours to check) as
+        its escape (`\\x1b`), never sent to the terminal."""
         if self._pick is not None:
             pick = self._pick
             rows = {k: tuple(v[i] for i in pick) for k, v in rows.items()}
@@ -69,11 +72,11 @@ class KeyedTable(DataTable[str]):
         for key, cells in rows.items():
             before = shown.get(key)
             if before is None:
-                self.add_row(*map(escape, cells), key=key)
+                self.add_row(*(_cell(c) for c in cells), key=key)
             elif before != cells:
                 for name, old, new in zip(self._column_names, before, cells, strict=True):
                     if old != new:
-                        self.update_cell(key, name, escape(new),
+                        self.update_cell(key, name, _cell(new),
                                          update_width=name in self._grows)
             else:
                 continue
@@ -103,3 +106,7 @@ class KeyedTable(DataTable[str]):
             return False
         self.move_cursor(row=self.get_row_index(key))
         return True
+
+
+def _cell(text: str) -> str:
+    return escape(visible(text))

@@ -6,8 +6,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from textual.events import Resize
+from textual.visual import VisualType
 from textual.widgets import RichLog, Static
 
+from ...config.hidden import DESCRIPTION_KEEPS, visible
 from ..model.view_state import clock_text
 
 __all__ = ["EventLog", "FaultBanner", "PlainStatic", "ScenarioTimeline", "StatusBar",
@@ -16,10 +18,16 @@ __all__ = ["EventLog", "FaultBanner", "PlainStatic", "ScenarioTimeline", "Status
 
 class PlainStatic(Static):
     """A Static that shows its text as written: names from files and typed filters are
-    never read as markup."""
+    never read as markup, and a hidden character (an attached gateway's names are not ours
+    to check) is shown as its escape, never sent to the terminal."""
 
     def __init__(self, content: str = "", **kwargs: Any) -> None:
-        super().__init__(content, markup=False, **kwargs)
+        super().__init__(visible(content, DESCRIPTION_KEEPS), markup=False, **kwargs)
+
+    def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+        if isinstance(content, str):
+            content = visible(content, DESCRIPTION_KEEPS)
+        super().update(content, layout=layout)
 
 
 class StatusBar(PlainStatic):
@@ -78,7 +86,7 @@ class EventLog(RichLog):
         defers writes, and a separate `scroll_end` would run before them.
         """
         needle = self.filter_text.lower()
-        shown = [f"{clock_text(t)}  {text}" for t, _, text in lines
+        shown = [f"{clock_text(t)}  {visible(text)}" for t, _, text in lines
                  if not needle or needle in text.lower()]
         for i, line in enumerate(shown, 1):
             self.write(line, scroll_end=i == len(shown), animate=False)
