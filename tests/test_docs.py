@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from omniroute_tui.config import load_router_config
-from omniroute_tui.config.limits import GatewayLimits
+from omniroute_tui.config.limits import GatewayLimits, StoreRetention
 from omniroute_tui.engine import Classification, FailureKind
 from omniroute_tui.engine.settings import AuthKind, ResilienceSettings, default_settings
 from omniroute_tui.router import Attempt, Response
@@ -194,7 +194,8 @@ def test_the_config_examples_load() -> None:
     assert [c.weight for c in openai.connections] == [1, 2]
     assert openai.settings.breaker.failure_threshold == 4
     assert openai.settings.cooldown.base_ms == 3000
-    assert (config.store_path, config.store_events) == ("omniroute.db", 100_000)
+    assert config.store_path == "omniroute.db"
+    assert config.store_retention == StoreRetention()  # the example spells out the defaults
     with_kinds = load_router_config(page, text=kinds + ROUTER_YAML)
     override = with_kinds.providers["openai"].settings.breaker.kinds[
         FailureKind.QUOTA_EXHAUSTED]
