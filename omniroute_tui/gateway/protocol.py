@@ -5,6 +5,9 @@ request's head or body, the size of the head, or the number of open connections:
 that sends half a request holds its connection forever. This protocol adds those limits at
 the socket, before any of the request reaches the application, and answers each with its
 status (408, 413, 431, 503) and `connection: close`.
+
+`HttpToolsProtocol` is uvicorn's private class: pyproject pins uvicorn to the versions
+tests/test_gateway_uvicorn_api.py has checked what this subclass overrides, calls and reads.
 """
 
 from __future__ import annotations
