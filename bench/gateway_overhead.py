@@ -4,8 +4,11 @@ gateway's throughput with 32 concurrent clients. Target: <= 0.6 ms median overhe
 
 A second gateway, the same but with aiohttp's client for its upstream calls
 (`aiohttp_upstream.py`), is measured in the same rounds: docs/gateway.md says why the gateway
-keeps its own client, with these numbers. The fake and each gateway run in their own
-process, as in production.
+keeps its own client, with these numbers. With `--baseline TREE`, a third one runs from
+another checkout of the source (say `git worktree add /tmp/base main`), in the same
+rounds too: a change to the request path is judged by its CPU per request against that
+baseline on the same machine at the same time. The fake and each gateway run in their
+own process, as in production.
 """
 
 from __future__ import annotations
@@ -131,6 +134,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--baseline", metavar="TREE", type=Path,
+                        help="also measure a gateway run from this checkout's source")
     parser.add_argument("--serve-aiohttp", nargs=2, metavar=("CONFIG", "PORT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -161,10 +166,19 @@ def main() -> None:
                 [sys.executable, __file__, "--serve-aiohttp", str(config),
                  str(ports["aiohttp"])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 env=env))
+            pids = {"gateway": procs[1].pid, "aiohttp": procs[2].pid}
+            if args.baseline is not None:
+                ports["baseline"] = free_port()
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-c", "import sys; from omniroute_tui.gateway.cli "
+                     "import main; sys.exit(main())", "--config", str(config), "--listen",
+                     f"127.0.0.1:{ports['baseline']}"], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env={**env, "PYTHONPATH": str(args.baseline.resolve())}))
+                pids["baseline"] = procs[3].pid
             gateways = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
             for url in gateways.values():
                 wait_until_up(f"{url}/health")
-            pids = {"gateway": procs[1].pid, "aiohttp": procs[2].pid}
             before = {name: cpu_s(pid) for name, pid in pids.items()}
             ms = asyncio.run(latencies(direct, gateways, args.requests))
             cpu_us = {name: (cpu_s(pid) - before[name]) / (args.requests + 50) * 1e6
@@ -182,13 +196,20 @@ def main() -> None:
     d50, d99 = statistics.median(ms["direct"]), percentile(ms["direct"], 0.99)
     print(f"{args.requests} sequential requests, in turn direct / through each gateway:")
     print(f"  direct:             median {d50:6.2f} ms   p99 {d99:6.2f} ms")
-    for name, label in (("gateway", "gateway"), ("aiohttp", "gateway, aiohttp")):
+    labels = [("gateway", "gateway"), ("aiohttp", "gateway, aiohttp")]
+    if "baseline" in ms:
+        labels.append(("baseline", "gateway, baseline"))
+    for name, label in labels:
         t50, t99 = statistics.median(ms[name]), percentile(ms[name], 0.99)
         print(f"  {label + ':':18s}  median {t50:6.2f} ms   p99 {t99:6.2f} ms   "
               f"overhead {t50 - d50:5.2f} ms (p99 {t99 - d99:+.2f})   ratio {t50 / d50:.2f}   "
               f"CPU {cpu_us[name]:,.0f} µs a request")
     own, other = statistics.median(ms["gateway"]), statistics.median(ms["aiohttp"])
     print(f"  aiohttp's client costs {other - own:+.2f} ms a request more than ours")
+    if "baseline" in ms:
+        print(f"  CPU a request against the baseline ({args.baseline}): "
+              f"{cpu_us['gateway']:,.0f} against {cpu_us['baseline']:,.0f} µs "
+              f"({cpu_us['gateway'] / cpu_us['baseline'] - 1:+.1%})")
     print(f"throughput, {args.clients} concurrent clients for {args.seconds:g} s: "
           f"{done / args.seconds:,.0f} requests/s ({errors} errors)")
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import ssl
+import struct
 import subprocess
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,34 @@ async def raw_server(handler: Handler) -> AsyncIterator[tuple[str, list[asyncio.
     finally:
         server.close()
         await server.wait_closed()
+
+
+@contextmanager
+def server_in_a_thread(handler: Handler) -> Iterator[str]:
+    """A server on its own event loop in a thread, yielding its URL: what it does to a
+    connection reaches the test's socket while the test's loop is not running, as a
+    peer's close reaches a gateway whose loop is busy with other requests."""
+    loop = asyncio.new_event_loop()
+    ports: list[int] = []
+    listening = threading.Event()
+
+    def run() -> None:
+        server = loop.run_until_complete(asyncio.start_server(handler, "127.0.0.1", 0))
+        ports.append(server.sockets[0].getsockname()[1])
+        listening.set()
+        loop.run_forever()
+        server.close()
+        loop.run_until_complete(server.wait_closed())
+        loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert listening.wait(5), "the server did not start"
+    try:
+        yield f"http://127.0.0.1:{ports[0]}/v1"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
 
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
@@ -95,6 +125,195 @@ async def test_chunked_and_until_close_bodies() -> None:
             await pool.aclose()
 
 
+async def test_informational_answers_are_skipped_for_the_final_one() -> None:
+    """100 Continue and 103 Early Hints come before the answer: the 200 is the answer,
+    its body arrives whole and the connection carries the next request."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n"
+                         b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"
+                         + answer(b"final:" + body))
+            await writer.drain()
+
+    async with raw_server(handler) as (url, connections):
+        pool = Http1Pool()
+        async with asyncio.timeout(5):
+            for n in (1, 2):
+                response = await pool.post(url, {}, b"#%d" % n, 5)
+                assert (response.status, await response.aread()) == (200, b"final:#%d" % n)
+                assert "link" not in response.headers
+                assert response.headers["content-type"] == "application/json"
+        assert len(connections) == 1
+        await pool.aclose()
+
+
+async def test_trailers_are_read_and_the_connection_carries_the_next_request() -> None:
+    received: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                received.append(await read_request(reader))
+            except asyncio.IncompleteReadError:
+                return
+            if len(received) == 1:
+                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                             b"5\r\nhello\r\n0\r\nx-checksum: 5d41\r\nx-usage: 12\r\n\r\n")
+            else:
+                writer.write(answer(b"second"))
+            await writer.drain()
+
+    async with raw_server(handler) as (url, connections):
+        pool = Http1Pool()
+        async with asyncio.timeout(5):
+            first = await pool.post(url, {}, b"1", 5)
+            assert await first.aread() == b"hello"
+            assert "x-checksum" not in first.headers
+            second = await pool.post(url, {}, b"2", 5)
+            assert (second.status, await second.aread()) == (200, b"second")
+        assert received == [b"1", b"2"] and len(connections) == 1
+        await pool.aclose()
+
+
+async def test_bytes_after_an_answer_are_not_taken_for_the_next_one() -> None:
+    """The answer is whole and used; the connection, holding bytes no request asked
+    for, is not reused."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(answer(b"ok") + b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
+            await writer.drain()
+
+    async with raw_server(handler) as (url, connections):
+        pool = Http1Pool()
+        async with asyncio.timeout(5):
+            for _ in range(2):
+                response = await pool.post(url, {}, b"{}", 5)
+                assert (response.status, await response.aread()) == (200, b"ok")
+        assert len(connections) == 2
+        await pool.aclose()
+
+
+async def test_an_answer_before_the_body_is_read_is_used_and_ends_the_connection() -> None:
+    """The peer answers 413 after the head and never reads the body, which no socket
+    buffer holds: the answer is read while the body waits to be sent, then the
+    connection is dropped (the peer would take the rest of the body for a request)."""
+    big = b"x" * (8 << 20)
+    stop = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if f"content-length: {len(big)}".encode() in head:
+            writer.write(answer(b"too large", "413 Content Too Large"))
+            await writer.drain()
+            await stop.wait()  # and the body is never read
+            return
+        length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
+        writer.write(answer(await reader.readexactly(length)))
+        await writer.drain()
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    listener.bind(("127.0.0.1", 0))
+    connections = 0
+
+    async def counted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            await handler(reader, writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(counted, sock=listener)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    pool = Http1Pool()
+    try:
+        async with asyncio.timeout(5):
+            refused = await pool.post(url, {}, big, 5)
+            assert (refused.status, await refused.aread()) == (413, b"too large")
+            small = await pool.post(url, {}, b"small", 5)
+            assert (small.status, await small.aread()) == (200, b"small")
+        assert connections == 2
+    finally:
+        stop.set()
+        await pool.aclose()
+        server.close()
+        await server.wait_closed()
+
+
+def closing_after_each_answer(received: list[bytes], closed: threading.Semaphore,
+                              reset: bool = False) -> Handler:
+    """A handler that answers one request per connection without saying it will close,
+    closes 5 ms later (with a reset if `reset`), and releases `closed` once it has."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            body = await read_request(reader)
+            received.append(body)
+            writer.write(answer(body))
+            await writer.drain()
+            await asyncio.sleep(0.005)
+            if reset:
+                writer.get_extra_info("socket").setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            closed.release()
+    return handler
+
+
+async def test_a_peer_that_closes_5_ms_after_each_answer_loses_no_request() -> None:
+    """Each close is on the wire before the next request, and the client's loop has
+    not run since (it was busy): the pool sees the close on the socket and opens a
+    fresh connection; no request fails and none reaches the server twice."""
+    received: list[bytes] = []
+    closed = threading.Semaphore(0)
+    with server_in_a_thread(closing_after_each_answer(received, closed)) as url:
+        pool = Http1Pool()
+        failures = []
+        for n in range(100):
+            try:
+                async with asyncio.timeout(5):
+                    response = await pool.post(url, {}, b"#%d" % n, 5)
+                    assert await response.aread() == b"#%d" % n
+            except (OSError, ProtocolError) as exc:
+                failures.append(f"#{n}: {exc}")
+                continue  # written to a closed connection: no new one to wait for
+            assert closed.acquire(timeout=5), "the server did not close the connection"
+        await pool.aclose()
+    assert failures == []
+    assert received == [b"#%d" % n for n in range(100)]
+
+
+async def test_a_request_the_socket_refuses_at_once_goes_on_a_fresh_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pooled connection passed its check, then was found reset as the request was
+    handed to it (the reset came in between): none of it was written, so it goes once
+    more, on a new connection, and reaches the server once."""
+    monkeypatch.setattr(http1, "_readable", lambda fd: False, raising=False)
+    received: list[bytes] = []
+    closed = threading.Semaphore(0)
+    with server_in_a_thread(closing_after_each_answer(received, closed, reset=True)) as url:
+        client = UpstreamClient()
+        statuses = []
+        for n in range(3):
+            reply = await client.send(url, {"n": n}, api_key=None, timeout_ms=5000)
+            statuses.append((reply.status, reply.error))
+            if reply.status == 200:  # else no new connection was made, none to wait for
+                assert closed.acquire(timeout=5), "the server did not reset the connection"
+        await client.aclose()
+    assert statuses == [(200, None)] * 3
+    assert received == [b'{"n":0}', b'{"n":1}', b'{"n":2}']
+
+
 async def test_a_pooled_connection_the_peer_closed_is_not_reused() -> None:
     served = 0
 
@@ -135,6 +354,14 @@ async def test_a_body_cut_short_is_a_protocol_error() -> None:
         (b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\ncut", TransportFailure.CONNECTION_RESET),
         (b"", TransportFailure.CONNECTION_RESET),
         (b"SMTP ready\r\n\r\n", TransportFailure.CONNECTION_RESET),
+        (b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\nconnection: upgrade\r\n\r\n",
+         TransportFailure.CONNECTION_RESET),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
+         TransportFailure.CONNECTION_RESET),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+         TransportFailure.CONNECTION_RESET),
+        pytest.param(b"HTTP/1.1 100 Continue\r\n\r\n" * 5000,
+                     TransportFailure.CONNECTION_RESET, id="endless-100-continue"),
     ],
 )
 async def test_upstream_client_classifies_broken_answers(reply: bytes,

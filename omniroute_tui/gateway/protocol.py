@@ -9,6 +9,9 @@ refused (413, 431) has what it sends read and dropped for a moment before the co
 closes: closing on unread data makes the kernel send a reset, which can destroy the
 answer before the client reads it. Each refusal is a log line at most once per client
 address and reason every 10 s, never a traceback (docs/design.md §13).
+
+`HttpToolsProtocol` is uvicorn's private class: pyproject pins uvicorn to the versions
+tests/test_gateway_uvicorn_api.py has checked what this subclass overrides, calls and reads.
 """
 
 from __future__ import annotations
