@@ -138,6 +138,37 @@ async def drive(port: int, rate: int, seconds: float) -> None:
                       "p99_ms": percentile(took_ms, 0.99)}))
 
 
+async def handler_cost(readers: int, rounds: int = 200) -> float:
+    """CPU microseconds the bus handler costs the routing path an event, with `readers`
+    clients (in this process, without sockets): the emits are timed, the clients' reads
+    between rounds are not."""
+    from omniroute_tui.engine.events import EventBus, ResultEvent
+    from omniroute_tui.engine.kinds import FailureKind
+    from omniroute_tui.gateway.events_stream import EventBroadcaster
+
+    bus = EventBus()
+    broadcaster = EventBroadcaster(bus)
+    streams = [broadcaster.stream() for _ in range(readers)]
+    for stream in streams:
+        await anext(stream)
+    pending = [asyncio.ensure_future(anext(stream)) for stream in streams]
+    event = ResultEvent(time.time_ns() // 1_000_000, "r1", 1, "fake", "k", "m", 429,
+                        FailureKind.RATE_LIMITED, 12)
+    spent = 0
+    for _ in range(rounds):
+        started = time.process_time_ns()
+        for _ in range(4):  # a request's events
+            bus.emit(event)
+        spent += time.process_time_ns() - started
+        await asyncio.sleep(0)
+        await asyncio.gather(*pending)
+        pending = [asyncio.ensure_future(anext(stream)) for stream in streams]
+    for task in pending:
+        task.cancel()
+    broadcaster.close()
+    return spent / (rounds * 4) / 1000
+
+
 def summary(name: str, state: list[Reader], cpu_per_s: float, counts: dict[str, float],
             seconds: float) -> None:
     most = max(len(r.lags_ms) for r in state)
@@ -177,6 +208,7 @@ def main() -> None:
         return
     bin_dir = Path(sys.executable).parent
     speed = loop_step_ns()
+    handler_us = {n: asyncio.run(handler_cost(n)) for n in (0, 1, args.readers)}
     with tempfile.TemporaryDirectory() as folder:
         scenario = Path(folder) / "stream.yaml"
         scenario.write_text(SCENARIO)
@@ -208,6 +240,8 @@ def main() -> None:
                         proc.kill()
     print(f"machine: {speed:.1f} ns a Python loop step (now {loop_step_ns():.1f}); "
           f"{args.rate} requests/s for {args.seconds:g} s a phase")
+    print("the bus handler (the routing path's part of the stream), CPU an event: " + ", ".join(
+        f"{us:.2f} µs with {n} client{'' if n == 1 else 's'}" for n, us in handler_us.items()))
     for name, state, cpu_per_s, counts in results:
         summary(name, state, cpu_per_s, counts, args.seconds)
 
