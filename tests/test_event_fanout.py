@@ -142,3 +142,14 @@ async def test_the_bounds_count_every_event_and_byte_a_client_has_not_taken() ->
     assert broadcaster.subscribers == 0
     assert (await anext(keeping_up)).startswith(b'event: dropped\ndata: {"reason": '
                                                 b'"the client fell 25 events behind')
+
+
+async def test_an_idle_stream_says_it_is_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events_stream, "KEEP_ALIVE_S", 0.01)
+    broadcaster = EventBroadcaster(EventBus())
+    frames = broadcaster.stream()
+    assert await anext(frames) == b": connected\n\n"
+    assert await asyncio.wait_for(anext(frames), 5) == b": keep-alive\n\n"
+    assert await asyncio.wait_for(anext(frames), 5) == b": keep-alive\n\n"
+    broadcaster.close()
+    assert [frame async for frame in frames] == []

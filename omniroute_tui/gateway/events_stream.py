@@ -5,7 +5,8 @@ handler only keeps the event (the routing path pays a list append), and a flush 
 of the loop's turn encodes what came, joins it into one batch and appends the batch to a
 log all clients read from. A client takes everything it has not read yet in one write, so
 under load, or when it fell behind, it catches up in a few large writes rather than many
-small ones, and the batches it shares with the others are never copied for it.
+small ones, and the batches it shares with the others are never copied for it
+(docs/design.md §13).
 """
 
 from __future__ import annotations
@@ -181,8 +182,7 @@ class EventBroadcaster:
         finally:
             self._readers.discard(reader)
             if not self._readers:
-                self._base += len(self._log)
-                self._log.clear()
+                self._forget()
 
     def _end(self, reader: _Reader, reason: str | None) -> None:
         self._readers.discard(reader)
@@ -202,12 +202,16 @@ class EventBroadcaster:
 
     def close(self) -> None:
         """At shutdown: every stream ends now, without what it has not read."""
+        for reader in tuple(self._readers):
+            self._end(reader, None)
+        self._forget()
+
+    def _forget(self) -> None:
+        """No client left: nothing to keep, nothing to send."""
         for handle in (self._flush_soon, self._keep_alive_timer):
             if handle is not None:
                 handle.cancel()
         self._flush_soon = self._keep_alive_timer = None
         self._pending.clear()
-        for reader in tuple(self._readers):
-            self._end(reader, None)
         self._base += len(self._log)
         self._log.clear()
