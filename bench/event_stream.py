@@ -69,7 +69,7 @@ async def follow(reader: Reader, port: int, connected: asyncio.Event) -> None:
             now_ms = time.time_ns() // 1_000_000
             reader.last_read = time.monotonic()
             data = tail + data
-            cut = data.rfind(b"\n\n") + 2
+            cut = data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0  # whole frames
             data, tail = data[:cut], data[cut:]
             if b": connected" in data:
                 connected.set()
@@ -98,15 +98,17 @@ async def phase(port: int, readers: int, rate: int, seconds: float, gateway_pid:
         stdout=subprocess.PIPE)
     out, _ = await driver.communicate()
     cpu_per_s = (cpu_s(gateway_pid) - cpu) / seconds
-    print(f"readers' CPU {(time.process_time() - own) / seconds:.2f} s a second")
-    deadline = time.monotonic() + 60  # readers behind go on receiving: until all are quiet
+    counts: dict[str, float] = {**json.loads(out),
+                                "readers_cpu": (time.process_time() - own) / seconds}
+    ended = time.monotonic()
+    deadline = ended + 60  # readers behind go on receiving: until all are quiet
     while time.monotonic() < deadline and any(
             not r.ended and time.monotonic() - r.last_read < 0.5 for r in state):
         await asyncio.sleep(0.1)
+    counts["drain_s"] = max(r.last_read for r in state) - ended
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks)
-    counts: dict[str, float] = json.loads(out)
     return state, cpu_per_s, counts
 
 
@@ -181,14 +183,16 @@ def summary(name: str, state: list[Reader], cpu_per_s: float, counts: dict[str, 
         rows.append((p50, p99, worst, len(r.lags_ms), r.dropped))
     print(f"{name}: {counts['sent'] / seconds:.0f} requests/s sent, {counts['ok']:.0f} answered "
           f"(p50 {counts['p50_ms']:.1f} ms, p99 {counts['p99_ms']:.1f} ms), "
-          f"{counts['errors']:.0f} errors; gateway CPU {cpu_per_s:.2f} s a second")
+          f"{counts['errors']:.0f} errors; CPU a second: gateway {cpu_per_s:.2f} s, "
+          f"readers {counts['readers_cpu']:.2f} s")
     print(f"  events a reader: {min(row[3] for row in rows):,} to {most:,}; "
           f"dropped {sum(row[4] for row in rows)}; behind {behind} "
-          f"(p99 over {BEHIND_MS} ms, or fewer events than the others)")
+          f"(p99 over {BEHIND_MS} ms, or fewer events than the others); the last event "
+          f"arrived {max(0.0, counts['drain_s']):.1f} s after the load's end")
     print(f"  lag, worst reader: p50 {max(row[0] for row in rows):.0f} ms, "
           f"p99 {max(row[1] for row in rows):.0f} ms, max {max(row[2] for row in rows)} ms")
     if len(rows) > 1:
-        print("  each reader, lag p50/p99/max ms (events):")
+        print("  each reader's lag, p50/p99/max ms:")
         cells = [f"{i:3d}: {p50:5.0f}/{p99:5.0f}/{worst:5d}{' dropped' if dropped else ''}"
                  for i, (p50, p99, worst, _, dropped) in enumerate(rows)]
         for start in range(0, len(cells), 4):
