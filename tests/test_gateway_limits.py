@@ -240,12 +240,12 @@ async def test_a_subscriber_too_far_behind_is_told_why_it_was_dropped() -> None:
     bus = EventBus()
     broadcaster = EventBroadcaster(bus, queue_limit=10)
     frames = broadcaster.stream()
-    assert await anext(frames) == ": connected\n\n"
+    assert await anext(frames) == b": connected\n\n"
     for i in range(50):
         bus.emit(OperatorEvent(i, "noise", "x", "t", "ok"))
     received = [frame async for frame in frames]
-    assert received[-1].startswith("event: dropped\ndata: {\"reason\": \"the client fell 10")
-    assert all(f.startswith("event: operator") for f in received[:-1])
+    assert received[-1].startswith(b'event: dropped\ndata: {"reason": "the client fell 10')
+    assert all(f.startswith(b"event: operator") for f in received[:-1])
     assert broadcaster.subscribers == 0
 
 

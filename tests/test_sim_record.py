@@ -288,8 +288,7 @@ async def test_ctrl_c_ends_a_live_recording_and_keeps_what_came(tmp_path: Path) 
                     await client.post(f"{gateway.url}/v1/chat/completions",
                                       json={"model": "chat", "messages": []})
             # every frame handed to the recorder's connection before the signal
-            queues = gateway.gateway.events._queues
-            await eventually(lambda: all(q.empty() for q in queues), timeout_s=10,
+            await eventually(lambda: gateway.gateway.events.caught_up, timeout_s=10,
                              what="the stream's frames sent")
             recorder.send_signal(signal.SIGINT)
             stdout, stderr = await asyncio.wait_for(recorder.communicate(), timeout=30)
