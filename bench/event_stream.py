@@ -144,7 +144,8 @@ async def handler_cost(readers: int, rounds: int = 200) -> float:
     """CPU microseconds the bus handler costs the routing path an event, with `readers`
     clients (in this process, without sockets): the emits are timed, the clients' reads
     between rounds are not."""
-    from omniroute_tui.engine.events import EventBus, ResultEvent
+    from omniroute_tui.engine.bus import EventBus
+    from omniroute_tui.engine.events import ResultEvent
     from omniroute_tui.engine.kinds import FailureKind
     from omniroute_tui.gateway.events_stream import EventBroadcaster
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from omniroute_tui.engine.events import Event, EventBus, OperatorEvent
+from omniroute_tui.engine.bus import EventBus
+from omniroute_tui.engine.events import Event, OperatorEvent
 from omniroute_tui.gateway import events_stream
 from omniroute_tui.gateway.events_stream import EventBroadcaster
 
