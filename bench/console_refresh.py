@@ -17,7 +17,7 @@ from itertools import pairwise
 
 from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.model.backends import SimulationBackend
-from omniroute_tui.console.model.view_state import ConsoleModel
+from omniroute_tui.console.model.console_model import ConsoleModel
 from omniroute_tui.engine.events import Event
 from simulator.scenario import load_scenario
 

@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
 def _record(args: argparse.Namespace, console: Console) -> int:
     from omniroute_tui.config.token import load_token
 
-    from .recorder import events_from_db, events_from_file, events_from_gateway, write_scenario
+    from .event_sources import events_from_db, events_from_file, events_from_gateway, write_scenario
 
     if args.db is not None:
         events: Any = events_from_db(args.db)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.model.backends import SimulationBackend
-from omniroute_tui.console.model.view_state import ConsoleModel
+from omniroute_tui.console.model.console_model import ConsoleModel
 from omniroute_tui.engine import Event
 from simulator.scenario import SCENARIOS_DIR, load_scenario
 

@@ -10,7 +10,7 @@ import httpx
 
 from omniroute_tui.console.cli import build_app
 from omniroute_tui.console.model.attach import fetch_state
-from omniroute_tui.console.model.view_state import clock_text
+from omniroute_tui.console.model.console_model import clock_text
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine.events import RequestEvent
 

@@ -186,7 +186,7 @@ def test_core_and_console_model_do_not_import_textual() -> None:
     import sys
 
     code = ("import sys, omniroute_tui.engine, omniroute_tui.router, omniroute_tui.store, "
-            "omniroute_tui.console.model.view_state, omniroute_tui.console.model.backends, "
+            "omniroute_tui.console.model.console_model, omniroute_tui.console.model.backends, "
             "simulator.virtual; "
             "sys.exit(1 if any(m.split('.')[0] == 'textual' for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -30,7 +30,7 @@ def test_pane_snapshot_in_a_429_storm(pane: str, snap_compare: Any) -> None:
 
 def test_no_state_word_is_cut_in_a_429_storm() -> None:
     """Every cell of a column with a fixed width fits it, at every moment of the storm."""
-    from omniroute_tui.console.model.view_state import COLUMNS
+    from omniroute_tui.console.model.console_model import COLUMNS
 
     app, _ = console_app("429-storm", at_ms=0)
     backend, model = app.backend, app.model

@@ -17,9 +17,9 @@ import yaml
 
 from omniroute_tui.engine.events import ResultEvent
 from simulator.cli import main
-from simulator.recorder import events_from_db, events_from_gateway
-from simulator.recording import scenario_from_events
+from simulator.event_sources import events_from_db, events_from_gateway
 from simulator.scenario import SCENARIOS_DIR, load_scenario
+from simulator.scenario_from_events import scenario_from_events
 from simulator.virtual import run_virtual
 
 from .gateway_helpers import TOKEN, running_gateway

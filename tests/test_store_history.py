@@ -24,8 +24,8 @@ from omniroute_tui.engine.events import (
 from omniroute_tui.engine.kinds import SkipReason
 from omniroute_tui.store import SqliteStore, schema
 from omniroute_tui.store.sqlite_store import TRIM_EVERY_MS
-from simulator.recorder import events_from_db
-from simulator.recording import scenario_from_events
+from simulator.event_sources import events_from_db
+from simulator.scenario_from_events import scenario_from_events
 
 from .helpers import ADMIT, fail, make_engine
 from .old_schemas import SCHEMA_V2

@@ -17,13 +17,13 @@ from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
-from ..state_view import state_view
+from ..state_document import state_document
 from ..store import StoreError, StoreProblem
 from .actions import bindings
 from .commands import ConsoleCommands
 from .model.backends import Backend
+from .model.console_model import COLUMNS, SORTS, ConsoleModel
 from .model.panes import Pane
-from .model.view_state import COLUMNS, SORTS, ConsoleModel
 from .operating import OperatorActions
 from .painting import DASHBOARD_PICKS, DASHBOARD_SIZE
 from .replay_controls import ReplayControls
@@ -128,7 +128,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         served = self.backend.served()
         if served is not None and served.store is not None:
             # a restore is silent (no events): take the restored state over as a whole
-            self.model.load_state_view(state_view(served.router.engine,
+            self.model.load_state_document(state_document(served.router.engine,
                                                   self.backend.providers))
         if self.listen is not None:
             await self._serve_gateway(*self.listen)

@@ -78,7 +78,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
     from ..engine.bus import EventBus
     from .app import ConsoleApp
     from .model.backends import LiveBackend, RouterBackend, SimulationBackend
-    from .model.view_state import ConsoleModel
+    from .model.console_model import ConsoleModel
 
     if args.speed <= 0:
         raise ValueError("--speed must be above 0")
@@ -129,7 +129,7 @@ def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None) -> objec
     from ..config.token import load_token
     from .app import ConsoleApp
     from .model.attach import AttachBackend, fetch_state
-    from .model.view_state import ConsoleModel
+    from .model.console_model import ConsoleModel
 
     token = load_token(args.token_file)
     if token is None:
@@ -138,9 +138,9 @@ def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None) -> objec
     if state is None:
         state = fetch_state(args.attach, token)
     model = ConsoleModel({}, lambda: 0)
-    model.load_state_view(state)
+    model.load_state_document(state)
     backend = AttachBackend(args.attach, token, on_event=model.on_event,
-                            on_state=model.load_state_view, on_history=model.backfill)
+                            on_state=model.load_state_document, on_history=model.backfill)
     model.now = backend.now_ms
     return ConsoleApp(backend, model, operator=_operator(args.operator),  # type: ignore[arg-type]
                       read_only=args.read_only)

@@ -11,8 +11,8 @@ from textual.widgets import Input, Static, TabbedContent
 
 from ..config.durations import format_ms
 from .model.backends import Backend
+from .model.console_model import SORTS, ConsoleModel, clock_text
 from .model.panes import Pane
-from .model.view_state import SORTS, ConsoleModel, clock_text
 from .screens.modals import DetailScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .model.backends import SimulationBackend
-from .model.view_state import ConsoleModel
+from .model.console_model import ConsoleModel
 from .painting import PaneView
 from .widgets.keyed_table import KeyedTable
 from .widgets.panels import EventLog

@@ -27,7 +27,7 @@ from ..drivers.async_driver import Completion
 from ..engine.engine import UnknownTarget
 from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..router.core import Router, UnknownRoute
-from ..state_view import state_view
+from ..state_document import state_document
 from ..store import SqliteStore
 from ..store.redis_link import RedisLink
 from .auth import bearer_matches
@@ -264,7 +264,7 @@ class Gateway:
         return name.strip()[:64] or "api"
 
     def _state(self) -> dict[str, Any]:
-        return {**state_view(self.engine, self.providers), "store": self.store_health()}
+        return {**state_document(self.engine, self.providers), "store": self.store_health()}
 
     async def openapi(self, request: Request) -> Response:
         """The management API's description (it holds nothing secret: no token asked)."""

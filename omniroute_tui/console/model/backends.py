@@ -16,7 +16,7 @@ from ...config.router_config import ProviderConfig, RouterConfig
 from ...engine.bus import EventBus
 from ...engine.engine import ResilienceEngine
 from ...engine.events import AttemptEvent, Event
-from .view_state import AttemptSeries
+from .console_model import AttemptSeries
 
 if TYPE_CHECKING:
     from simulator.scenario import Scenario
@@ -172,7 +172,7 @@ class SimulationBackend:
         self.advance(virtual_ms)
 
     def status(self) -> str:
-        from .view_state import clock_text
+        from .console_model import clock_text
 
         if self.finished:
             return f"sim {clock_text(self._scenario.duration_ms)} finished (R replays)"

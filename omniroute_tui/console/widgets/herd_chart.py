@@ -8,7 +8,7 @@ from collections.abc import Callable
 from textual.events import Resize
 from textual_plotext import PlotextPlot
 
-from ..model.view_state import HerdChart
+from ..model.console_model import HerdChart
 
 __all__ = ["HerdChartPlot"]
 

@@ -10,7 +10,7 @@ from textual.visual import VisualType
 from textual.widgets import RichLog, Static
 
 from ...config.hidden import DESCRIPTION_KEEPS, visible
-from ..model.view_state import clock_text
+from ..model.console_model import clock_text
 
 __all__ = ["EventLog", "FaultBanner", "PlainStatic", "ScenarioTimeline", "StatusBar",
            "timeline_lines"]

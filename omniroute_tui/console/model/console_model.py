@@ -536,8 +536,8 @@ class ConsoleModel:
             self.audit.clear()
             self.audit.extend(merged)
 
-    def load_state_view(self, state: Mapping[str, object]) -> None:
-        """Take over whole state in the management API's shape (`omniroute_tui.state_view`):
+    def load_state_document(self, state: Mapping[str, object]) -> None:
+        """Take over whole state in the management API's shape (`omniroute_tui.state_document`):
         a gateway's when attaching, the engine's own after a restore."""
         breakers = state.get("breakers", [])
         connections = state.get("connections", [])

@@ -16,7 +16,7 @@ import yaml
 
 from omniroute_tui.store.schema import APPLICATION_ID, SCHEMA_VERSION
 
-from .recording import Recording, scenario_from_events
+from .scenario_from_events import Recording, scenario_from_events
 
 __all__ = ["events_from_db", "events_from_file", "events_from_gateway", "write_scenario"]
 

@@ -9,10 +9,10 @@ from typing import Any
 from .config.router_config import ProviderConfig
 from .engine.engine import ResilienceEngine
 
-__all__ = ["state_view"]
+__all__ = ["state_document"]
 
 
-def state_view(engine: ResilienceEngine, providers: Mapping[str, ProviderConfig]
+def state_document(engine: ResilienceEngine, providers: Mapping[str, ProviderConfig]
                ) -> dict[str, Any]:
     now = engine.now()
     snapshot = engine.snapshot()

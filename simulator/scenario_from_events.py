@@ -3,7 +3,7 @@ upstream errors as faults, to replay an incident against a changed router config
 
 Pure functions over event dictionaries (as the trace, the store's `requests` and
 `history` logs and the management API's event stream write them); what reads them lives
-in `recorder`. Only
+in `event_sources`. Only
 routes, provider, connection and model names, statuses and times enter the scenario:
 events carry no keys and no message contents, and nothing else is copied from them.
 """
