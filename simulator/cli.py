@@ -36,9 +36,11 @@ __all__ = ["main"]
 
 #: the report options that take a file or a folder (`--junit` is one file for every scenario)
 REPORT_OPTIONS = {"report": ".json", "trace": ".jsonl", "html": ".html"}
-FOLDER_HELP = (" (a folder, given with a trailing / or one that exists, or any path when "
-               "several scenarios run, gets one file per scenario: NAME.json, NAME.jsonl, "
-               "NAME.html)")
+
+
+def _folder_help(option: str) -> str:
+    return (f" (a folder, given with a trailing / or one that exists, or any path when several "
+            f"scenarios run, gets one file per scenario: NAME{REPORT_OPTIONS[option]})")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,12 +63,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="the policy to run (default: all, side by side)")
     # kept as written: a trailing `/` says "a folder", and Path() would drop it
     run.add_argument("--report", metavar="PATH",
-                     help=f"write the JSON report here{FOLDER_HELP}")
+                     help="write the JSON report here" + _folder_help("report"))
     run.add_argument("--trace", metavar="PATH",
                      help="write the event trace (JSON Lines) of the resilient run, or of "
-                          f"the one policy run, here{FOLDER_HELP}")
+                          "the one policy run, here" + _folder_help("trace"))
     run.add_argument("--html", metavar="PATH",
-                     help=f"write a self-contained HTML report with charts here{FOLDER_HELP}")
+                     help="write a self-contained HTML report with charts here"
+                          + _folder_help("html"))
     run.add_argument("--junit", type=Path, metavar="FILE",
                      help="write the expectations as JUnit XML test cases here")
     run.add_argument("--check", action="store_true",
