@@ -236,12 +236,22 @@ def _is_folder(given: str, many: bool) -> bool:
     return given.endswith(("/", os.sep)) or Path(given).is_dir() or many
 
 
-def _check_outputs(args: argparse.Namespace, many: bool) -> None:
-    """Refuse, before anything runs, a report folder that is a file."""
+def _check_outputs(args: argparse.Namespace, scenarios: Sequence[Scenario]) -> None:
+    """Refuse, before anything runs, a report folder that is a file, an empty path (an
+    unset variable in a CI step: it would name the working directory), and a scenario name
+    that would put its report file outside the folder."""
+    many = len(scenarios) > 1
     for option in REPORT_OPTIONS:
         given = getattr(args, option)
-        if given is None or not _is_folder(given, many) or not Path(given).exists() \
-                or Path(given).is_dir():
+        if given == "":
+            raise ValueError(f"--{option}: the path is empty")
+        if given is None or not _is_folder(given, many):
+            continue
+        for scenario in scenarios:
+            if "/" in scenario.name or os.sep in scenario.name:
+                raise ValueError(f"{scenario.source}: the name {scenario.name!r} holds a /, "
+                                 f"and --{option} names a report file after it")
+        if not Path(given).exists() or Path(given).is_dir():
             continue
         if given.endswith(("/", os.sep)):
             raise ValueError(f"--{option} {given}: names a folder, and {given.rstrip('/')} "
@@ -309,7 +319,7 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
 def _run(args: argparse.Namespace, console: Console) -> int:
     scenarios = load_scenarios(args.scenario, args.config)
     many = len(scenarios) > 1
-    _check_outputs(args, many)
+    _check_outputs(args, scenarios)
     outcomes = []
     charts = "all" if args.html is not None else "herd" if console.is_terminal else None
     for scenario in scenarios:

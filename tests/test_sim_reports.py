@@ -170,6 +170,21 @@ def test_a_report_path_names_a_folder_by_its_slash_or_what_is_there(
     assert text.lower().startswith(starts[option].lower())
 
 
+def test_a_scenario_name_cannot_put_its_report_outside_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "escape.yaml"
+    path.write_text(TINY.format(name="../escaped"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(path), "--policy", "resilient", "--html", "out/"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"error: {path}: the name '../escaped' holds a /, and --html names "
+                            "a report file after it\n") and captured.out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["escape.yaml"]
+    assert main(["run", str(path), "--policy", "resilient", "--html", "page.html"]) == 0
+    assert (tmp_path / "page.html").is_file()  # a file given is the file written
+
+
 @pytest.mark.parametrize("option", sorted(SUFFIXES))
 @pytest.mark.parametrize(
     ("names", "given", "message"),
@@ -177,8 +192,9 @@ def test_a_report_path_names_a_folder_by_its_slash_or_what_is_there(
         (["one"], "out/", "{option} out/: names a folder, and out is a file"),
         (["one", "two"], "out", "{option} out: a file, and several scenarios need a folder "
                                 "(one report each)"),
+        (["one"], "", "{option}: the path is empty"),
     ],
-    ids=["slash-on-a-file", "several-on-a-file"],
+    ids=["slash-on-a-file", "several-on-a-file", "empty"],
 )
 def test_a_report_folder_that_is_a_file_is_refused_before_anything_runs(
     option: str, names: list[str], given: str, message: str, tmp_path: Path,
