@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -34,6 +35,15 @@ from .virtual import run_virtual
 
 __all__ = ["main"]
 
+#: the report options that take a file or a folder (`--junit` is one file for every scenario)
+REPORT_OPTIONS = {"report": ".json", "trace": ".jsonl", "html": ".html"}
+
+
+def _folder_help(option: str) -> str:
+    return (f" (a folder, given with a trailing / or one that exists, or any path when several "
+            f"scenarios run, gets one file per scenario: NAME{REPORT_OPTIONS[option]})")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="omniroute-sim",
@@ -52,12 +62,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="override the scenarios' seed")
     run.add_argument("--policy", default="all", choices=[*POLICIES, "all"],
                      help="the policy to run (default: all, side by side)")
-    run.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
-    run.add_argument("--trace", type=Path, metavar="FILE",
+    # kept as written: a trailing `/` says "a folder", and Path() would drop it
+    run.add_argument("--report", metavar="PATH",
+                     help="write the JSON report here" + _folder_help("report"))
+    run.add_argument("--trace", metavar="PATH",
                      help="write the event trace (JSON Lines) of the resilient run, or of "
-                          "the one policy run, here")
-    run.add_argument("--html", type=Path, metavar="FILE",
-                     help="write a self-contained HTML report with charts here")
+                          "the one policy run, here" + _folder_help("trace"))
+    run.add_argument("--html", metavar="PATH",
+                     help="write a self-contained HTML report with charts here"
+                          + _folder_help("html"))
     run.add_argument("--junit", type=Path, metavar="FILE",
                      help="write the expectations as JUnit XML test cases here")
     run.add_argument("--check", action="store_true",
@@ -224,16 +237,47 @@ def load_scenarios(names: Sequence[str], config: Path | None) -> list[Scenario]:
     return scenarios
 
 
-def _output(path: Path | None, scenario: Scenario, suffix: str, many: bool) -> Path | None:
-    """Where a scenario's report goes: the file given, or in a run of several, a file
-    named after the scenario in the directory given (folders are made as needed)."""
-    if path is None:
+def _is_folder(given: str, many: bool) -> bool:
+    """A report path names a folder when it ends in `/`, is one already, or when several
+    scenarios run (each needs its own file); else it is the one scenario's file."""
+    return given.endswith(("/", os.sep)) or Path(given).is_dir() or many
+
+
+def _check_outputs(args: argparse.Namespace, scenarios: Sequence[Scenario]) -> None:
+    """Refuse, before anything runs, a report folder that is a file, an empty path (an
+    unset variable in a CI step: it would name the working directory), and a scenario name
+    that would put its report file outside the folder."""
+    many = len(scenarios) > 1
+    for option in REPORT_OPTIONS:
+        given = getattr(args, option)
+        if given == "":
+            raise ValueError(f"--{option}: the path is empty")
+        if given is None or not _is_folder(given, many):
+            continue
+        for scenario in scenarios:
+            if "/" in scenario.name or os.sep in scenario.name:
+                raise ValueError(f"{scenario.source}: the name {scenario.name!r} holds a /, "
+                                 f"and --{option} names a report file after it")
+        if not Path(given).exists() or Path(given).is_dir():
+            continue
+        if given.endswith(("/", os.sep)):
+            raise ValueError(f"--{option} {given}: names a folder, and {given.rstrip('/')} "
+                             "is a file")
+        raise ValueError(f"--{option} {given}: a file, and several scenarios need a folder "
+                         "(one report each)")
+
+
+def _output(given: str | None, scenario: Scenario, suffix: str, many: bool) -> Path | None:
+    """Where a scenario's report goes: in a folder, a file named after the scenario; else
+    the file given (folders are made as needed)."""
+    if given is None:
         return None
-    if not many:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return path
-    path.mkdir(parents=True, exist_ok=True)
-    return path / f"{scenario.name}{suffix}"
+    path = Path(given)
+    if _is_folder(given, many):
+        path.mkdir(parents=True, exist_ok=True)
+        return path / f"{scenario.name}{suffix}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, many: bool,
@@ -253,7 +297,7 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
             raise ValueError(f"{scenario.name} runs live; live mode runs only "
                              f"{' and '.join(LIVE_POLICIES)}")
     traced = "resilient" if "resilient" in policies else policies[0]
-    trace_path = _output(args.trace, scenario, ".jsonl", many)
+    trace_path = _output(args.trace, scenario, REPORT_OPTIONS["trace"], many)
     results, timelines = {}, {}
     for policy in policies:
         progress = RunProgress(console, scenario.duration_ms, f"{scenario.name} [{policy}]")
@@ -282,6 +326,7 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
 def _run(args: argparse.Namespace, console: Console) -> int:
     scenarios = load_scenarios(args.scenario, args.config)
     many = len(scenarios) > 1
+    _check_outputs(args, scenarios)
     outcomes = []
     charts = "all" if args.html is not None else "herd" if console.is_terminal else None
     for scenario in scenarios:
@@ -291,10 +336,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         if console.is_terminal and (chart := herd_chart(
                 outcome.scenario, timelines, width=min(console.width, 100))) is not None:
             console.print(chart)
-        if report := _output(args.report, scenario, ".json", many):
+        if report := _output(args.report, scenario, REPORT_OPTIONS["report"], many):
             report.write_text(json.dumps(build_report(outcome.scenario, outcome.results,
                                                       outcome.checks), indent=2) + "\n")
-        if html := _output(args.html, scenario, ".html", many):
+        if html := _output(args.html, scenario, REPORT_OPTIONS["html"], many):
             write_html(html, outcome, timelines)
             console.print(f"HTML report: {escape(str(html))} ({html.stat().st_size:,} bytes)",
                           soft_wrap=True)

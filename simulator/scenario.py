@@ -577,13 +577,9 @@ def load_scenario(
     faults = _items(src, data, "faults", lambda v, p: _read_fault(
         src, v, p, providers, duration, origin))
     _check_volume(src, traffic, duration)
-    seen: set[str] = set()
-    for index, fault in enumerate(faults):
-        if fault.name in seen:
-            src.problem(("faults", index, "name"), f"another fault is named {fault.name!r}")
-        seen.add(fault.name)
+    fault_names = _fault_names(src, data.get("faults"))
     expect = _items(src, data, "expect", lambda v, p: _read_expect(
-        src, v, p, seen, providers, origin))
+        src, v, p, fault_names, providers, origin))
     src.raise_if_problems()
     latencies = {
         name: profiles.get(name) or provider.extra.get("latency") or DEFAULT_LATENCY
@@ -642,6 +638,21 @@ def _check_volume(src: Source, traffic: list[Traffic], duration_ms: int) -> None
         src.problem(("traffic", worst),
                     f"the traffic comes to about {total:,.0f} requests, over the limit of "
                     f"{MAX_SIMULATED_REQUESTS:,} a run: lower a rate or shorten the time")
+
+
+def _fault_names(src: Source, value: Any) -> set[str]:
+    """The names the faults are given, read from the file: a fault with a bad field still
+    exists by name, so an expectation during it is not reported as a second error
+    (docs/design.md §11). A name given twice is a problem at its second place."""
+    names: set[str] = set()
+    for index, item in enumerate(value if isinstance(value, list) else []):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            continue
+        if name in names:
+            src.problem(("faults", index, "name"), f"another fault is named {name!r}")
+        names.add(name)
+    return names
 
 
 def _items(src: Source, data: dict[str, Any], key: str, read: Any) -> list[Any]:

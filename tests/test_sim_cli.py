@@ -121,6 +121,24 @@ def test_bad_scenarios_name_file_line_and_field(
     assert "Traceback" not in err
 
 
+def test_a_bad_fault_is_one_error_and_a_name_given_twice_is_named_where_it_repeats(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nduration: 1m\nproviders:\n  a: {models: [m], connections: [k]}\n"
+                    "faults:\n  - {name: f, target: a, error: teapot}\n"
+                    "  - {name: g, target: a, error: 500}\n  - {name: g, target: a, error: 503}\n"
+                    "expect:\n  - {metric: attempts, during: f, check: '< 1'}\n"
+                    "  - {metric: attempts, during: ghost, check: '< 1'}\n")
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        "error: 3 problems:\n"
+        f"  {path}:6: faults[0].error: expected an HTTP status or one of reset, refused, "
+        "timeout, slow, quota; got 'teapot'\n"
+        f"  {path}:8: faults[2].name: another fault is named 'g'\n"
+        f"  {path}:11: expect[1].during: no fault named 'ghost'\n")
+
+
 def test_binary_garbage_and_missing_files(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "garbage.yaml"

@@ -156,6 +156,19 @@ def test_every_mismatch_names_the_scenarios_line_and_what_the_config_has(
     assert "Traceback" not in err
 
 
+def test_a_bad_fault_target_is_the_one_error_the_expectations_during_it_are_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, scenario = write(tmp_path, scenario=SCENARIO.replace(
+        "target: openai,", "target: openai/*/gpt-5,") + "  - {metric: attempts, during: storm, "
+        "check: \"<= 20\"}\n")
+    assert main(["validate", str(scenario), "--config", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        "error: 1 problem:\n"
+        f"  {scenario}:8: faults[0].target: provider 'openai' in {config} has no model "
+        "'gpt-5' (models: gpt-4o, gpt-4o-mini)\n")
+
+
 def test_a_broken_config_is_named_with_its_own_line(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     config, scenario = write(tmp_path, config=CONFIG.replace("[a1]", "[]"))

@@ -117,6 +117,99 @@ def test_a_directory_or_glob_runs_every_scenario_with_reports_per_scenario(
     assert out.count("summary") == 1 and "vpn-blip" in out
 
 
+TINY = """\
+name: {name}
+duration: 5s
+providers:
+  a: {{models: [m], connections: [k]}}
+routes:
+  r: {{targets: [a/m]}}
+traffic:
+  - {{route: r, every: 1s}}
+"""
+SUFFIXES = {"--report": ".json", "--trace": ".jsonl", "--html": ".html"}
+
+
+def tiny_scenarios(where: Path, *names: str) -> list[str]:
+    where.mkdir(exist_ok=True)
+    for name in names:
+        (where / f"{name}.yaml").write_text(TINY.format(name=name))
+    return [str(where / f"{name}.yaml") for name in names]
+
+
+def written(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("option", sorted(SUFFIXES))
+@pytest.mark.parametrize(
+    ("names", "given", "existing_folder", "expected"),
+    [
+        (["one"], "out/", False, ["out/one{suffix}"]),  # a trailing / says folder
+        (["one"], "out", True, ["out/one{suffix}"]),  # so does a folder that exists
+        (["one"], "out/", True, ["out/one{suffix}"]),
+        (["one"], "out", False, ["out"]),  # else one scenario's report is the file given
+        (["one"], "deep/out.txt", False, ["deep/out.txt"]),
+        (["one", "two"], "out", False, ["out/one{suffix}", "out/two{suffix}"]),
+        (["one", "two"], "out/", False, ["out/one{suffix}", "out/two{suffix}"]),
+        (["one", "two"], "out", True, ["out/one{suffix}", "out/two{suffix}"]),
+    ],
+)
+def test_a_report_path_names_a_folder_by_its_slash_or_what_is_there(
+    option: str, names: list[str], given: str, existing_folder: bool, expected: list[str],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scenarios = tiny_scenarios(tmp_path / "chaos", *names)
+    work = tmp_path / "work"
+    (work / "out" if existing_folder else work).mkdir(parents=True)
+    monkeypatch.chdir(work)
+    assert main(["run", *scenarios, "--policy", "resilient", option, given]) == 0
+    assert written(work) == [path.format(suffix=SUFFIXES[option]) for path in expected]
+    starts = {"--report": '{\n  "scenario": "one"', "--trace": '{"', "--html": "<!doctype html>"}
+    text = (work / expected[0].format(suffix=SUFFIXES[option])).read_text()
+    assert text.lower().startswith(starts[option].lower())
+
+
+def test_a_scenario_name_cannot_put_its_report_outside_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "escape.yaml"
+    path.write_text(TINY.format(name="../escaped"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(path), "--policy", "resilient", "--html", "out/"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"error: {path}: the name '../escaped' holds a /, and --html names "
+                            "a report file after it\n") and captured.out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["escape.yaml"]
+    assert main(["run", str(path), "--policy", "resilient", "--html", "page.html"]) == 0
+    assert (tmp_path / "page.html").is_file()  # a file given is the file written
+
+
+@pytest.mark.parametrize("option", sorted(SUFFIXES))
+@pytest.mark.parametrize(
+    ("names", "given", "message"),
+    [
+        (["one"], "out/", "{option} out/: names a folder, and out is a file"),
+        (["one", "two"], "out", "{option} out: a file, and several scenarios need a folder "
+                                "(one report each)"),
+        (["one"], "", "{option}: the path is empty"),
+    ],
+    ids=["slash-on-a-file", "several-on-a-file", "empty"],
+)
+def test_a_report_folder_that_is_a_file_is_refused_before_anything_runs(
+    option: str, names: list[str], given: str, message: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    scenarios = tiny_scenarios(tmp_path / "chaos", *names)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").write_text("kept")
+    assert main(["run", *scenarios, "--policy", "resilient", "--junit", "chaos.xml",
+                 option, given]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {message.format(option=option)}\n" and captured.out == ""
+    assert (tmp_path / "out").read_text() == "kept" and not (tmp_path / "chaos.xml").exists()
+
+
 FETCH = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//"""
                    r"""|url\(\s*["']?\s*(?:https?:)?//|@import""", re.I)
 
