@@ -28,7 +28,14 @@ from omniroute_tui.config.problems import Problem
 from .html_report import write_html
 from .junit import ScenarioOutcome, write_junit
 from .report import build_report, evaluate, format_value, render
-from .scenario import POLICIES, SCENARIOS_DIR, Scenario, load_scenario, resolve_scenario
+from .scenario import (
+    POLICIES,
+    SCENARIOS_DIR,
+    Policy,
+    Scenario,
+    load_scenario,
+    resolve_scenario,
+)
 from .terminal_chart import herd_chart
 from .timeline import Timeline
 from .virtual import run_virtual
@@ -286,7 +293,7 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
     page), "herd" (resilient and naive, for the terminal chart) or None."""
     if args.seed is not None:
         scenario = replace(scenario, seed=args.seed)
-    policies = list(scenario.policies) if args.policy == "all" else [args.policy]
+    policies = list(scenario.policies) if args.policy == "all" else [Policy(args.policy)]
     if args.check or args.junit:
         policies += [e.policy for e in scenario.expect if e.policy not in policies]
     if scenario.live:
@@ -296,13 +303,14 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
         if not policies:
             raise ValueError(f"{scenario.name} runs live; live mode runs only "
                              f"{' and '.join(LIVE_POLICIES)}")
-    traced = "resilient" if "resilient" in policies else policies[0]
+    traced = Policy.RESILIENT if Policy.RESILIENT in policies else policies[0]
     trace_path = _output(args.trace, scenario, REPORT_OPTIONS["trace"], many)
     results, timelines = {}, {}
     for policy in policies:
         progress = RunProgress(console, scenario.duration_ms, f"{scenario.name} [{policy}]")
         trace = trace_path.open("w") if trace_path and policy == traced else None
-        charted = charts == "all" or (charts == "herd" and policy in ("resilient", "naive"))
+        charted = charts == "all" or (charts == "herd"
+                                      and policy in (Policy.RESILIENT, Policy.NAIVE))
         timeline = timelines[policy] = Timeline(scenario) if charted else None
         try:
             if scenario.live:

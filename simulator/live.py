@@ -21,13 +21,13 @@ from omniroute_tui.engine.events import Event, FaultEvent
 from .http_fakes import fake_api_keys, start_fakes, stop_fakes
 from .metrics import MetricsCollector
 from .policies import build_policy
-from .scenario import Scenario
+from .scenario import Policy, Scenario
 from .timeline import Timeline
 from .virtual import TraceWriter
 
 __all__ = ["LIVE_POLICIES", "LiveRun", "run_live"]
 
-LIVE_POLICIES = ("resilient", "no-dedup")
+LIVE_POLICIES = (Policy.RESILIENT, Policy.NO_DEDUP)
 
 
 class LiveRun:
@@ -40,7 +40,7 @@ class LiveRun:
     def __init__(
         self,
         scenario: Scenario,
-        policy: str = "resilient",
+        policy: Policy = Policy.RESILIENT,
         *,
         trace: IO[str] | None = None,
         subscribers: tuple[Any, ...] = (),
@@ -102,7 +102,7 @@ class LiveRun:
 
 async def run_live(
     scenario: Scenario,
-    policy: str = "resilient",
+    policy: Policy = Policy.RESILIENT,
     *,
     trace: IO[str] | None = None,
     subscribers: tuple[Any, ...] = (),

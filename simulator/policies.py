@@ -12,7 +12,7 @@ from omniroute_tui.engine.classify import Classification
 from omniroute_tui.router.steps import Step
 
 from .baselines import BaselineRouter
-from .scenario import POLICIES, Scenario
+from .scenario import POLICIES, Policy, Scenario
 
 __all__ = ["POLICIES", "PolicyRouter", "Routing", "build_policy"]
 
@@ -36,18 +36,19 @@ def _without_dedup(config: RouterConfig) -> RouterConfig:
     return replace(config, providers=providers)
 
 
-def build_policy(scenario: Scenario, policy: str, clock: Clock, bus: EventBus) -> PolicyRouter:
+def build_policy(scenario: Scenario, policy: Policy, clock: Clock, bus: EventBus
+                 ) -> PolicyRouter:
     """A router for `policy`: the engine (`resilient`, `no-dedup`) or a baseline."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
     config = scenario.config
-    if policy in ("resilient", "no-dedup"):
-        if policy == "no-dedup":
+    if policy in (Policy.RESILIENT, Policy.NO_DEDUP):
+        if policy == Policy.NO_DEDUP:
             config = _without_dedup(config)
         return config.build(clock, bus=bus, seed=scenario.seed)
     return BaselineRouter(
         config.routes,
         {name: tuple(c.id for c in p.connections) for name, p in config.providers.items()},
         {name: p.settings.request.timeout_ms for name, p in config.providers.items()},
-        clock, bus, backoff=policy == "backoff", seed=scenario.seed,
+        clock, bus, backoff=policy == Policy.BACKOFF, seed=scenario.seed,
     )

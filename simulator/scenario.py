@@ -48,12 +48,23 @@ __all__ = [
     "FaultAction",
     "FaultTarget",
     "Latency",
+    "Policy",
     "Scenario",
     "Traffic",
     "load_scenario",
 ]
 
-POLICIES = ("resilient", "naive", "backoff", "no-dedup", "isolated")
+class Policy(StrEnum):
+    """What a scenario's traffic is routed by, compared on the same seed (docs/design.md §11)."""
+
+    RESILIENT = "resilient"  # the engine
+    NAIVE = "naive"  # no shared state: each failure retried at once up to 3 times, then on
+    BACKOFF = "backoff"  # per-request exponential backoff with full jitter, 3 retries
+    NO_DEDUP = "no-dedup"  # the engine with both dedup windows 0
+    ISOLATED = "isolated"  # a fleet's replicas, each on its own state
+
+
+POLICIES = tuple(Policy)
 #: a fleet: at most this many replicas, and state changes reach the others this late at most
 MAX_REPLICAS = 16
 MAX_PROPAGATION_MS = 60_000
@@ -205,7 +216,7 @@ class Expect:
     metric: str
     op: str
     value: float
-    policy: str = "resilient"
+    policy: Policy = Policy.RESILIENT
     during: str | None = None
     provider: str | None = None
     line: int | None = None
@@ -259,12 +270,12 @@ class Scenario:
     propagation_ms: int = 50
 
     @property
-    def policies(self) -> tuple[str, ...]:
+    def policies(self) -> tuple[Policy, ...]:
         """The policies `--policy all` runs: `isolated` only for a fleet, where it is the
         same replicas without the shared state (or, when `shared_state` is false, where
         `resilient` is that already, it is not run twice)."""
         fleet = self.replicas > 1 and self.shared_state
-        return tuple(p for p in POLICIES if p != "isolated" or fleet)
+        return tuple(p for p in POLICIES if p is not Policy.ISOLATED or fleet)
 
     @property
     def providers(self) -> Mapping[str, ProviderConfig]:
@@ -487,8 +498,8 @@ def _read_expect(
         ok = False
     if not ok or match is None or metric is None:
         return None
-    return Expect(metric, match.group(1), float(match.group(2)), policy, during, provider,
-                  src.line(path))
+    return Expect(metric, match.group(1), float(match.group(2)), Policy(policy), during,
+                  provider, src.line(path))
 
 
 #: the scenarios that ship with the package (`omniroute-sim list`)

@@ -8,12 +8,12 @@ from collections import Counter
 import plotext as plt  # type: ignore[import-untyped]
 from rich.text import Text
 
-from .scenario import Scenario
+from .scenario import Policy, Scenario
 from .timeline import Timeline
 
 __all__ = ["faulted_provider", "herd_chart"]
 
-_COLORS = {"resilient": "green", "naive": "red"}
+_COLORS = {Policy.RESILIENT: "green", Policy.NAIVE: "red"}
 
 
 def faulted_provider(scenario: Scenario, timelines: dict[str, Timeline]) -> str | None:
@@ -22,7 +22,7 @@ def faulted_provider(scenario: Scenario, timelines: dict[str, Timeline]) -> str 
     for fault in scenario.faults:
         if fault.target.provider is not None:
             return fault.target.provider
-    timeline = timelines.get("naive") or timelines.get("resilient")
+    timeline = timelines.get(Policy.NAIVE) or timelines.get(Policy.RESILIENT)
     if not scenario.faults or timeline is None:
         return None
     during = Counter({
@@ -37,7 +37,7 @@ def herd_chart(scenario: Scenario, timelines: dict[str, Timeline], width: int = 
                height: int = 14) -> Text | None:
     """The chart as rich Text, or None when there is no faulted provider or no run."""
     provider = faulted_provider(scenario, timelines)
-    shown = [p for p in ("resilient", "naive") if p in timelines]
+    shown = [p for p in (Policy.RESILIENT, Policy.NAIVE) if p in timelines]
     if provider is None or not shown:
         return None
     plt.clear_figure()

@@ -22,7 +22,7 @@ from .fakes import FakeProviders
 from .fleet import Fleet
 from .metrics import MetricsCollector
 from .policies import PolicyRouter, Routing, build_policy
-from .scenario import Scenario
+from .scenario import Policy, Scenario
 from .timeline import Timeline
 
 __all__ = ["TraceWriter", "VirtualRun", "run_virtual"]
@@ -72,7 +72,7 @@ class VirtualRun:
     def __init__(
         self,
         scenario: Scenario,
-        policy: str = "resilient",
+        policy: Policy = Policy.RESILIENT,
         *,
         trace: IO[str] | None = None,
         subscribers: tuple[Callable[[Event], None], ...] = (),
@@ -92,8 +92,8 @@ class VirtualRun:
         if timeline is not None:
             timeline.subscribe(self.bus)
         self.router: PolicyRouter
-        if scenario.replicas > 1 and policy in ("resilient", "isolated"):
-            shared = policy == "resilient" and scenario.shared_state
+        if scenario.replicas > 1 and policy in (Policy.RESILIENT, Policy.ISOLATED):
+            shared = policy == Policy.RESILIENT and scenario.shared_state
             self.router = Fleet(scenario, self.clock, self.bus, shared=shared,
                                 schedule=self._later)
         else:
@@ -201,7 +201,7 @@ class VirtualRun:
 
 def run_virtual(
     scenario: Scenario,
-    policy: str = "resilient",
+    policy: Policy = Policy.RESILIENT,
     *,
     trace: IO[str] | None = None,
     progress: Callable[[int], None] | None = None,

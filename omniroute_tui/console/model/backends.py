@@ -128,6 +128,7 @@ class SimulationBackend:
         self, scenario: Scenario, *, speed: float = 2.0, paused: bool = False,
         subscribers: tuple[Callable[[Event], None], ...] = (),
     ) -> None:
+        from simulator.scenario import Policy
         from simulator.virtual import VirtualRun
 
         self.scenario: Scenario | None = scenario
@@ -137,11 +138,11 @@ class SimulationBackend:
         self.speed = speed
         self.paused = paused
         self.replay: SimulationBackend | None = self
-        self.run = VirtualRun(scenario, "resilient", subscribers=subscribers)
+        self.run = VirtualRun(scenario, Policy.RESILIENT, subscribers=subscribers)
         self.engine: ResilienceEngine = self.run.router.engine  # type: ignore[attr-defined]
         self.operator: Operator = EngineOperator(self.engine)
         self.comparison: AttemptSeries | None = AttemptSeries()
-        self._naive = VirtualRun(scenario, "naive")
+        self._naive = VirtualRun(scenario, Policy.NAIVE)
         self._naive.bus.subscribe(self.comparison.on_event, AttemptEvent)
 
     @property
