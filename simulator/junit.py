@@ -11,7 +11,7 @@ from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from omniroute_tui.config.hidden import visible
 
-from .scenario import Expect, Scenario
+from .scenario import Expect, Policy, Scenario
 
 __all__ = ["ScenarioOutcome", "write_junit"]
 
@@ -21,7 +21,7 @@ class ScenarioOutcome:
     """One scenario's run: its policies' metrics and its checks, in `expect` order."""
 
     scenario: Scenario
-    results: dict[str, dict[str, Any]]
+    results: dict[Policy, dict[str, Any]]
     checks: list[dict[str, Any]]
 
     @property

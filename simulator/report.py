@@ -14,7 +14,7 @@ from rich.text import Text
 from omniroute_tui.config.durations import format_ms
 from omniroute_tui.config.hidden import visible
 
-from .scenario import Expect, Scenario
+from .scenario import Expect, Policy, Scenario
 
 __all__ = [
     "build_report",
@@ -40,7 +40,8 @@ def metric_value(metrics: dict[str, Any], expect: Expect) -> float | None:
     return None if value is None else float(value)
 
 
-def evaluate(scenario: Scenario, results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def evaluate(scenario: Scenario, results: dict[Policy, dict[str, Any]]
+             ) -> list[dict[str, Any]]:
     checks: list[dict[str, Any]] = []
     for expect in scenario.expect:
         metrics = results.get(expect.policy)
@@ -55,7 +56,7 @@ def evaluate(scenario: Scenario, results: dict[str, dict[str, Any]]) -> list[dic
 
 
 def build_report(
-    scenario: Scenario, results: dict[str, dict[str, Any]], checks: list[dict[str, Any]]
+    scenario: Scenario, results: dict[Policy, dict[str, Any]], checks: list[dict[str, Any]]
 ) -> dict[str, Any]:
     return {"scenario": scenario.name, "seed": scenario.seed, "policies": results,
             "checks": checks}
@@ -108,7 +109,7 @@ _FAULT_ROWS: tuple[tuple[str, Any], ...] = (
 )
 
 
-def summary_rows(scenario: Scenario, results: dict[str, dict[str, Any]]
+def summary_rows(scenario: Scenario, results: dict[Policy, dict[str, Any]]
                  ) -> Iterator[tuple[str, list[str] | None]]:
     """(label, a cell per policy) for the run, then each provider and fault under a
     heading row (cells None); names in labels have their hidden characters escaped."""
@@ -125,7 +126,7 @@ def summary_rows(scenario: Scenario, results: dict[str, dict[str, Any]]
             yield f"  {label}", [cell(results[p]["faults"][fault.name]) for p in policies]
 
 
-def summary_table(scenario: Scenario, results: dict[str, dict[str, Any]]) -> Table:
+def summary_table(scenario: Scenario, results: dict[Policy, dict[str, Any]]) -> Table:
     """Policies as columns, one short row per figure: fits 80 columns with five policies."""
     policies = list(results)
     title = Text(visible(f"{scenario.name} (seed {scenario.seed})"))
@@ -143,7 +144,7 @@ def summary_table(scenario: Scenario, results: dict[str, dict[str, Any]]) -> Tab
     return table
 
 
-def render(console: Console, scenario: Scenario, results: dict[str, dict[str, Any]],
+def render(console: Console, scenario: Scenario, results: dict[Policy, dict[str, Any]],
            checks: list[dict[str, Any]]) -> None:
     """The policies side by side (runs, providers, faults), then the checks."""
     console.print(summary_table(scenario, results))
