@@ -57,6 +57,17 @@ def wait_until_up(url: str, timeout_s: float = 30) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop the processes a bench started, last first: SIGINT, then a kill after 10 s."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 def cpu_s(pid: int) -> float:
     """CPU seconds (user + system) a process has used so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -186,13 +197,7 @@ def main() -> None:
             done, errors = asyncio.run(throughput(gateways["gateway"], args.clients,
                                                   args.seconds))
         finally:
-            for proc in reversed(procs):
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+            stop(procs)
     d50, d99 = statistics.median(ms["direct"]), percentile(ms["direct"], 0.99)
     print(f"{args.requests} sequential requests, in turn direct / through each gateway:")
     print(f"  direct:             median {d50:6.2f} ms   p99 {d99:6.2f} ms")
