@@ -22,7 +22,7 @@ def parse_duration_ms(value: object, *, longest_ms: int = MAX_DURATION_MS) -> in
     """Parse `250ms`, `3s`, `1.5s`, `5m`, `1h`, `7d`, `1m30s` or integer milliseconds.
 
     ASCII digits and units only, with nothing around or between them: `"5 m"`, `" 5m"`,
-    `"٥m"` or `"1e3ms"` are refused rather than guessed at (docs/design.md §8). At most
+    `"٥m"` or `"1e3ms"` are refused rather than guessed at (docs/design.md §1). At most
     `longest_ms` (30 days unless a field says otherwise: how long a log is kept may be
     longer). Raises ValueError with a sentence a user can act on.
     """

@@ -3,7 +3,7 @@
 A control character in a name (`\\x1b[2J` clears a CI log), a right-to-left override
 (U+202E shows `exe.txt` for `txt.exe`) or a zero-width space (two names that look the same)
 makes a terminal, a report or a log line say something other than what the file says
-(docs/design.md §8). Names may hold any visible character; a description may also hold
+(docs/design.md §1). Names may hold any visible character; a description may also hold
 line breaks and tabs, and the zero-width (non-)joiners that some scripts and emoji need.
 """
 

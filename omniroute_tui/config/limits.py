@@ -18,7 +18,7 @@ __all__ = [
     "MAX_COUNTS", "GatewayLimits", "StoreRetention", "parse_limits", "parse_retention",
 ]
 
-#: how many of each a config or scenario file may declare (docs/design.md §8): far above
+#: how many of each a config or scenario file may declare (docs/design.md §1): far above
 #: any deployment, and low enough that a file loads and a router starts in about a second
 #: (200,000 connections on one provider took 17 s and 200 MB to load and build). The
 #: benchmarks and tests give a provider 1,000 connections; an engine built in code has no cap.

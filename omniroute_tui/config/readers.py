@@ -45,7 +45,7 @@ def read_str(src: Source, value: Any, path: Path) -> str | None:
 
 
 def read_name(src: Source, value: Any, path: Path, what: str = "the name") -> str | None:
-    """A non-empty string every character of which shows (docs/design.md §8)."""
+    """A non-empty string every character of which shows (docs/design.md §1)."""
     text = read_str(src, value, path)
     if text is None:
         return None
