@@ -76,6 +76,34 @@ async def test_the_management_api_refuses_such_durations_with_400_and_the_reason
         assert reply.json()["ok"] is True
 
 
+#: digits enough that the number reads as infinity (float() gives inf, not an error)
+ENDLESS = "9" * 400 + "ms"
+
+
+def test_a_duration_too_long_to_count_is_refused_not_a_crash() -> None:
+    with pytest.raises(ValueError, match="is longer than 30 days"):
+        parse_duration_ms(ENDLESS)
+    with pytest.raises(ValueError, match="is longer than 3650 days"):
+        parse_duration_ms("1" + "0" * 320 + "d", longest_ms=3650 * 86_400_000)
+    config = ("providers:\n  p: {models: [m], connections: [a]}\n"
+              f"store: {{history: {{max_age: {ENDLESS}}}}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_router_config("router.yaml", text=config)
+    (problem,) = info.value.problems
+    assert (problem.line, problem.field) == (3, "store.history.max_age")
+    assert "is longer than 3650 days" in problem.reason
+
+
+async def test_the_management_api_refuses_a_duration_too_long_to_count(
+        tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as gw, httpx.AsyncClient(
+            base_url=gw.url, headers={"authorization": f"Bearer {TOKEN}"}) as http:
+        reply = await http.post("/api/resilience/breakers/healthy/force-open",
+                                json={"for": ENDLESS})
+        assert reply.status_code == 400, reply.text
+        assert "is longer than 30 days" in reply.json()["error"]["message"]
+
+
 def _providers(count: int, connections: int = 1, models: int = 1) -> str:
     conns = ", ".join(f"c{i}" for i in range(connections))
     names = ", ".join(f"m{i}" for i in range(models))
