@@ -305,7 +305,8 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
                              f"{' and '.join(LIVE_POLICIES)}")
     traced = Policy.RESILIENT if Policy.RESILIENT in policies else policies[0]
     trace_path = _output(args.trace, scenario, REPORT_OPTIONS["trace"], many)
-    results, timelines = {}, {}
+    results: dict[str, dict[str, Any]] = {}  # by policy (a Policy is its name)
+    timelines = {}
     for policy in policies:
         progress = RunProgress(console, scenario.duration_ms, f"{scenario.name} [{policy}]")
         trace = trace_path.open("w") if trace_path and policy == traced else None
