@@ -167,6 +167,42 @@ async def test_a_file_of_a_newer_release_is_refused(tmp_path: Path) -> None:
     assert info.value.problem is StoreProblem.NEWER
 
 
+@pytest.mark.parametrize("version", [0, -1])
+async def test_a_file_of_ours_whose_version_is_no_release_is_corrupt(
+        tmp_path: Path, version: int) -> None:
+    """Both pragmas are set in one transaction, so our id with a version no release wrote
+    is a lie: refused as corrupt (and set aside on request), not a KeyError."""
+    db = tmp_path / "s.db"
+    store = await SqliteStore.open(db)
+    await store.close()
+    with sqlite3.connect(db) as raw:
+        raw.execute(f"PRAGMA user_version={version}")
+    with pytest.raises(StoreError) as info:
+        await SqliteStore.open(db)
+    assert info.value.problem is StoreProblem.CORRUPT
+    assert f"schema version {version} is none this release knows" in str(info.value)
+    store = await SqliteStore.open(db, recover=Recovery.SET_ASIDE)
+    assert store.set_aside_from is not None and store.set_aside_from.exists()
+    await store.close()
+
+
+async def test_a_file_whose_version_claims_tables_it_lacks_is_corrupt(tmp_path: Path) -> None:
+    """A version 2 file with its version set to this release's by hand: refused at open
+    (it would fail every write with `no such table`), its `events` left as they were."""
+    db = tmp_path / "s.db"
+    with sqlite3.connect(db) as raw:
+        raw.executescript(SCHEMA_V2)
+        raw.execute("INSERT INTO events (t, type, body) VALUES (1, 'breaker', '{}')")
+        raw.execute(f"PRAGMA application_id={schema.APPLICATION_ID}")
+        raw.execute(f"PRAGMA user_version={schema.SCHEMA_VERSION}")
+    before = _digest(db)
+    with pytest.raises(StoreError) as info:
+        await SqliteStore.open(db)
+    assert info.value.problem is StoreProblem.CORRUPT
+    assert "lacks the tables history, requests" in str(info.value)
+    assert _digest(db) == before
+
+
 async def test_a_first_release_file_is_migrated_with_its_state(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with sqlite3.connect(db) as raw:

@@ -610,6 +610,15 @@ async def _our_version(db: aiosqlite.Connection, path: Path) -> int | None:
             raise StoreError(StoreProblem.NEWER, path,
                              f"its schema version {user_version} is newer than this "
                              f"release's {schema.SCHEMA_VERSION}")
+        # both pragmas are set in one transaction: a version no release wrote, or this
+        # release's without its tables (writes would fail on `no such table`), is a lie
+        if user_version < min(schema.MIGRATIONS):
+            raise StoreError(StoreProblem.CORRUPT, path, f"its schema version {user_version} "
+                             "is none this release knows")
+        missing = schema.TABLES - tables if user_version == schema.SCHEMA_VERSION else set()
+        if missing:
+            raise StoreError(StoreProblem.CORRUPT, path, f"its schema version {user_version} "
+                             f"lacks the tables {', '.join(sorted(missing))}")
         return user_version
     if app_id == 0 and not tables:
         return None  # a new file, or an empty one: ours from now on
