@@ -228,3 +228,22 @@ async def test_the_request_log_is_bounded_by_its_count_within_a_burst(tmp_path: 
         db, "SELECT body FROM requests ORDER BY id LIMIT 1")] == ["r70000"]
     assert [e["type"] for e in await store.state_changes()] == ["lockout"]
     await store.close()
+
+
+async def test_a_row_nested_past_the_recursion_limit_is_skipped_by_every_reader(
+        tmp_path: Path) -> None:
+    """A row written by hand or another program: the gateway's history (a 500 before)
+    and `record --db` (a traceback) leave it out and read the rest."""
+    db = tmp_path / "state.db"
+    store = await SqliteStore.open(db)
+    await store.close()
+    deep = '{"type": "breaker", "t": 5, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    good = {"type": "request", "t": 7, "id": "r1", "route": "chat"}
+    with sqlite3.connect(db) as raw:
+        raw.execute("INSERT INTO history (t, type, body) VALUES (5, 'breaker', ?)", (deep,))
+        raw.execute("INSERT INTO requests (t, type, body) VALUES (7, 'request', ?)",
+                    (json.dumps(good),))
+    store = await SqliteStore.open(db)
+    assert await store.state_changes() == []
+    await store.close()
+    assert list(events_from_db(db)) == [good]

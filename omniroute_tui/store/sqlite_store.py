@@ -239,8 +239,8 @@ class SqliteStore:
         for (body,) in reversed(list(rows)):
             try:
                 event = json.loads(body)
-            except (TypeError, ValueError):
-                continue  # a hand-edited row: not an event
+            except (TypeError, ValueError, RecursionError):
+                continue  # a hand-edited row (or nested past the recursion limit): no event
             if isinstance(event, dict):
                 stored.append(event)
         events = stored + [e.to_dict() for e in self._state_changes]
