@@ -362,6 +362,10 @@ async def test_a_body_cut_short_is_a_protocol_error() -> None:
          TransportFailure.CONNECTION_RESET),
         pytest.param(b"HTTP/1.1 100 Continue\r\n\r\n" * 5000,
                      TransportFailure.CONNECTION_RESET, id="endless-100-continue"),
+        # 100 KiB of head in one write: one read of the socket can hold all of it
+        pytest.param(b"HTTP/1.1 200 OK\r\nx-filler: " + b"z" * 100_000
+                     + b"\r\ncontent-length: 2\r\n\r\nok",
+                     TransportFailure.CONNECTION_RESET, id="head-over-64k-in-one-read"),
     ],
 )
 async def test_upstream_client_classifies_broken_answers(reply: bytes,
