@@ -111,6 +111,31 @@ async def test_a_value_the_file_cannot_hold_is_retried_until_it_changes(tmp_path
     await store.close()
 
 
+async def test_an_unexpected_error_in_a_flush_is_a_failure_not_a_dead_flusher(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Whatever a flush raises keeps its batch, shows in the health, is logged with its
+    traceback once, and the flusher goes on: it used to end silently, health still ok."""
+    db = tmp_path / "s.db"
+    store, engine = await attached(db, "a")
+    await _until(lambda: store.health().pending == 0)
+    real = engine.connection_snapshot
+
+    def broken(provider: str, connection: str) -> Any:
+        raise RuntimeError("a bug in a snapshot")
+
+    monkeypatch.setattr(engine, "connection_snapshot", broken)
+    engine.record("p", "a", "m", ADMIT, fail(FailureKind.AUTH_FAILED))
+    await _until(lambda: not store.health().ok)
+    assert store.health().error == "RuntimeError: a bug in a snapshot"
+    assert [r.exc_info is not None for r in caplog.records
+            if "writes are failing" in r.getMessage()] == [True]
+    monkeypatch.setattr(engine, "connection_snapshot", real)
+    await _until(lambda: store.health().ok and store.health().pending == 0)
+    assert _on_disk(db, "SELECT disabled FROM connections") == [(1,)]
+    await store.close()
+
+
 async def test_close_is_bounded_and_says_what_it_could_not_write(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     db = tmp_path / "s.db"

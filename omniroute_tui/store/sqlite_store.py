@@ -369,7 +369,8 @@ class SqliteStore:
         self._writing = batch
         try:
             await self._write(batch, trim_at)
-        except _WRITE_ERRORS as exc:
+        except Exception as exc:  # a write error, or a bug: the batch is kept either way,
+            # and the flusher goes on (a task that ended would stop persisting, silently)
             with contextlib.suppress(*_WRITE_ERRORS):
                 await self._db.rollback()
             self._put_back(batch)
@@ -393,7 +394,8 @@ class SqliteStore:
         if self._failing_since is None:
             self._failing_since = int(time.time() * 1000)
             log.error("state database %s: writes are failing (%s); changes are kept in "
-                      "memory and retried", self.path, self._last_error)
+                      "memory and retried", self.path, self._last_error,
+                      exc_info=None if isinstance(exc, _WRITE_ERRORS) else exc)  # a bug
 
     def _recovered(self) -> None:
         if self._failing_since is not None:
