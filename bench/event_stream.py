@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from gateway_overhead import cpu_s, free_port, percentile, wait_until_up
+from gateway_overhead import cpu_s, free_port, percentile, stop, wait_for_file, wait_until_up
 from sim_throughput import loop_step_ns
 
 SCENARIO = """\
@@ -222,9 +221,7 @@ def main() -> None:
                                    "--for", "1h", "--config-out", str(config)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
         try:
-            deadline = time.monotonic() + 30
-            while not config.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for_file(config)
             yaml.safe_load(config.read_text())  # written whole
             port = free_port()
             procs.append(subprocess.Popen(
@@ -236,13 +233,7 @@ def main() -> None:
                         *asyncio.run(phase(port, n, args.rate, args.seconds, procs[1].pid)))
                        for n in (1, args.readers)]
         finally:
-            for proc in reversed(procs):
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+            stop(procs)
     print(f"machine: {speed:.1f} ns a Python loop step (now {loop_step_ns():.1f}); "
           f"{args.rate} requests/s for {args.seconds:g} s a phase")
     print("the bus handler (the routing path's part of the stream), CPU an event: " + ", ".join(

@@ -57,6 +57,24 @@ def wait_until_up(url: str, timeout_s: float = 30) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+def wait_for_file(path: Path, timeout_s: float = 30) -> None:
+    """Until a process started before has written `path` (a fake's --config-out)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Ctrl-C each process still running, the last started first; kill one that hangs."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 def cpu_s(pid: int) -> float:
     """CPU seconds (user + system) a process has used so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -152,9 +170,7 @@ def main() -> None:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs = [fake]
         try:
-            deadline = time.monotonic() + 30
-            while not config.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for_file(config)
             direct = yaml.safe_load(config.read_text())["providers"]["fake"]["base_url"]
             ports = {"gateway": free_port(), "aiohttp": free_port()}
             env = {**os.environ, "OMNIROUTE_TOKEN": ""}
@@ -186,13 +202,7 @@ def main() -> None:
             done, errors = asyncio.run(throughput(gateways["gateway"], args.clients,
                                                   args.seconds))
         finally:
-            for proc in reversed(procs):
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+            stop(procs)
     d50, d99 = statistics.median(ms["direct"]), percentile(ms["direct"], 0.99)
     print(f"{args.requests} sequential requests, in turn direct / through each gateway:")
     print(f"  direct:             median {d50:6.2f} ms   p99 {d99:6.2f} ms")
