@@ -181,12 +181,17 @@ async def test_a_file_with_another_application_id_is_refused(tmp_path: Path) -> 
         await SqliteStore.open(db)
 
 
-async def test_a_file_of_a_newer_release_is_refused(tmp_path: Path) -> None:
-    db = tmp_path / "s.db"
+async def _ours_with_version(db: Path, version: int) -> None:
+    """A file this release made, then its user_version set to `version` by hand."""
     store = await SqliteStore.open(db)
     await store.close()
     with sqlite3.connect(db) as raw:
-        raw.execute(f"PRAGMA user_version={schema.SCHEMA_VERSION + 1}")
+        raw.execute(f"PRAGMA user_version={version}")
+
+
+async def test_a_file_of_a_newer_release_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    await _ours_with_version(db, schema.SCHEMA_VERSION + 1)
     with pytest.raises(StoreError) as info:
         await SqliteStore.open(db)
     assert info.value.problem is StoreProblem.NEWER
@@ -198,10 +203,7 @@ async def test_a_file_of_ours_whose_version_is_no_release_is_corrupt(
     """Both pragmas are set in one transaction, so our id with a version no release wrote
     is a lie: refused as corrupt (and set aside on request), not a KeyError."""
     db = tmp_path / "s.db"
-    store = await SqliteStore.open(db)
-    await store.close()
-    with sqlite3.connect(db) as raw:
-        raw.execute(f"PRAGMA user_version={version}")
+    await _ours_with_version(db, version)
     with pytest.raises(StoreError) as info:
         await SqliteStore.open(db)
     assert info.value.problem is StoreProblem.CORRUPT
