@@ -452,8 +452,8 @@ class SqliteStore:
     async def _trim(self, now: int) -> bool:
         """Delete what each log keeps no longer: older than its age bound (found through
         the index on `t`), then the oldest past its count (ids only grow, so the newest
-        `n` rows are the ids above `MAX(id) - n`). At most TRIM_BATCH rows each; True
-        when one stopped there (more to do at the next flush)."""
+        `n` rows are the ids above `MAX(id) - n`). At most TRIM_BATCH rows (ids) each;
+        True when a log is left past a bound (more to do at the next flush)."""
         r = self.retention
         unfinished = False
         for table, max_age_ms, max_rows in (
