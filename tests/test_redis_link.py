@@ -257,3 +257,24 @@ async def test_a_replica_that_joins_later_reads_the_whole_state(prefix: str) -> 
                              timeout_s=5, what="the OPEN breaker on the late replica")
             assert late.connection_snapshot("p", "a").cooling_until == \
                 first.connection_snapshot("p", "a").cooling_until
+
+
+async def test_entries_no_replica_wrote_are_skipped_and_the_follower_goes_on(
+        prefix: str) -> None:
+    """Another program's entries on the stream (a replica name that is not UTF-8, an event
+    nested past the recursion limit): each is one log line, and what follows them still
+    reaches the replica (its follower task used to end at the first, silently)."""
+    async with fleet(prefix, 2) as (engines, _links):
+        first, second = engines
+        client = redis.from_url(REDIS_URL)
+        try:
+            await client.xadd(f"{prefix}:events", {"replica": b"\xff", "event": b"{}"})
+            await client.xadd(f"{prefix}:events", {
+                "replica": "x", "event": '{"type": "breaker", "x": ' + "[" * 100_000
+                + "]" * 100_000 + "}"})
+        finally:
+            await client.aclose()
+        first.record("p", "a", "m", ADMIT, fail(FailureKind.RATE_LIMITED, 60_000))
+        until = first.connection_snapshot("p", "a").cooling_until
+        await eventually(lambda: second.connection_snapshot("p", "a").cooling_until == until,
+                         timeout_s=5, what="the cooldown on the second replica")
