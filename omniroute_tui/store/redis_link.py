@@ -230,6 +230,9 @@ class RedisLink:
                 return
             data = json.loads(fields[b"event"])
             event = event_from_dict(data)
+            # a lone surrogate (JSON can escape one) would reach this replica's events,
+            # and no UTF-8 database or answer can hold it: UnicodeEncodeError, skipped
+            event.to_json().encode()
         except (KeyError, ValueError, TypeError, RecursionError) as exc:
             log.warning("skipped a fleet entry this replica cannot read: %s", exc)
             return
