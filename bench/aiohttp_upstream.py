@@ -18,9 +18,6 @@ class AiohttpBody:
         async for chunk in self._response.content.iter_any():
             yield chunk
 
-    async def aread(self) -> bytes:
-        return await self._response.read()
-
     async def aclose(self) -> None:
         self._response.release()
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from gateway_overhead import cpu_s, free_port, percentile, stop, wait_until_up
+from gateway_overhead import cpu_s, free_port, percentile, stop, wait_for_file, wait_until_up
 from sim_throughput import loop_step_ns
 
 SCENARIO = """\
@@ -221,9 +221,7 @@ def main() -> None:
                                    "--for", "1h", "--config-out", str(config)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
         try:
-            deadline = time.monotonic() + 30
-            while not config.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for_file(config)
             yaml.safe_load(config.read_text())  # written whole
             port = free_port()
             procs.append(subprocess.Popen(

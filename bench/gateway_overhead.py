@@ -57,8 +57,15 @@ def wait_until_up(url: str, timeout_s: float = 30) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+def wait_for_file(path: Path, timeout_s: float = 30) -> None:
+    """Until a process started before has written `path` (a fake's --config-out)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Stop the processes a bench started, last first: SIGINT, then a kill after 10 s."""
+    """Ctrl-C each process still running, the last started first; kill one that hangs."""
     for proc in reversed(procs):
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -163,9 +170,7 @@ def main() -> None:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs = [fake]
         try:
-            deadline = time.monotonic() + 30
-            while not config.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for_file(config)
             direct = yaml.safe_load(config.read_text())["providers"]["fake"]["base_url"]
             ports = {"gateway": free_port(), "aiohttp": free_port()}
             env = {**os.environ, "OMNIROUTE_TOKEN": ""}

@@ -33,7 +33,7 @@ def _parse(line: str) -> dict[str, Any] | None:
         return None
     try:
         event = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the interpreter's limit: no event
         return None
     return event if isinstance(event, dict) else None
 

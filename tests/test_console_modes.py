@@ -135,6 +135,30 @@ def test_cli_errors_are_sentences(argv: list[str], message: str,
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("operator", "login", "message"), [
+    # an argument byte that is not UTF-8 arrives as a lone surrogate, which no database can
+    # hold: every later write of the store failed on the audit entry
+    ("ops\udcff", "ops", "--operator: the operator name holds U+DCFF, a lone surrogate, at "
+     "character 4"),
+    ("\x1b[2Jops", "ops", "--operator: the operator name holds U+001B, a control character, "
+     "at character 1"),
+    (None, "ops\udcff", "the operator name (from the login name; give --operator NAME) holds "
+     "U+DCFF"),
+])
+def test_an_operator_name_that_would_not_show_is_refused_at_start(
+        monkeypatch: pytest.MonkeyPatch, operator: str | None, login: str,
+        message: str) -> None:
+    from omniroute_tui.console.cli import _parser
+
+    for variable in ("LOGNAME", "USER", "LNAME", "USERNAME"):  # what getpass reads
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("LOGNAME", login)
+    args = _parser().parse_args([] if operator is None else ["--operator", operator])
+    with pytest.raises(ValueError) as info:
+        build_app(args)
+    assert message in str(info.value)
+
+
 def test_web_sessions_run_read_only_unless_asked() -> None:
     import sys
 

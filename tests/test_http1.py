@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import ssl
@@ -362,6 +363,10 @@ async def test_a_body_cut_short_is_a_protocol_error() -> None:
          TransportFailure.CONNECTION_RESET),
         pytest.param(b"HTTP/1.1 100 Continue\r\n\r\n" * 5000,
                      TransportFailure.CONNECTION_RESET, id="endless-100-continue"),
+        # 100 KiB of head in one write: one read of the socket can hold all of it
+        pytest.param(b"HTTP/1.1 200 OK\r\nx-filler: " + b"z" * 100_000
+                     + b"\r\ncontent-length: 2\r\n\r\nok",
+                     TransportFailure.CONNECTION_RESET, id="head-over-64k-in-one-read"),
     ],
 )
 async def test_upstream_client_classifies_broken_answers(reply: bytes,
@@ -377,6 +382,32 @@ async def test_upstream_client_classifies_broken_answers(reply: bytes,
         assert (result.status, result.transport_failure) == (0, failure)
         assert result.classification.kind is FailureKind.NETWORK
         await client.aclose()
+
+
+async def test_an_answer_over_the_size_bound_is_a_network_failure_not_held() -> None:
+    """A 500 of 64 MiB (only its first 64 KiB are ever classified) was read whole into
+    memory: 300 MiB made the process grow by 615 MiB. Past the bound reading stops."""
+    sent: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 500 X\r\ncontent-length: %d\r\n\r\n" % (64 << 20))
+        chunk = b"e" * (1 << 20)
+        with contextlib.suppress(ConnectionError):
+            for n in range(64):
+                writer.write(chunk)
+                await writer.drain()
+                sent.append(n)
+
+    async with raw_server(handler) as (url, _):
+        client = UpstreamClient()
+        result = await client.send(url, {"model": "m"}, api_key=None, timeout_ms=10_000)
+        assert (result.status, result.transport_failure) == (
+            0, TransportFailure.CONNECTION_RESET)
+        assert result.error == ("ProtocolError: the answer is over 16 MiB, more than any "
+                                "completion")
+        await client.aclose()
+    assert len(sent) < 64
 
 
 async def test_refused_and_read_timeout() -> None:

@@ -32,6 +32,8 @@ BAD_DURATIONS = [("5 m", "write it without spaces, like 5m or 1m30s"),
                  ("５s", "write it in ASCII digits 0-9 and a unit (ms, s, m, h, d), like 5m"),
                  ("5ｍ", "write it in ASCII digits 0-9 and a unit (ms, s, m, h, d), like 5m"),
                  ("1e3ms", NOT_A_NUMBER), ("1_000ms", NOT_A_NUMBER)]
+#: digits enough that the number reads as infinity (float() gives inf, not an error)
+ENDLESS = "9" * 400 + "ms"
 
 
 @pytest.mark.parametrize(("text", "ms"), GOOD_DURATIONS)
@@ -71,9 +73,26 @@ async def test_the_management_api_refuses_such_durations_with_400_and_the_reason
             assert reply.status_code == 400, (text, reply.text)
             assert reply.json()["error"]["message"] == (
                 f"`for`: {text!r} is not a duration: {words}")
+        reply = await http.post(force, json={"for": ENDLESS})  # a 500 once
+        assert reply.status_code == 400, reply.text
+        assert "is longer than 30 days" in reply.json()["error"]["message"]
         reply = await http.post(force, json={"for": "7d"})
         assert reply.status_code == 200
         assert reply.json()["ok"] is True
+
+
+def test_a_duration_too_long_to_count_is_refused_not_a_crash() -> None:
+    with pytest.raises(ValueError, match="is longer than 30 days"):
+        parse_duration_ms(ENDLESS)
+    with pytest.raises(ValueError, match="is longer than 3650 days"):
+        parse_duration_ms("1" + "0" * 320 + "d", longest_ms=3650 * 86_400_000)
+    config = ("providers:\n  p: {models: [m], connections: [a]}\n"
+              f"store: {{history: {{max_age: {ENDLESS}}}}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_router_config("router.yaml", text=config)
+    (problem,) = info.value.problems
+    assert (problem.line, problem.field) == (3, "store.history.max_age")
+    assert "is longer than 3650 days" in problem.reason
 
 
 def _providers(count: int, connections: int = 1, models: int = 1) -> str:

@@ -257,3 +257,54 @@ async def test_a_replica_that_joins_later_reads_the_whole_state(prefix: str) -> 
                              timeout_s=5, what="the OPEN breaker on the late replica")
             assert late.connection_snapshot("p", "a").cooling_until == \
                 first.connection_snapshot("p", "a").cooling_until
+
+
+
+async def _following(first: ResilienceEngine, second: ResilienceEngine,
+                     connection: str) -> None:
+    """A cooldown on `first` reaches `second`: from then on its follower reads the stream."""
+    first.record("p", connection, "m", ADMIT, fail(FailureKind.RATE_LIMITED, 60_000))
+    until = first.connection_snapshot("p", connection).cooling_until
+    await eventually(
+        lambda: second.connection_snapshot("p", connection).cooling_until == until,
+        timeout_s=5, what=f"the cooldown of {connection} on the second replica")
+
+
+async def _add_entries(prefix: str, *entries: dict[str, str | bytes]) -> None:
+    client = redis.from_url(REDIS_URL)
+    try:
+        for entry in entries:
+            await client.xadd(f"{prefix}:events", entry)  # type: ignore[arg-type]
+    finally:
+        await client.aclose()
+
+
+async def test_entries_no_replica_wrote_are_skipped_and_the_follower_goes_on(
+        prefix: str) -> None:
+    """Another program's entries on the stream (a replica name that is not UTF-8, an event
+    nested past the recursion limit): each is one log line, and what follows them still
+    reaches the replica (its follower task used to end at the first, silently)."""
+    async with fleet(prefix, 2) as (engines, _links):
+        first, second = engines
+        await _following(first, second, "a")
+        await _add_entries(prefix, {"replica": b"\xff", "event": b"{}"}, {
+            "replica": "x", "event": '{"type": "breaker", "x": ' + "[" * 100_000
+            + "]" * 100_000 + "}"})
+        await _following(first, second, "b")
+
+
+async def test_an_entry_holding_a_lone_surrogate_is_skipped(prefix: str) -> None:
+    """JSON can escape a lone surrogate, which no UTF-8 database or answer can hold: merged,
+    a disable by such an operator would make every write of a replica's state database
+    fail (its reason names the operator). Such an entry is skipped like any other that is
+    not ours."""
+    async with fleet(prefix, 2) as (engines, _links):
+        first, second = engines
+        await _following(first, second, "b")
+        await _add_entries(prefix, {"replica": "x", "event": json.dumps(
+            {"t": 1, "type": "operator", "action": "disable", "target": "p/a",
+             "actor": "\ud800", "result": "ok"})})
+        first.force_open("p", 60_000, actor="test")
+        await eventually(lambda: second.breaker_snapshot("p").state is BreakerState.OPEN,
+                         timeout_s=5, what="the force-open on the second replica")
+        assert not second.connection_snapshot("p", "a").disabled

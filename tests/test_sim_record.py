@@ -111,11 +111,16 @@ def test_a_quota_on_one_model_is_recorded_as_that_models_fault(tmp_path: Path) -
                  "--policy", "resilient"]) == 0
 
 
+#: under the line bound, and nested past the interpreter's recursion limit
+DEEP = '{"type": "request", "t": 0, "id": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
 def test_hostile_event_logs_are_refused_or_skipped_and_nothing_secret_is_copied(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lines = [
         "not json at all", "[1, 2]", '{"type": "request"}', "{" + "x" * (2 << 20) + "}",
+        DEEP,
         '{"type": "request", "t": -5, "id": "r0", "route": "chat"}',
         '{"type": "request", "t": 1000, "id": "r1", "route": "chat", '
         '"api_key": "sk-live-secret-000", "messages": [{"content": "private words"}]}',

@@ -111,6 +111,31 @@ async def test_a_value_the_file_cannot_hold_is_retried_until_it_changes(tmp_path
     await store.close()
 
 
+async def test_an_unexpected_error_in_a_flush_is_a_failure_not_a_dead_flusher(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Whatever a flush raises keeps its batch, shows in the health, is logged with its
+    traceback once, and the flusher goes on: it used to end silently, health still ok."""
+    db = tmp_path / "s.db"
+    store, engine = await attached(db, "a")
+    await _until(lambda: store.health().pending == 0)
+    real = engine.connection_snapshot
+
+    def broken(provider: str, connection: str) -> Any:
+        raise RuntimeError("a bug in a snapshot")
+
+    monkeypatch.setattr(engine, "connection_snapshot", broken)
+    engine.record("p", "a", "m", ADMIT, fail(FailureKind.AUTH_FAILED))
+    await _until(lambda: not store.health().ok)
+    assert store.health().error == "RuntimeError: a bug in a snapshot"
+    assert [r.exc_info is not None for r in caplog.records
+            if "writes are failing" in r.getMessage()] == [True]
+    monkeypatch.setattr(engine, "connection_snapshot", real)
+    await _until(lambda: store.health().ok and store.health().pending == 0)
+    assert _on_disk(db, "SELECT disabled FROM connections") == [(1,)]
+    await store.close()
+
+
 async def test_close_is_bounded_and_says_what_it_could_not_write(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     db = tmp_path / "s.db"
@@ -156,15 +181,53 @@ async def test_a_file_with_another_application_id_is_refused(tmp_path: Path) -> 
         await SqliteStore.open(db)
 
 
-async def test_a_file_of_a_newer_release_is_refused(tmp_path: Path) -> None:
-    db = tmp_path / "s.db"
+async def _ours_with_version(db: Path, version: int) -> None:
+    """A file this release made, then its user_version set to `version` by hand."""
     store = await SqliteStore.open(db)
     await store.close()
     with sqlite3.connect(db) as raw:
-        raw.execute(f"PRAGMA user_version={schema.SCHEMA_VERSION + 1}")
+        raw.execute(f"PRAGMA user_version={version}")
+
+
+async def test_a_file_of_a_newer_release_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    await _ours_with_version(db, schema.SCHEMA_VERSION + 1)
     with pytest.raises(StoreError) as info:
         await SqliteStore.open(db)
     assert info.value.problem is StoreProblem.NEWER
+
+
+@pytest.mark.parametrize("version", [0, -1])
+async def test_a_file_of_ours_whose_version_is_no_release_is_corrupt(
+        tmp_path: Path, version: int) -> None:
+    """Both pragmas are set in one transaction, so our id with a version no release wrote
+    is a lie: refused as corrupt (and set aside on request), not a KeyError."""
+    db = tmp_path / "s.db"
+    await _ours_with_version(db, version)
+    with pytest.raises(StoreError) as info:
+        await SqliteStore.open(db)
+    assert info.value.problem is StoreProblem.CORRUPT
+    assert f"schema version {version} is none this release knows" in str(info.value)
+    store = await SqliteStore.open(db, recover=Recovery.SET_ASIDE)
+    assert store.set_aside_from is not None and store.set_aside_from.exists()
+    await store.close()
+
+
+async def test_a_file_whose_version_claims_tables_it_lacks_is_corrupt(tmp_path: Path) -> None:
+    """A version 2 file with its version set to this release's by hand: refused at open
+    (it would fail every write with `no such table`), its `events` left as they were."""
+    db = tmp_path / "s.db"
+    with sqlite3.connect(db) as raw:
+        raw.executescript(SCHEMA_V2)
+        raw.execute("INSERT INTO events (t, type, body) VALUES (1, 'breaker', '{}')")
+        raw.execute(f"PRAGMA application_id={schema.APPLICATION_ID}")
+        raw.execute(f"PRAGMA user_version={schema.SCHEMA_VERSION}")
+    before = _digest(db)
+    with pytest.raises(StoreError) as info:
+        await SqliteStore.open(db)
+    assert info.value.problem is StoreProblem.CORRUPT
+    assert "lacks the tables history, requests" in str(info.value)
+    assert _digest(db) == before
 
 
 async def test_a_first_release_file_is_migrated_with_its_state(tmp_path: Path) -> None:

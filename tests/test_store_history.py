@@ -228,3 +228,51 @@ async def test_the_request_log_is_bounded_by_its_count_within_a_burst(tmp_path: 
         db, "SELECT body FROM requests ORDER BY id LIMIT 1")] == ["r70000"]
     assert [e["type"] for e in await store.state_changes()] == ["lockout"]
     await store.close()
+
+
+async def test_a_row_nested_past_the_recursion_limit_is_skipped_by_every_reader(
+        tmp_path: Path) -> None:
+    """A row written by hand or another program: the gateway's history (a 500 before)
+    and `record --db` (a traceback) leave it out and read the rest."""
+    db = tmp_path / "state.db"
+    store = await SqliteStore.open(db)
+    await store.close()
+    deep = '{"type": "breaker", "t": 5, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    good = {"type": "request", "t": 7, "id": "r1", "route": "chat"}
+    with sqlite3.connect(db) as raw:
+        raw.execute("INSERT INTO history (t, type, body) VALUES (5, 'breaker', ?)", (deep,))
+        raw.execute("INSERT INTO requests (t, type, body) VALUES (7, 'request', ?)",
+                    (json.dumps(good),))
+    store = await SqliteStore.open(db)
+    assert await store.state_changes() == []
+    await store.close()
+    assert list(events_from_db(db)) == [good]
+
+
+
+
+async def test_a_count_trim_over_gaps_in_the_ids_goes_on_at_the_next_flush(
+        tmp_path: Path) -> None:
+    """Events stamped ten years ahead (a skewed clock) never age out, those ten years
+    behind all do at once, leaving gaps in the ids; the count trim, a batch of ids at a
+    time, then deletes fewer rows than a batch, and must still go on at the next flush
+    rather than wait 10 s or 20,000 rows (it stopped at 2,666 rows of a bound of 1,000)."""
+    db = tmp_path / "state.db"
+    engine, clock, _ = make_engine({"p": ("a",)})
+    clock.set(START)
+    store = await SqliteStore.open(db, retention=StoreRetention(requests_max_events=1000))
+    await store.attach(engine)
+    await store.flush()
+    for n in range(9_000):
+        skew = 10 * 365 * DAY * (1 if n % 3 else -1)
+        engine.bus.emit(RequestEvent(START + skew, f"r{n}", "chat"))
+        if n % 1_000 == 999:  # within what the store holds for the disk
+            await store.flush()
+    clock.advance(TRIM_EVERY_MS)
+    for _ in range(3):
+        await store.flush()
+    kept = [json.loads(str(b))["id"] for (b,) in _on_disk(
+        db, "SELECT body FROM requests ORDER BY id")]
+    assert len(kept) == 1000 - 1000 // 3  # the newest 1,000 ids, less those aged out
+    assert (kept[0], kept[-1]) == ("r8000", "r8999")
+    await store.close()

@@ -56,15 +56,17 @@ def parse_duration_ms(value: object, *, longest_ms: int = MAX_DURATION_MS) -> in
             f"{value!r} is not a duration: write a number with a unit (250ms, 3s, 5m, 1h) "
             "or integer milliseconds"
         )
-    return _bounded(round(total), value, longest_ms)
+    return _bounded(total, value, longest_ms)
 
 
-def _bounded(ms: int, value: object, longest_ms: int) -> int:
+def _bounded(ms: float, value: object, longest_ms: int) -> int:
+    # compared before rounding: 400 digits read as infinity, which no int can hold
     if ms > longest_ms:
         days = f"{longest_ms // 86_400_000} days" if longest_ms % 86_400_000 == 0 else (
             format_ms(longest_ms))
-        raise ValueError(f"{value!r} is longer than {days}, the longest duration accepted")
-    return ms
+        raise ValueError(f"{value!r:.80} is longer than {days}, the longest duration "
+                         "accepted")
+    return round(ms)
 
 
 def parse_rate_per_s(value: object) -> float:

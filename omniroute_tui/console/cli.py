@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, load_router_config
+from ..config.hidden import hidden_reason
 from .model.attach import AttachError
 
 __all__ = ["build_app", "main"]
@@ -61,12 +62,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _operator(name: str | None) -> str:
+    """The name the audit log gives this console's actions: one that shows as written
+    (docs/design.md §8), and that the state database can hold (an argument byte that is
+    not UTF-8 arrives as a lone surrogate, on which every later write would fail)."""
     if name:
+        reason = hidden_reason(name, "the operator name")
+        if reason is not None:
+            raise ValueError(f"--operator: {reason}")
         return name
     try:
-        return getpass.getuser()
+        login = getpass.getuser()
     except (KeyError, OSError):
-        return os.environ.get("USER", "operator")
+        login = os.environ.get("USER", "operator")
+    reason = hidden_reason(login, "the operator name (from the login name; give --operator "
+                                  "NAME)")
+    if reason is not None:
+        raise ValueError(reason)
+    return login
 
 
 def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None = None
@@ -82,10 +94,11 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
 
     if args.speed <= 0:
         raise ValueError("--speed must be above 0")
+    operator = _operator(args.operator)  # before anything is opened or started
     if getattr(args, "attach", None):
         if args.config is not None:
             raise ValueError("--attach shows a running gateway: it takes no --config")
-        return _attach_app(args, attach_state)
+        return _attach_app(args, attach_state, operator)
     scenario_name = getattr(args, "scenario", None)
     if args.db and (args.config is None or scenario_name):
         raise ValueError("--db keeps a router's state: it goes with --config (a scenario "
@@ -109,7 +122,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
                                        recover=args.db_recover == "set-aside")
         model = ConsoleModel(config.providers, router_backend.now_ms)
         bus.subscribe(model.on_event)
-        return ConsoleApp(router_backend, model, operator=_operator(args.operator),
+        return ConsoleApp(router_backend, model, operator=operator,
                           read_only=args.read_only, listen=listen, token=token)
     from simulator.scenario import load_scenario, resolve_scenario
 
@@ -121,11 +134,12 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
     else:
         backend = SimulationBackend(scenario, speed=args.speed, subscribers=(model.on_event,))
     model.now = backend.now_ms
-    return ConsoleApp(backend, model, operator=_operator(args.operator),
+    return ConsoleApp(backend, model, operator=operator,
                       read_only=args.read_only, listen=listen, token=token)
 
 
-def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None) -> object:
+def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None,
+                operator: str) -> object:
     from ..config.token import load_token
     from .app import ConsoleApp
     from .model.attach import AttachBackend, fetch_state
@@ -142,7 +156,7 @@ def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None) -> objec
     backend = AttachBackend(args.attach, token, on_event=model.on_event,
                             on_state=model.load_state_document, on_history=model.backfill)
     model.now = backend.now_ms
-    return ConsoleApp(backend, model, operator=_operator(args.operator),  # type: ignore[arg-type]
+    return ConsoleApp(backend, model, operator=operator,  # type: ignore[arg-type]
                       read_only=args.read_only)
 
 

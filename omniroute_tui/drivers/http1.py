@@ -143,7 +143,8 @@ class _Connection(asyncio.Protocol):
         self._until_close = False  # and its body ends with the connection
         self._complete = False
         self._keep_alive = False  # the peer keeps the connection after this answer
-        self._head_bytes = 0
+        self._head_bytes = 0  # read before the final head was parsed (1xx answers too)
+        self._header_bytes = 0  # of the heads' header lines, however few reads brought them
         self._body: list[bytes] = []
         self._buffered = 0
         self._failure: BaseException | None = None
@@ -300,6 +301,10 @@ class _Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._final:
             return  # a trailer after the last chunk: read, not kept
+        # a head that came in one read is parsed whole before `data_received` can count it
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > MAX_HEAD:
+            raise ProtocolError("the answer's head is too large")
         key, text = name.decode("latin-1").lower(), value.decode("latin-1")
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
 

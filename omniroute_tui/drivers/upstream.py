@@ -17,6 +17,11 @@ from .http1 import ConnectTimeout, Http1Pool, ProtocolError
 
 __all__ = ["UpstreamClient", "UpstreamReply", "transport_failure_of"]
 
+#: the most of an answer read into memory (a completion is well under 1 MiB; an error
+#: answer is classified on its first 64 KiB): past it the attempt is a `network` failure,
+#: not a process holding whatever a broken upstream sends
+MAX_ANSWER_BYTES = 16 << 20
+
 _DNS_HINTS = ("name or service not known", "nodename nor servname", "name resolution",
               "getaddrinfo", "no address associated")
 
@@ -79,13 +84,10 @@ class _HttpxBody:
         self._response = response
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
-        """The body decoded, as `aread()` gives it: httpx asks for gzip by itself and the
+        """The body decoded, as httpx's `aread()` gives it: httpx asks for gzip by itself and the
         gateway does not forward `content-encoding`; and a response made from bytes
         (MockTransport) is already read, which `aiter_raw` refuses."""
         return self._response.aiter_bytes()
-
-    async def aread(self) -> bytes:
-        return await self._response.aread()
 
     async def aclose(self) -> None:
         await self._response.aclose()
@@ -96,7 +98,6 @@ class ResponseBody(Protocol):
     headers: dict[str, str]
 
     def aiter_raw(self) -> AsyncIterator[bytes]: ...
-    async def aread(self) -> bytes: ...
     async def aclose(self) -> None: ...
 
 
@@ -170,7 +171,7 @@ class UpstreamClient:
                     return UpstreamReply(response.status, Classification(None),
                                          response.headers, stream=response,
                                          first_chunk=first, chunks=chunks)
-                content = await response.aread()
+                content = await _read_bounded(response)
         except (httpx.HTTPError, OSError, TimeoutError, ProtocolError,
                 asyncio.IncompleteReadError, ValueError) as exc:
             if response is not None:
@@ -182,3 +183,15 @@ class UpstreamClient:
         outcome = classify(response.status, response.headers, content,
                            now_epoch_ms=now_epoch_ms)
         return UpstreamReply(response.status, outcome, response.headers, content)
+
+
+async def _read_bounded(response: ResponseBody) -> bytes:
+    """The whole answer, if it is at most MAX_ANSWER_BYTES; else ProtocolError."""
+    chunks, size = [], 0
+    async for chunk in response.aiter_raw():
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise ProtocolError(f"the answer is over {MAX_ANSWER_BYTES >> 20} MiB, more than "
+                                "any completion")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -208,7 +208,7 @@ class RedisLink:
                     newest = await self._redis.xrevrange(self.stream, count=1)
                     last = newest[0][0].decode() if newest else "0-0"
                     for value in (await self._redis.hgetall(self.state)).values():
-                        self._apply({b"event": value.split(b"|", 1)[1]})
+                        self._apply({b"event": value.partition(b"|")[2]})
                 answer = await self._redis.xread({self.stream: last}, block=1000, count=500)
                 for _, entries in answer or ():
                     for entry_id, fields in entries:
@@ -224,13 +224,16 @@ class RedisLink:
 
     def _apply(self, fields: dict[bytes, bytes]) -> None:
         assert self._engine is not None
-        replica = fields.get(b"replica", b"").decode()
-        if replica == self.replica:
-            return
-        try:
+        try:  # another program may write here too: what is no entry of ours is skipped
+            replica = fields.get(b"replica", b"").decode()
+            if replica == self.replica:
+                return
             data = json.loads(fields[b"event"])
             event = event_from_dict(data)
-        except (KeyError, ValueError, TypeError) as exc:
+            # a lone surrogate (JSON can escape one) would reach this replica's events,
+            # and no UTF-8 database or answer can hold it: UnicodeEncodeError, skipped
+            event.to_json().encode()
+        except (KeyError, ValueError, TypeError, RecursionError) as exc:
             log.warning("skipped a fleet entry this replica cannot read: %s", exc)
             return
         if self.on_remote is not None:

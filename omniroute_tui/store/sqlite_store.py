@@ -239,8 +239,8 @@ class SqliteStore:
         for (body,) in reversed(list(rows)):
             try:
                 event = json.loads(body)
-            except (TypeError, ValueError):
-                continue  # a hand-edited row: not an event
+            except (TypeError, ValueError, RecursionError):
+                continue  # a hand-edited row (or nested past the recursion limit): no event
             if isinstance(event, dict):
                 stored.append(event)
         events = stored + [e.to_dict() for e in self._state_changes]
@@ -369,7 +369,8 @@ class SqliteStore:
         self._writing = batch
         try:
             await self._write(batch, trim_at)
-        except _WRITE_ERRORS as exc:
+        except Exception as exc:  # a write error, or a bug: the batch is kept either way,
+            # and the flusher goes on (a task that ended would stop persisting, silently)
             with contextlib.suppress(*_WRITE_ERRORS):
                 await self._db.rollback()
             self._put_back(batch)
@@ -393,7 +394,8 @@ class SqliteStore:
         if self._failing_since is None:
             self._failing_since = int(time.time() * 1000)
             log.error("state database %s: writes are failing (%s); changes are kept in "
-                      "memory and retried", self.path, self._last_error)
+                      "memory and retried", self.path, self._last_error,
+                      exc_info=None if isinstance(exc, _WRITE_ERRORS) else exc)  # a bug
 
     def _recovered(self) -> None:
         if self._failing_since is not None:
@@ -450,8 +452,8 @@ class SqliteStore:
     async def _trim(self, now: int) -> bool:
         """Delete what each log keeps no longer: older than its age bound (found through
         the index on `t`), then the oldest past its count (ids only grow, so the newest
-        `n` rows are the ids above `MAX(id) - n`). At most TRIM_BATCH rows each; True
-        when one stopped there (more to do at the next flush)."""
+        `n` rows are the ids above `MAX(id) - n`). At most TRIM_BATCH rows (ids) each;
+        True when a log is left past a bound (more to do at the next flush)."""
         r = self.retention
         unfinished = False
         for table, max_age_ms, max_rows in (
@@ -463,14 +465,22 @@ class SqliteStore:
                 "ORDER BY t LIMIT ?)", (now - max_age_ms, TRIM_BATCH),
             ) as cur:
                 aged = cur.rowcount
-            async with self._db.execute(
-                # one aggregate a SELECT: SQLite finds MAX or MIN in the index, both at
-                # once only by scanning the table
+            # one aggregate a SELECT: SQLite finds MAX or MIN in the index, both at once
+            # only by scanning the table
+            await self._db.execute(
                 f"DELETE FROM {table} WHERE id <= min((SELECT MAX(id) FROM {table}) - ?, "
-                f"(SELECT MIN(id) FROM {table}) + ?)", (max_rows, TRIM_BATCH - 1),
+                f"(SELECT MIN(id) FROM {table}) + ?)", (max_rows, TRIM_BATCH - 1))
+            # whether rows past the count are left: not what the delete counted, since the
+            # age trim leaves gaps in the ids (a row stamped by a clock set back, say) and
+            # a batch of ids then holds fewer rows; the backlog would wait for the next
+            # trim, 10 s or 20,000 rows away, and grow if rows came faster than that
+            async with self._db.execute(
+                f"SELECT (SELECT MIN(id) FROM {table}) <= (SELECT MAX(id) FROM {table}) - ?",
+                (max_rows,),
             ) as cur:
-                counted = cur.rowcount
-            unfinished = unfinished or TRIM_BATCH in (aged, counted)
+                row = await cur.fetchone()
+            over = row is not None and bool(row[0])
+            unfinished = unfinished or aged == TRIM_BATCH or over
         return unfinished
 
     async def close(self, timeout_s: float = 5.0) -> StoreHealth:
@@ -610,6 +620,15 @@ async def _our_version(db: aiosqlite.Connection, path: Path) -> int | None:
             raise StoreError(StoreProblem.NEWER, path,
                              f"its schema version {user_version} is newer than this "
                              f"release's {schema.SCHEMA_VERSION}")
+        # both pragmas are set in one transaction: a version no release wrote, or this
+        # release's without its tables (writes would fail on `no such table`), is a lie
+        if user_version < min(schema.MIGRATIONS):
+            raise StoreError(StoreProblem.CORRUPT, path, f"its schema version {user_version} "
+                             "is none this release knows")
+        missing = schema.TABLES - tables if user_version == schema.SCHEMA_VERSION else set()
+        if missing:
+            raise StoreError(StoreProblem.CORRUPT, path, f"its schema version {user_version} "
+                             f"lacks the tables {', '.join(sorted(missing))}")
         return user_version
     if app_id == 0 and not tables:
         return None  # a new file, or an empty one: ours from now on
