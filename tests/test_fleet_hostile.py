@@ -50,7 +50,8 @@ def hostile_events(now: int) -> list[bytes]:
         {**cooldown, "t": "abc"}, {**cooldown, "provider": ["alpha"]},
         {**cooldown, "level": "x"}, {**operator, "target": 5}, {**lockout, "model": {}},
         {**cooldown, "provider": "nobody"}, {**cooldown, "connection": "nobody"},
-        {**lockout, "model": "nobody"}, {**operator, "action": "rm -rf"},
+        {**lockout, "model": "nobody"}, {**operator, "target": "nobody"},
+        {**operator, "action": "rm -rf"},
         {**cooldown, "extra": 1}, {"t": now, "type": "request", "id": "x", "route": "r"},
         {**cooldown, "until": 1.5}, {**cooldown, "level": True}, {**cooldown, "kind": "x"},
         [1, 2], "text", None,
@@ -102,6 +103,7 @@ async def test_a_hostile_writer_changes_nothing_but_the_counts(
                 YEAR_9999).to_json()})
             bad_entries = len(events) + 3
             # the hash: what a replica that starts or reconnects reads first
+            bad_fields |= {b"hostile:%d" % i: b"1|" + raw for i, raw in enumerate(events)}
             await client.hset(state, mapping={**bad_fields, **{
                 name: b"%d|%s" % (YEAR_9999, value.encode())
                 for name, value in clamped_fields.items()}})
@@ -156,8 +158,9 @@ async def test_a_hostile_writer_changes_nothing_but_the_counts(
     warned = [r.getMessage() for r in caplog.records if r.name == "omniroute.fleet"]
     assert any("the replica is not UTF-8" in line for line in warned)
     assert any("clamped a deadline" in line for line in warned)
-    # one line per reason per minute: the three replicas' refusals, not one line each
-    assert len([w for w in warned if "unknown provider" in w]) == 2
+    # one line per reason per minute on each replica, not one per entry: two entries name
+    # an unknown provider, read by the first two from the stream, by the third from the hash
+    assert len([w for w in warned if "unknown provider" in w]) == 3
 
 
 def assert_bounded(document: dict[str, Any]) -> None:

@@ -147,7 +147,7 @@ def _read_event(raw: bytes, known: Known, now: int) -> tuple[Event, str | None]:
     if len(raw) > MAX_ENTRY_BYTES:
         raise _Refusal(f"the event is over {MAX_ENTRY_BYTES} bytes", f"{len(raw)} bytes")
     try:
-        data = json.loads(_utf8(raw, "the event"), parse_constant=_no_constant)
+        data = _DECODER.decode(_utf8(raw, "the event"))
     except (ValueError, RecursionError) as exc:
         raise _Refusal("the event is not JSON", str(exc)) from None
     if not isinstance(data, dict):
@@ -166,6 +166,9 @@ def _no_constant(word: str) -> Any:
     raise ValueError(f"{word} is not a number JSON carries")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def _utf8(raw: bytes, what: str) -> str:
     try:
         return raw.decode()
@@ -181,34 +184,51 @@ def _text(value: str, what: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class _Field:
+    key: str
+    kind: str  # "int", "bool", "str" or one of _WORDS
+    nullable: bool
+    where: str  # "cooldown.level", for the reason
+
+
+def _field_specs(cls: type[Event]) -> tuple[frozenset[str], tuple[_Field, ...]]:
+    """The JSON keys of `cls` and each one's declared type, read once per class."""
+    declared = {"t": "int"} | {("from" if f.name == "from_" else f.name): str(f.type)
+                               for f in fields(cls) if f.name != "t"}
+    specs = []
+    for key, text in declared.items():
+        kinds = text.replace(" ", "").split("|")
+        specs.append(_Field(key, kinds[0], "None" in kinds, f"{cls.TYPE}.{key}"))
+    return frozenset(declared) | {"type"}, tuple(specs)
+
+
+_SPECS = {cls: _field_specs(cls) for cls in MERGED_CLASSES}
+
+
 def _check_fields(cls: type[Event], data: dict[str, Any]) -> None:
     """Exactly the fields of `cls`, each of the type it declares."""
-    expected = {"t": "int", "type": "str"} | {
-        ("from" if f.name == "from_" else f.name): str(f.type)
-        for f in fields(cls) if f.name != "t"}
-    if set(data) != set(expected):
-        odd = sorted(set(data) ^ set(expected))
+    keys, specs = _SPECS[cls]
+    if data.keys() != keys:
+        odd = sorted(set(data) ^ keys)
         raise _Refusal(f"a {cls.TYPE} event with other fields than its own", ", ".join(odd))
-    for key, declared in expected.items():
-        value = data[key]
-        kinds = declared.replace(" ", "").split("|")
-        if value is None and "None" in kinds:
+    for spec in specs:
+        value = data[spec.key]
+        if value is None and spec.nullable:
             continue
-        kind = kinds[0]
-        where = f"{cls.TYPE}.{key}"
+        kind = spec.kind
         if kind == "int":
             if type(value) is not int or not 0 <= value <= MAX_INT:
-                raise _Refusal(f"{where} is not an integer from 0 to 2^53", value)
+                raise _Refusal(f"{spec.where} is not an integer from 0 to 2^53", value)
+        elif kind == "str":
+            if not isinstance(value, str):
+                raise _Refusal(f"{spec.where} is not text", value)
+            _text(value, spec.where)
         elif kind == "bool":
             if type(value) is not bool:
-                raise _Refusal(f"{where} is not true or false", value)
-        elif kind in _WORDS:
-            if not isinstance(value, str) or value not in _WORDS[kind]:
-                raise _Refusal(f"{where} is not a {kind}", value)
-        elif not isinstance(value, str):
-            raise _Refusal(f"{where} is not text", value)
-        elif key != "type":
-            _text(value, where)
+                raise _Refusal(f"{spec.where} is not true or false", value)
+        elif not isinstance(value, str) or value not in _WORDS[kind]:
+            raise _Refusal(f"{spec.where} is not a {kind}", value)
 
 
 def _check_names(event: Event, known: Known) -> None:
