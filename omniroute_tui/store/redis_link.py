@@ -11,6 +11,8 @@ for it in the background, so the request after the grant is the fleet's one prob
 While Redis is away, outgoing changes queue (bounded), the link says it is failing, and on
 reconnect it reads the state hash again before following the stream: the merge rules are
 idempotent and indifferent to order for deadlines, so reading again is safe.
+What it reads from Redis is checked first (`fleet_entries`, docs/design.md §10): a bad
+entry is skipped and counted, and nothing an entry holds ends the follow loop.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ end
 return 0
 """
 _RETRY_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
-#: a follow loop that ran this long before it ended starts again without delay
+#: a follow loop that ran this long before it ended is restarted after the shortest delay
 _STEADY_S = 60.0
 
 
@@ -237,7 +239,10 @@ class RedisLink:
                 delay = _RETRY_S[min(restarts, len(_RETRY_S) - 1)]
                 self._follow_fault = (
                     f"the fleet follow loop ended: {type(exc).__name__}: {exc}"[:300])
-                log.error("%s; following again in %g s", self._follow_fault, delay)
+                unlogged = self._throttle.admit(f"loop {type(exc).__name__}", _now_ms())
+                if unlogged is not None:
+                    log.error("%s; following again in %g s (%d more like it in the last "
+                              "minute)", self._follow_fault, delay, unlogged)
                 await asyncio.sleep(delay)
                 restarts += 1
 
