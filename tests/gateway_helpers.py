@@ -70,7 +70,7 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             from omniroute_tui.store.redis_link import RedisLink
 
             link = RedisLink(redis[0], prefix=redis[1])
-            await link.attach(router.engine)
+            await link.attach(router.engine, router.models)
         gateway = Gateway(router, config.providers, token=TOKEN, store=store, limits=limits,
                           fleet=link)
         server = GatewayServer(gateway, "127.0.0.1", 0)

@@ -59,7 +59,7 @@ async def _serve(args: argparse.Namespace) -> int:
         from ..store.redis_link import RedisLink
 
         link = RedisLink(redis_url, prefix=config.store_prefix)
-        await link.attach(router.engine)
+        await link.attach(router.engine, router.models)
     if db:
         store = await SqliteStore.open(
             db, recover=Recovery.SET_ASIDE if args.db_recover == "set-aside" else Recovery.FAIL,

@@ -11,20 +11,22 @@ for it in the background, so the request after the grant is the fleet's one prob
 While Redis is away, outgoing changes queue (bounded), the link says it is failing, and on
 reconnect it reads the state hash again before following the stream: the merge rules are
 idempotent and indifferent to order for deadlines, so reading again is safe.
+What it reads from Redis is checked first (`fleet_entries`, docs/design.md §10): a bad
+entry is skipped and counted, and nothing an entry holds ends the follow loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
@@ -39,23 +41,26 @@ from ..engine.events import (
     Event,
     LockoutEvent,
     ResultEvent,
-    event_from_dict,
 )
 from ..engine.kinds import BreakerState
+from .fleet_entries import Accepted, Known, Rejected, Throttle, read_entry, read_state_field
 from .sqlite_store import StoreHealth
 
-__all__ = ["RedisLink"]
+__all__ = ["FleetHealth", "RedisLink"]
 
 log = logging.getLogger("omniroute.fleet")
 
 # Keeps a field of the state hash as "order|event": `max` replaces it only with a later
-# deadline, `latest` only with a later (or equal) time, `set` always (an operator's clear).
+# deadline, `latest` only with a later (or equal) time, `set` always (an operator's clear);
+# a field of another form (not written by this script) is replaced.
 _KEEP = """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if current and ARGV[4] ~= 'set' then
-  local known = tonumber(string.sub(current, 1, string.find(current, '|', 1, true) - 1))
+  local bar = string.find(current, '|', 1, true)
+  local known = bar and tonumber(string.sub(current, 1, bar - 1))
   local order = tonumber(ARGV[3])
-  if (ARGV[4] == 'max' and order <= known) or (ARGV[4] == 'latest' and order < known) then
+  if known and ((ARGV[4] == 'max' and order <= known)
+                or (ARGV[4] == 'latest' and order < known)) then
     return 0
   end
 end
@@ -72,6 +77,17 @@ end
 return 0
 """
 _RETRY_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+#: a follow loop that ran this long before it ended is restarted after the shortest delay
+_STEADY_S = 60.0
+
+
+@dataclass(frozen=True)
+class FleetHealth(StoreHealth):
+    """The link's health; `rejected` counts the entries read from Redis and refused (or
+    that failed to apply), `last_rejection` says the latest: reason, detail, `at` (ms)."""
+
+    rejected: int = 0
+    last_rejection: dict[str, Any] | None = None
 
 
 class RedisLink:
@@ -99,6 +115,11 @@ class RedisLink:
         self._background: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs
         self._failing_since: int | None = None
         self._error: str | None = None
+        self._known: Known | None = None
+        self._throttle = Throttle()
+        self.rejected = 0
+        self._last_rejection: dict[str, Any] | None = None
+        self._follow_fault: str | None = None  # why the follow loop ended, until it runs again
         self.dropped = 0
         #: told of every other replica's event as it arrives (replica id, the event's
         #: JSON object): a gateway streams them to its attached consoles
@@ -106,9 +127,12 @@ class RedisLink:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def attach(self, engine: ResilienceEngine) -> None:
-        """Follow and publish `engine`'s state from now on; Redis need not answer yet."""
+    async def attach(self, engine: ResilienceEngine,
+                     models: Mapping[str, frozenset[str]] | None = None) -> None:
+        """Follow and publish `engine`'s state from now on; Redis need not answer yet.
+        `models`: each provider's models (the router's), to refuse entries naming others."""
         self._engine = engine
+        self._known = Known.of(engine, models)
         engine.bus.subscribe(self._publish,
                              *(t for t in MERGED_CLASSES if t is not ResultEvent))
         engine.bus.subscribe(self._publish_result, ResultEvent)
@@ -117,7 +141,7 @@ class RedisLink:
             layers.breaker.probe_gate = (
                 lambda now, p=provider, ms=layers.timeout_ms: self._gate(p, ms, now))
         self._tasks = [asyncio.create_task(self._write_loop(), name="omniroute-fleet-out"),
-                       asyncio.create_task(self._follow_loop(), name="omniroute-fleet-in")]
+                       asyncio.create_task(self._follow(), name="omniroute-fleet-in")]
 
     async def close(self, timeout_s: float = 3.0) -> None:
         """Stop following and publishing: one last flush of what is queued, if Redis
@@ -132,9 +156,11 @@ class RedisLink:
             async with asyncio.timeout(1.0):
                 await self._redis.aclose()
 
-    def health(self) -> StoreHealth:
-        return StoreHealth(self._failing_since is None, self._failing_since, self._error,
-                           len(self._outbox))
+    def health(self) -> FleetHealth:
+        fault = self._follow_fault
+        return FleetHealth(self._failing_since is None and fault is None, self._failing_since,
+                           fault or self._error, len(self._outbox), self.rejected,
+                           self._last_rejection)
 
     # -- out ----------------------------------------------------------------------------------
 
@@ -199,6 +225,27 @@ class RedisLink:
 
     # -- in -----------------------------------------------------------------------------------
 
+    async def _follow(self) -> None:
+        """The follow loop, started again (with backoff) whenever it ends unexpectedly:
+        meanwhile `/health` says why, so a replica deaf to its fleet does not say ok."""
+        restarts = 0
+        while True:
+            started = time.monotonic()
+            try:
+                await self._follow_loop()
+            except Exception as exc:  # whatever it was, follow again
+                if time.monotonic() - started > _STEADY_S:
+                    restarts = 0
+                delay = _RETRY_S[min(restarts, len(_RETRY_S) - 1)]
+                self._follow_fault = (
+                    f"the fleet follow loop ended: {type(exc).__name__}: {exc}"[:300])
+                unlogged = self._throttle.admit(f"loop {type(exc).__name__}", _now_ms())
+                if unlogged is not None:
+                    log.error("%s; following again in %g s (%d more like it in the last "
+                              "minute)", self._follow_fault, delay, unlogged)
+                await asyncio.sleep(delay)
+                restarts += 1
+
     async def _follow_loop(self) -> None:
         last: str | None = None  # None: read the whole state, then follow from there
         failures = 0
@@ -207,14 +254,15 @@ class RedisLink:
                 if last is None:
                     newest = await self._redis.xrevrange(self.stream, count=1)
                     last = newest[0][0].decode() if newest else "0-0"
-                    for value in (await self._redis.hgetall(self.state)).values():
-                        self._apply({b"event": value.partition(b"|")[2]})
+                    for name, value in (await self._redis.hgetall(self.state)).items():
+                        self._apply_state(name, value)
                 answer = await self._redis.xread({self.stream: last}, block=1000, count=500)
                 for _, entries in answer or ():
                     for entry_id, fields in entries:
-                        self._apply(fields)
                         last = entry_id.decode()
+                        self._apply(last, fields)
                 self._recovered()
+                self._follow_fault = None
                 failures = 0
             except (RedisError, OSError) as exc:
                 self._failed(exc)
@@ -222,27 +270,52 @@ class RedisLink:
                 await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
                 failures += 1
 
-    def _apply(self, fields: dict[bytes, bytes]) -> None:
+    def _apply(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
+        """One stream entry, checked, then merged; nothing it holds ends the loop."""
+        assert self._known is not None
+        read = read_entry(fields, self._known, _now_ms(), own=self.replica)
+        if read is not None:
+            self._merge(f"stream entry {entry_id}", read, relay=True)
+
+    def _apply_state(self, name: bytes, value: bytes) -> None:
+        assert self._known is not None
+        read = read_state_field(name, value, self._known, _now_ms())
+        self._merge(f"state field {name[:80]!r}", read, relay=False)
+
+    def _merge(self, where: str, read: Accepted | Rejected, *, relay: bool) -> None:
         assert self._engine is not None
-        try:  # another program may write here too: what is no entry of ours is skipped
-            replica = fields.get(b"replica", b"").decode()
-            if replica == self.replica:
-                return
-            data = json.loads(fields[b"event"])
-            event = event_from_dict(data)
-            # a lone surrogate (JSON can escape one) would reach this replica's events,
-            # and no UTF-8 database or answer can hold it: UnicodeEncodeError, skipped
-            event.to_json().encode()
-        except (KeyError, ValueError, TypeError, RecursionError) as exc:
-            log.warning("skipped a fleet entry this replica cannot read: %s", exc)
+        if isinstance(read, Rejected):
+            self._reject(where, read.reason, read.detail)
             return
-        if self.on_remote is not None:
-            self.on_remote(replica, data)
+        if read.clamped is not None:
+            self._warn(f"clamped {read.event.TYPE}", "clamped a deadline beyond what this "
+                       "replica's settings could set, from %s: %s", where, read.clamped)
+        if relay and self.on_remote is not None:
+            try:
+                self.on_remote(read.replica, read.event.to_dict())
+            except Exception as exc:  # a consumer's fault: the merge still happens
+                self._reject(where, f"relaying it raised {type(exc).__name__}", str(exc)[:80])
         self._merging = True
         try:
-            self._engine.merge(event)
+            self._engine.merge(read.event)
+        except Exception as exc:  # one entry must not end the loop
+            self._reject(where, f"applying it raised {type(exc).__name__}", str(exc)[:80])
         finally:
             self._merging = False
+
+    def _reject(self, where: str, reason: str, detail: str) -> None:
+        now = _now_ms()
+        self.rejected += 1
+        self._last_rejection = {"reason": reason, "detail": detail, "where": where, "at": now}
+        self._warn(reason, "skipped a fleet %s: %s%s", where, reason,
+                   f" ({detail})" if detail else "")
+
+    def _warn(self, reason: str, message: str, *args: object) -> None:
+        """One line per reason per minute, saying how many went unsaid since."""
+        unlogged = self._throttle.admit(reason, _now_ms())
+        if unlogged is not None:
+            log.warning(message + ("; %d more like it in the last minute" if unlogged else ""),
+                        *args, *((unlogged,) if unlogged else ()))
 
     # -- the probe lease ---------------------------------------------------------------------
 
