@@ -25,7 +25,7 @@ def state_document(engine: ResilienceEngine, providers: Mapping[str, ProviderCon
              "threshold": engine.spec(b.provider).settings.breaker.failure_threshold,
              "cycles": b.cycles, "opened_at": b.opened_at, "open_for_ms": b.open_for_ms,
              "retry_after_ms": b.retry_after_ms, "forced_until": b.forced_until,
-             "probes_in_flight": b.probes_in_flight}
+             "forced_by": b.forced_by, "probes_in_flight": b.probes_in_flight}
             for b in snapshot.breakers
         ],
         "connections": [

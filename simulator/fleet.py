@@ -17,9 +17,7 @@ from functools import partial
 
 from omniroute_tui.clock import Clock
 from omniroute_tui.engine.bus import EventBus
-from omniroute_tui.engine.engine import MERGED_CLASSES
-from omniroute_tui.engine.events import BreakerEvent, Event
-from omniroute_tui.engine.kinds import BreakerState
+from omniroute_tui.fleet.peer import FleetPeer, Shared
 from omniroute_tui.router.core import RequestRouting, Router
 
 from .scenario import Scenario
@@ -44,48 +42,51 @@ class Fleet:
         self.propagation_ms = scenario.propagation_ms
         self._schedule = schedule
         self._turn = 0
-        self._merging = False
-        self._leases: dict[str, tuple[int, int]] = {}  # provider -> (replica, until)
+        leases: dict[str, tuple[int, int]] = {}  # provider -> (replica, until)
+        self.peers: list[FleetPeer] = []
         if shared:
             for index, router in enumerate(self.replicas):
-                engine = router.engine
-                engine.bus.subscribe(partial(self._tell, index), *MERGED_CLASSES)
-                for provider in engine.providers():
-                    layers = engine.layers(provider)
-                    layers.breaker.probe_gate = partial(self._lease, index, provider,
-                                                        layers.timeout_ms)
+                lease = _ReplicaLease(leases, index)
+                peer = FleetPeer(router.engine, send=partial(self._tell, index), lease=lease,
+                                 handover_ms=self.propagation_ms)
+                lease.peer = peer
+                self.peers.append(peer)
 
     def start(self, request_id: str, model: str) -> RequestRouting:
         router = self.replicas[self._turn]
         self._turn = (self._turn + 1) % len(self.replicas)
         return router.start(request_id, model)
 
-    def _tell(self, source: int, event: Event) -> None:
-        """A state change on replica `source`: the others learn of it after the
-        propagation delay (a merge's own announcements are not news)."""
-        if (isinstance(event, BreakerEvent) and event.from_ is BreakerState.HALF_OPEN
-                and self._leases.get(event.provider, (None, 0))[0] == source):
-            # its probe has answered (or its HALF_OPEN ended otherwise): the lease lasts
-            # until the others know, so none of them probes the same window again
-            self._leases[event.provider] = (source, event.t + self.propagation_ms)
-        if self._merging:
-            return
-        self._schedule(event.t + self.propagation_ms, partial(self._deliver, source, event))
+    def _tell(self, source: int, item: Shared) -> None:
+        """Replica `source` shares `item`: the others hear it after the propagation delay."""
+        self._schedule(item.t + self.propagation_ms, partial(self._deliver, source, item))
 
-    def _deliver(self, source: int, event: Event) -> None:
-        self._merging = True
-        try:
-            for index, router in enumerate(self.replicas):
-                if index != source:
-                    router.engine.merge(event)
-        finally:
-            self._merging = False
+    def _deliver(self, source: int, item: Shared) -> None:
+        for index, peer in enumerate(self.peers):
+            if index != source:
+                peer.hear(item)
 
-    def _lease(self, replica: int, provider: str, lease_ms: int, now: int) -> bool:
-        """The fleet's probe lease on `provider` (`SET NX PX` in a real store): granted
-        when free, expired or already this replica's."""
+
+class _ReplicaLease:
+    """One replica's side of the fleet's probe leases (`SET NX PX` in a real store):
+    asked, it answers at once."""
+
+    def __init__(self, leases: dict[str, tuple[int, int]], replica: int) -> None:
+        self._leases = leases
+        self._replica = replica
+        self.peer: FleetPeer | None = None
+
+    def ask(self, provider: str, lease_ms: int, now: int) -> None:
+        """Granted when free, expired or already this replica's."""
+        assert self.peer is not None
         holder = self._leases.get(provider)
-        if holder is not None and holder[0] != replica and holder[1] > now:
-            return False
-        self._leases[provider] = (replica, now + lease_ms)
-        return True
+        if holder is not None and holder[0] != self._replica and holder[1] > now:
+            self.peer.lease_answer(provider, None)
+            return
+        self._leases[provider] = (self._replica, now + lease_ms)
+        self.peer.lease_answer(provider, now + lease_ms)
+
+    def hand_over(self, provider: str, keep_ms: int, now: int) -> None:
+        holder = self._leases.get(provider)
+        if holder is not None and holder[0] == self._replica:
+            self._leases[provider] = (self._replica, now + keep_ms)

@@ -3,6 +3,7 @@ virtual time sharing state through them (or not)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,14 @@ from omniroute_tui.engine.events import (
     LockoutEvent,
     OperatorEvent,
     ResultEvent,
+)
+from omniroute_tui.engine.kinds import BreakerReason
+from omniroute_tui.fleet.commands import (
+    ClearCooldown,
+    ClearLockouts,
+    Disable,
+    ForceOpen,
+    Reset,
 )
 from simulator.scenario import load_scenario, resolve_scenario
 from simulator.virtual import run_virtual
@@ -124,20 +133,68 @@ def test_fleet_fields_are_checked() -> None:
 
 def test_an_operators_action_elsewhere_is_done_here_without_a_second_audit() -> None:
     engine, clock, rec = make_engine({"p": ("a", "b"), "q": ("x",)})
+    llama = "meta-llama/Llama-3.1-8B"
     engine.record("p", "a", "m", ADMIT, fail(FailureKind.RATE_LIMITED, 60_000))
     engine.record("p", "b", "m", ADMIT, fail(FailureKind.FORBIDDEN))
+    engine.record("p", "b", llama, ADMIT, fail(FailureKind.FORBIDDEN))
     engine.record("q", "x", "n", ADMIT, fail(FailureKind.FORBIDDEN))
     engine.force_open("p", 60_000, actor="here")
     rec.clear()
-    for action, target in (("clear_cooldown", "p/a"), ("disable", "p/b"),
-                           ("clear_lockouts", "*/*/m"), ("reset_breaker", "p")):
-        assert engine.merge(OperatorEvent(0, action, target, "there", "ok")) is True
+    for command in (ClearCooldown(0, "there", "p", "a"), Disable(0, "there", "p", "b"),
+                    ClearLockouts(0, "there", None, None, "m"),
+                    ClearLockouts(0, "there", "p", "b", llama), Reset(0, "there", "p")):
+        assert engine.merge_command(command) is True
     assert engine.connection_snapshot("p", "a").cooling_until <= clock.now_ms()
     assert engine.connection_snapshot("p", "b").disabled
     assert engine.lockout_snapshots("p") == () and len(engine.lockout_snapshots("q")) == 1
     assert engine.breaker_snapshot("p").state is BreakerState.CLOSED
     assert rec.of("operator") == []  # audited where the operator acted
-    assert engine.merge(OperatorEvent(0, "clear_cooldown", "p/nope", "there", "ok")) is False
+    assert engine.merge_command(ClearCooldown(0, "there", "p", "nope")) is False
+    assert engine.merge_command(Reset(0, "there", "zz")) is False
+    # the audit record travels for the fleet's one audit log, and changes nothing
+    assert engine.merge(OperatorEvent(0, "enable", "p/b", "there", "ok")) is False
+    assert engine.connection_snapshot("p", "b").disabled
+
+
+def test_an_operators_action_is_told_as_its_command_before_it_is_done() -> None:
+    engine, clock, _ = make_engine({"p": ("a",)})
+    clock.set(5_000)
+    told: list[object] = []
+    engine.subscribe_commands(told.append)
+    engine.bus.subscribe(told.append, BreakerEvent, OperatorEvent)
+    engine.force_open("p", 60_000, actor="ops")
+    assert [type(x).__name__ for x in told] == ["ForceOpen", "BreakerEvent", "OperatorEvent"]
+    assert told[0] == ForceOpen(5_000, "ops", "p", 65_000)
+    engine.clear_lockouts("p", "a", "org/model", actor="ops")
+    assert told[-2] == ClearLockouts(5_000, "ops", "p", "a", "org/model")
+    told.clear()
+    for bad in (lambda: engine.reset_breaker("zz", actor="ops"),
+                lambda: engine.clear_cooldown("p", "zz", actor="ops"),
+                lambda: engine.clear_lockouts(None, "a", actor="ops")):
+        with pytest.raises((KeyError, ValueError)):
+            bad()
+    assert told == []  # refused: nothing to tell
+
+
+def test_a_force_open_heard_is_forced_by_its_actor_and_only_a_reset_ends_it() -> None:
+    engine, clock, rec = make_engine({"p": ("a",)})
+    clock.set(1_000)
+    assert engine.merge_command(ForceOpen(900, "ops", "p", 61_000)) is True
+    snap = engine.breaker_snapshot("p")
+    assert (snap.state, snap.forced_until, snap.forced_by, snap.retry_after_ms) == (
+        BreakerState.OPEN, 61_000, "ops", 60_000)
+    assert rec.of("breaker")[-1]["reason"] == "operator_force_open"
+    closed = BreakerEvent(2_000, "p", BreakerState.HALF_OPEN, BreakerState.CLOSED,
+                          BreakerReason.PROBE_SUCCEEDED, 0, None)
+    probe_failed = ResultEvent(2_000, "r1", 1, "p", "a", "m", 500, FailureKind.SERVER_ERROR,
+                               3)
+    clock.set(2_000)
+    assert engine.merge(closed) is False and engine.merge(probe_failed) is False
+    assert engine.breaker_snapshot("p").forced_until == 61_000
+    assert engine.merge_command(ForceOpen(900, "ops", "p", 1_500)) is False  # already over
+    assert engine.merge_command(Reset(2_500, "other", "p")) is True
+    snap = engine.breaker_snapshot("p")
+    assert (snap.state, snap.forced_until, snap.forced_by) == (BreakerState.CLOSED, None, None)
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)

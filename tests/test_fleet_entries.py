@@ -24,6 +24,16 @@ from omniroute_tui.engine.events import (
     ResultEvent,
 )
 from omniroute_tui.engine.kinds import BreakerReason, BreakerState, FailureKind
+from omniroute_tui.fleet.commands import (
+    COMMAND_CLASSES,
+    ClearCooldown,
+    ClearLockouts,
+    Disable,
+    Enable,
+    FleetCommand,
+    ForceOpen,
+    Reset,
+)
 from omniroute_tui.store.fleet_entries import (
     MAX_ENTRY_BYTES,
     SKEW_MS,
@@ -321,3 +331,71 @@ def test_the_throttle_keeps_few_reasons() -> None:
     assert throttle.admit("r4", 1) == 0  # the table is full: the oldest half goes
     assert throttle.admit("r0", 2) == 0
     assert throttle.admit("r3", 3) is None
+
+
+# -- operator actions as commands -----------------------------------------------------------
+
+SLASHED = replace(KNOWN, models={"p": frozenset({"m", "org/m-1"})})
+COMMANDS: tuple[FleetCommand, ...] = (
+    Reset(NOW - 10, "ops", "p"), ForceOpen(NOW - 10, "ops", "p", NOW + 600_000),
+    ClearCooldown(NOW - 10, "ops", "p", "a"), Enable(NOW - 10, "ops", "p", "a"),
+    Disable(NOW - 10, "ops", "p", "b"), ClearLockouts(NOW - 10, "ops", None, None, None),
+    ClearLockouts(NOW - 10, "ops", "p", None, None),
+    ClearLockouts(NOW - 10, "ops", "p", "a", "org/m-1"))
+
+
+def test_every_command_is_covered() -> None:
+    assert {type(c) for c in COMMANDS} == set(COMMAND_CLASSES.values())
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: f"{c.WORD}-{c.t}")
+def test_a_valid_command_is_exactly_itself(command: FleetCommand) -> None:
+    read_ = read_entry(entry(json.loads(command.to_json())), SLASHED, NOW, own="me")
+    assert read_ == Accepted("other", command, None)
+    assert read_state_field(b"x", b"3|" + command.to_json().encode(), SLASHED, NOW) == \
+        Accepted("", command, None)
+
+
+def test_a_malformed_command_is_refused_with_its_reason() -> None:
+    force = COMMANDS[1].to_dict()
+    clear = COMMANDS[-1].to_dict()
+
+    def why(data: dict[str, Any]) -> Rejected | Accepted | None:
+        return read_entry(entry(data), SLASHED, NOW, own="me")
+
+    assert why({**force, "command": "format_disk"}) == \
+        Rejected("a command the fleet does not know", "format_disk")
+    assert why({**force, "command": 3}) == Rejected("a command the fleet does not know", "3")
+    assert why({**force, "extra": 1}) == \
+        Rejected("a force_open command with other fields than its own", "extra")
+    assert why({k: v for k, v in force.items() if k != "actor"}) == \
+        Rejected("a force_open command with other fields than its own", "actor")
+    assert why({**force, "until": "soon"}) == \
+        Rejected("force_open.until is not an integer from 0 to 2^53", "soon")
+    assert why({**force, "until": -1}) == \
+        Rejected("force_open.until is not an integer from 0 to 2^53", "-1")
+    assert why({**force, "provider": None}) == Rejected("force_open.provider is not text",
+                                                        "None")
+    assert why({**force, "actor": "\u202eevil"}) == \
+        Rejected("force_open.actor holds a character that does not show", "\\u202eevil")
+    assert why({**force, "provider": "q"}) == Rejected("unknown provider", "q")
+    assert why({**clear, "model": "other"}) == Rejected("unknown model", "p/other")
+    assert why({**clear, "connection": "z"}) == Rejected("unknown connection", "p/z")
+    assert why({**clear, "provider": None}) == \
+        Rejected("a command names a connection of any provider", "a")
+    assert why({**clear, "model": 5}) == Rejected("clear_lockouts.model is not text", "5")
+
+
+def test_a_force_opens_deadline_is_bounded() -> None:
+    late = ForceOpen(NOW + SKEW_MS + 1, "ops", "p", NOW + 100 * DAY)
+    assert read_entry(entry(late.to_dict()), KNOWN, NOW, own="me") == Accepted(
+        "other", ForceOpen(NOW, "ops", "p", NOW + HORIZON),
+        f"force_open t {late.t} -> {NOW}, until {late.until} -> {NOW + HORIZON}")
+
+
+def test_the_audit_of_a_clear_names_a_model_holding_a_slash() -> None:
+    audit = OperatorEvent(NOW - 10, "clear_lockouts", "p/*/org/m-1", "ops", "cleared 1")
+    assert read_entry(entry(audit.to_dict()), SLASHED, NOW, own="me") == \
+        Accepted("other", audit, None)
+    assert read_entry(entry(with_(audit, target="p/*/org/zz")), SLASHED, NOW, own="me") == \
+        Rejected("unknown model", "p/org/zz")

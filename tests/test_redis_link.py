@@ -10,6 +10,7 @@ import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -101,15 +102,17 @@ async def test_replicas_converge_on_cooldowns_and_breakers(prefix: str) -> None:
 
 async def test_one_probe_lease_for_the_fleet(prefix: str) -> None:
     async with fleet(prefix, 2) as (engines, links):
-        gates = [e.layers("p").breaker.probe_gate for e in engines]
-        assert all(g is not None for g in gates)
+        peers = [link.peer for link in links]
+        assert all(peer is not None and peer.engine is e for peer, e in zip(peers, engines,
+                                                                            strict=True))
+        gates = [partial(peer.may_probe, "p") for peer in peers if peer is not None]
         now = SystemClock().now_ms()
-        assert gates[0](now) is False  # type: ignore[misc]  # asks Redis, does not wait
-        await eventually(lambda: gates[0](SystemClock().now_ms()), timeout_s=5,  # type: ignore[misc]
+        assert gates[0](now) is False  # asks Redis, does not wait
+        await eventually(lambda: gates[0](SystemClock().now_ms()), timeout_s=5,
                          what="the lease for the first replica")
         for _ in range(20):  # the other one never gets it while the first holds it
-            assert gates[1](SystemClock().now_ms()) is False  # type: ignore[misc]
-            await eventually(lambda: not links[1]._asking, timeout_s=5)
+            assert gates[1](SystemClock().now_ms()) is False
+            await eventually(lambda: not peers[1]._asking, timeout_s=5)  # type: ignore[union-attr]
 
 
 async def test_without_redis_routing_goes_on_and_changes_queue() -> None:

@@ -15,7 +15,10 @@ from .kinds import BreakerReason, BreakerState, FailureKind, SkipReason
 from .settings import BreakerSettings
 from .values import value
 
-__all__ = ["BreakerAdmission", "BreakerSnapshot", "ProviderBreaker"]
+__all__ = ["BreakerAdmission", "BreakerSnapshot", "ProbeGate", "ProviderBreaker"]
+
+#: asked with `now` before a HALF_OPEN probe slot is claimed: may this replica probe?
+ProbeGate = Callable[[int], bool]
 
 # enum members bound once: attribute access on an Enum class is slow on the hot path
 _CLOSED, _DEGRADED = BreakerState.CLOSED, BreakerState.DEGRADED
@@ -58,6 +61,7 @@ class BreakerSnapshot:
     forced_until: int | None
     probes_in_flight: int
     retry_after_ms: int | None
+    forced_by: str | None = None  # who forced it open (None: not forced, or not known)
 
 
 class ProviderBreaker:
@@ -71,6 +75,7 @@ class ProviderBreaker:
         probe_lease_ms: int,
         emit: Callable[[Event], None],
         jitter: Jitter | None = None,
+        probe_gate: ProbeGate | None = None,
     ) -> None:
         self.provider = provider
         self.settings = settings
@@ -85,13 +90,17 @@ class ProviderBreaker:
         self._cycles = 0
         self._epoch = 0
         self._forced_until: int | None = None
+        self._forced_by: str | None = None
         self._free_slots = 0
         self._leases: dict[int, int] = {}  # probe token -> lease expiry
         self._next_token = 1
         self._admitted = BreakerAdmission(True, 0)
-        #: in a fleet, asked before a HALF_OPEN probe slot is claimed: the fleet-wide
-        #: lease (one probe per reset window for every replica); None: no fleet
-        self.probe_gate: Callable[[int], bool] | None = None
+        self._probe_gate = probe_gate
+
+    def set_probe_gate(self, gate: ProbeGate | None) -> None:
+        """In a fleet, asked (with `now`) before a HALF_OPEN probe slot is claimed: the
+        fleet-wide lease, one probe per reset window for every replica (None: no fleet)."""
+        self._probe_gate = gate
 
     # -- reading -----------------------------------------------------------------------
 
@@ -127,6 +136,7 @@ class ProviderBreaker:
             forced_until=self._forced_until,
             probes_in_flight=len(self._leases),
             retry_after_ms=retry_after,
+            forced_by=self._forced_by,
         )
 
     # -- admission ---------------------------------------------------------------------
@@ -141,8 +151,8 @@ class ProviderBreaker:
                 retry_after_ms=self.retry_after_ms(now),
             )
         if self._state is _HALF_OPEN:
-            if self._free_slots == 0 or (self.probe_gate is not None
-                                         and not self.probe_gate(now)):
+            if self._free_slots == 0 or (self._probe_gate is not None
+                                         and not self._probe_gate(now)):
                 return BreakerAdmission(
                     False, self._epoch, skip=SkipReason.HALF_OPEN_BUSY,
                     retry_after_ms=self.retry_after_ms(now),
@@ -221,13 +231,15 @@ class ProviderBreaker:
         """Operator reset: CLOSED with all counters zeroed."""
         self._refresh(now)
         self._cycles = 0
-        self._forced_until = None
+        self._forced_until = self._forced_by = None
         self._close(now, BreakerReason.OPERATOR_RESET)
 
-    def force_open(self, now: int, duration_ms: int) -> None:
-        """Operator isolation: OPEN until now + duration, ignoring probes until then."""
+    def force_open(self, now: int, duration_ms: int, actor: str | None = None) -> None:
+        """Operator isolation: OPEN until now + duration, ignoring probes until then
+        (`actor`: who said so, shown wherever the breaker is)."""
         self._refresh(now)
         self._forced_until = now + duration_ms
+        self._forced_by = actor
         # announced even when already OPEN: the window changed (and the store must know)
         self._open(now, BreakerReason.OPERATOR_FORCE_OPEN, None, duration_ms=duration_ms,
                    announce=True)
@@ -266,6 +278,7 @@ class ProviderBreaker:
         self._cycles = snapshot.cycles
         self._epoch = snapshot.epoch
         self._forced_until = snapshot.forced_until
+        self._forced_by = snapshot.forced_by if snapshot.forced_until is not None else None
         self._leases.clear()
         self._free_slots = (
             self.settings.half_open_probes if self._state is _HALF_OPEN else 0
@@ -281,7 +294,7 @@ class ProviderBreaker:
         if state is _OPEN:
             assert self._opened_at is not None
             if now - self._opened_at >= self._open_for_ms:
-                self._forced_until = None
+                self._forced_until = self._forced_by = None
                 self._leases.clear()
                 self._free_slots = self.settings.half_open_probes
                 self._transition(now, _HALF_OPEN, BreakerReason.RESET_TIMEOUT)

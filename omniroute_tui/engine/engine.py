@@ -8,10 +8,20 @@ router call into this; nothing here performs I/O.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from ..clock import Clock
+from ..fleet.commands import (
+    ClearCooldown,
+    ClearLockouts,
+    Disable,
+    Enable,
+    FleetCommand,
+    ForceOpen,
+    Reset,
+)
 from .breaker import BreakerAdmission, BreakerSnapshot, ProviderBreaker
 from .bus import EventBus
 from .classify import Classification
@@ -46,8 +56,8 @@ _COOLDOWN, _LOCKOUT, _DISABLE = Layer.COOLDOWN, Layer.LOCKOUT, Layer.DISABLE
 _FAILURE, _NO_EFFECT = BreakerEffect.FAILURE, BreakerEffect.NONE
 
 #: what one replica of a fleet tells the others: the event types `ResilienceEngine.merge`
-#: applies (operator actions too: a reset or a clear shortens a deadline, which no merge of
-#: state does, so the action itself travels)
+#: applies, and the operator's audit record (for the fleet's one audit log; the action
+#: itself travels as its command, `merge_command`, and merging its audit changes nothing)
 MERGED_CLASSES: tuple[type[Event], ...] = (
     BreakerEvent, CooldownEvent, LockoutEvent, DisabledEvent, EnabledEvent, ResultEvent,
     OperatorEvent)
@@ -181,6 +191,7 @@ class ResilienceEngine:
         self.bus = bus or EventBus()
         rng = random.Random(seed)
         self._providers: dict[str, ProviderLayers] = {}
+        self._command_listeners: list[Callable[[FleetCommand], None]] = []
         for spec in providers:
             self._providers[spec.name] = ProviderLayers(spec, self.bus, rng)
 
@@ -240,13 +251,10 @@ class ResilienceEngine:
         only extend, a breaker another replica opened is OPEN here until the same
         deadline, one closed by a successful probe closes here, and a failure seen there
         counts here as it would have there (through this replica's dedup windows, so one
-        incident counts once), and an operator's reset, clear, enable or disable is done
-        here too (audited once, where the operator did it). Changes here are announced as
-        this engine's own events. Returns whether anything changed; anything else is
-        ignored."""
+        incident counts once). An operator's action arrives as its command
+        (`merge_command`). Changes here are announced as this engine's own events.
+        Returns whether anything changed; anything else is ignored."""
         now = self.now()
-        if isinstance(event, OperatorEvent):
-            return self._merge_action(now, event)
         if isinstance(event, BreakerEvent):
             state = self._providers.get(event.provider)
             if state is None:
@@ -287,31 +295,56 @@ class ResilienceEngine:
             return True
         return False
 
-    def _merge_action(self, now: int, event: OperatorEvent) -> bool:
-        """Another replica's operator action that a merge alone would not carry out (they
-        shorten deadlines); a force-open arrives as its breaker event."""
-        parts = event.target.split("/")
-        state = self._providers.get(parts[0])
-        if event.action == "clear_lockouts":
-            names = tuple(self._providers) if parts[0] == "*" else (parts[0],)
-            conn, model = (None if len(parts) < i + 1 or parts[i] == "*" else parts[i]
-                           for i in (1, 2))
-            return sum(self._providers[n].lockouts.clear(now, conn, model)
-                       for n in names if n in self._providers) > 0
+    def merge_command(self, command: FleetCommand) -> bool:
+        """Another replica's operator action, done here too (not audited again: it was,
+        where the operator acted). Returns whether anything changed; a target this
+        engine does not have changes nothing."""
+        now = self.now()
+        provider = command.provider_named
+        if isinstance(command, ClearLockouts):
+            if provider is not None and provider not in self._providers:
+                return False
+            return self._clear_lockouts(now, command) > 0
+        state = None if provider is None else self._providers.get(provider)
         if state is None:
             return False
-        if event.action == "reset_breaker":
+        if isinstance(command, Reset):
             state.breaker.reset(now)
             return True
-        pos = state.pool.position.get(parts[1]) if len(parts) > 1 else None
+        if isinstance(command, ForceOpen):
+            if command.until <= now:
+                return False
+            state.breaker.force_open(now, command.until - now, command.actor)
+            return True
+        pos = state.pool.position.get(getattr(command, "connection", ""))
         if pos is None:
             return False
-        if event.action == "clear_cooldown":
+        if isinstance(command, ClearCooldown):
             return state.pool.clear(pos, now)
-        if event.action in ("enable", "disable"):
-            return state.pool.set_enabled(pos, now, event.action == "enable",
-                                          f"operator {event.actor}")
+        if isinstance(command, Enable | Disable):
+            return state.pool.set_enabled(pos, now, isinstance(command, Enable),
+                                          f"operator {command.actor}")
         return False
+
+    def subscribe_commands(self, listener: Callable[[FleetCommand], None]) -> None:
+        """Told of every operator action done here, as its command, before it is done (so
+        it goes out ahead of the state changes it causes); a merged one is not told."""
+        self._command_listeners.append(listener)
+
+    def set_probe_gate(self, gate: Callable[[str, int], bool] | None) -> None:
+        """In a fleet: asked (provider, now) before any HALF_OPEN probe slot is claimed,
+        the fleet's probe lease (docs/design.md §10); None: no fleet."""
+        for name, state in self._providers.items():
+            state.breaker.set_probe_gate(None if gate is None else partial(gate, name))
+
+    def _announce(self, command: FleetCommand) -> None:
+        for listener in self._command_listeners:
+            listener(command)
+
+    def _clear_lockouts(self, now: int, command: ClearLockouts) -> int:
+        names = (command.provider,) if command.provider is not None else tuple(self._providers)
+        return sum(self._state(name).lockouts.clear(now, command.connection, command.model)
+                   for name in names)
 
     # -- operator actions --------------------------------------------------------------
 
@@ -321,17 +354,22 @@ class ResilienceEngine:
         ))
 
     def reset_breaker(self, provider: str, *, actor: str) -> None:
-        self._state(provider).breaker.reset(self.now())
+        state = self._state(provider)
+        self._announce(Reset(self.now(), actor, provider))
+        state.breaker.reset(self.now())
         self._audit("reset_breaker", provider, actor, "ok")
 
     def force_open(self, provider: str, duration_ms: int, *, actor: str) -> None:
         if not 0 < duration_ms <= MAX_HINT_MS:
             raise ValueError("force-open needs a duration above 0 and at most 30 days")
-        self._state(provider).breaker.force_open(self.now(), duration_ms)
+        state, now = self._state(provider), self.now()
+        self._announce(ForceOpen(now, actor, provider, now + duration_ms))
+        state.breaker.force_open(now, duration_ms, actor)
         self._audit("force_open", provider, actor, f"open for {duration_ms}ms")
 
     def clear_cooldown(self, provider: str, connection: str, *, actor: str) -> bool:
         state, pos = self._pool_entry(provider, connection)
+        self._announce(ClearCooldown(self.now(), actor, provider, connection))
         changed = state.pool.clear(pos, self.now())
         self._audit("clear_cooldown", f"{provider}/{connection}", actor,
                     "ok" if changed else "nothing to clear")
@@ -339,6 +377,7 @@ class ResilienceEngine:
 
     def set_enabled(self, provider: str, connection: str, enabled: bool, *, actor: str) -> bool:
         state, pos = self._pool_entry(provider, connection)
+        self._announce((Enable if enabled else Disable)(self.now(), actor, provider, connection))
         changed = state.pool.set_enabled(pos, self.now(), enabled, f"operator {actor}")
         self._audit("enable" if enabled else "disable", f"{provider}/{connection}", actor,
                     "ok" if changed else "unchanged")
@@ -355,13 +394,14 @@ class ResilienceEngine:
         """Clear one key, one model on all connections, one provider, or all (None = any)."""
         if connection is not None and provider is None:
             raise ValueError("a connection is named within a provider: give the provider too")
-        if provider is not None and connection is not None:
-            self._pool_entry(provider, connection)
-        names = (provider,) if provider is not None else tuple(self._providers)
+        if provider is not None:
+            self._state(provider)
+            if connection is not None:
+                self._pool_entry(provider, connection)
         now = self.now()
-        cleared = sum(
-            self._state(name).lockouts.clear(now, connection, model) for name in names
-        )
+        command = ClearLockouts(now, actor, provider, connection, model)
+        self._announce(command)
+        cleared = self._clear_lockouts(now, command)
         target = "/".join(part or "*" for part in (provider, connection, model))
         self._audit("clear_lockouts", target, actor, f"cleared {cleared}")
         return cleared

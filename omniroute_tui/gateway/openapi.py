@@ -136,7 +136,8 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                             "failures": {"type": "integer"}, "threshold": {"type": "integer"},
                             "cycles": {"type": "integer"}, "opened_at": _MS,
                             "open_for_ms": {"type": "integer"}, "retry_after_ms": _MS,
-                            "forced_until": _MS, "probes_in_flight": {"type": "integer"}}},
+                            "forced_until": _MS, "forced_by": {"type": ["string", "null"]},
+                            "probes_in_flight": {"type": "integer"}}},
             "Connection": {"type": "object", "required": ["provider", "connection"],
                            "properties": {
                                "provider": {"type": "string"}, "connection": {"type": "string"},

@@ -4,7 +4,8 @@ Redis is shared: any client of it can write the stream and the state hash, so an
 untrusted input (docs/design.md §10). `read_entry` and `read_state_field` turn the raw
 bytes into a typed event, or into the reason it was refused: UTF-8, JSON without NaN or
 Infinity, exactly the fields of its type with the types they declare (bounded integers,
-bounded visible text, the engine's words), names this replica knows, and deadlines no
+bounded visible text, the engine's words), names this replica knows (an operator's
+action comes as its command: `omniroute_tui/fleet/commands.py`), and deadlines no
 later than this replica's own settings could set from now (later ones are clamped, and
 say so). Pure functions of their arguments (sans-IO): the link logs and counts.
 """
@@ -29,6 +30,14 @@ from ..engine.events import (
 from ..engine.kinds import BreakerReason, BreakerState, FailureKind
 from ..engine.retry_hints import MAX_HINT_MS
 from ..engine.settings import ResilienceSettings
+from ..fleet.commands import (
+    COMMAND_CLASSES,
+    FleetCommand,
+    ForceOpen,
+    command_fields,
+    command_from_dict,
+)
+from ..fleet.peer import Shared
 
 __all__ = [
     "MAX_ENTRY_BYTES", "SKEW_MS", "Accepted", "Known", "Rejected", "Throttle",
@@ -88,7 +97,7 @@ class Accepted:
     """An entry fit to merge: who said it, the event, and what was clamped (None: nothing)."""
 
     replica: str
-    event: Event
+    event: Shared  # an event, or an operator's action as its command
     clamped: str | None = None
 
 
@@ -143,7 +152,7 @@ def read_state_field(name: bytes, value: bytes, known: Known, now: int) -> Accep
     return Accepted("", event, clamped)
 
 
-def _read_event(raw: bytes, known: Known, now: int) -> tuple[Event, str | None]:
+def _read_event(raw: bytes, known: Known, now: int) -> tuple[Shared, str | None]:
     if len(raw) > MAX_ENTRY_BYTES:
         raise _Refusal(f"the event is over {MAX_ENTRY_BYTES} bytes", f"{len(raw)} bytes")
     try:
@@ -152,6 +161,8 @@ def _read_event(raw: bytes, known: Known, now: int) -> tuple[Event, str | None]:
         raise _Refusal("the event is not JSON", str(exc)) from None
     if not isinstance(data, dict):
         raise _Refusal("the event is not a JSON object", type(data).__name__)
+    if "command" in data:
+        return _read_command(data, known, now)
     kind = data.get("type")
     cls = _SHARED.get(kind) if isinstance(kind, str) else None
     if cls is None:
@@ -160,6 +171,57 @@ def _read_event(raw: bytes, known: Known, now: int) -> tuple[Event, str | None]:
     event = event_from_dict(data)  # the types are checked: this only builds it
     _check_names(event, known)
     return _bounded(event, known, now)
+
+
+def _read_command(data: dict[str, Any], known: Known, now: int
+                  ) -> tuple[FleetCommand, str | None]:
+    """An operator's action as its command: exactly its fields, each of its declared
+    type, naming what this replica has; a force-open's deadline bounded like any other."""
+    word = data["command"]
+    cls = COMMAND_CLASSES.get(word) if isinstance(word, str) else None
+    if cls is None:
+        raise _Refusal("a command the fleet does not know", word)
+    declared = _COMMAND_SPECS[cls]
+    if data.keys() != declared.keys() | {"command"}:
+        odd = sorted(set(data) ^ (declared.keys() | {"command"}))
+        raise _Refusal(f"a {cls.WORD} command with other fields than its own", ", ".join(odd))
+    for key, kind in declared.items():
+        value, where = data[key], f"{cls.WORD}.{key}"
+        if value is None and kind.endswith("| None"):
+            continue
+        if kind == "int":
+            if type(value) is not int or not 0 <= value <= MAX_INT:
+                raise _Refusal(f"{where} is not an integer from 0 to 2^53", value)
+        elif not isinstance(value, str):
+            raise _Refusal(f"{where} is not text", value)
+        else:
+            _text(value, where)
+    command = command_from_dict(data)
+    provider = command.provider_named
+    connection, model = getattr(command, "connection", None), getattr(command, "model", None)
+    if provider is None:
+        if connection is not None:
+            raise _Refusal("a command names a connection of any provider", connection)
+    else:
+        _known(provider, connection, model, known)
+    changed: dict[str, Any] = {}
+    if command.t > now + SKEW_MS:
+        changed["t"] = now
+    if isinstance(command, ForceOpen):
+        assert provider is not None
+        limit = now + known.horizon_ms[provider]
+        if command.until > limit:
+            changed["until"] = limit
+    if not changed:
+        return command, None
+    said = ", ".join(f"{key} {getattr(command, key)} -> {value}"
+                     for key, value in changed.items())
+    return replace(command, **changed), f"{cls.WORD} {said}"
+
+
+_COMMAND_SPECS = {cls: {key: text.replace(" ", "").replace("|None", " | None")
+                        for key, text in command_fields(cls).items()}
+                  for cls in COMMAND_CLASSES.values()}
 
 
 def _no_constant(word: str) -> Any:
@@ -236,7 +298,8 @@ def _check_names(event: Event, known: Known) -> None:
     if isinstance(event, OperatorEvent):
         if event.action not in ACTIONS:
             raise _Refusal("an operator event with an unknown action", event.action)
-        parts = event.target.split("/")
+        # a model's name may hold "/": the third part is the rest
+        parts = event.target.split("/", 2 if event.action == "clear_lockouts" else -1)
         if event.action == "clear_lockouts":
             if len(parts) != 3:
                 raise _Refusal("an operator target is not provider/connection/model",

@@ -4,10 +4,13 @@ latest state of every entity is also kept in a Redis hash, by a Lua script that 
 the same rules atomically (deadlines only extend; a breaker's latest transition wins), so
 a replica that (re)connects reads the whole state, however old, before following.
 
+The protocol itself (what is shared, how it is applied, whether this replica may probe) is
+the sans-IO `FleetPeer` (`omniroute_tui/fleet/peer.py`); the link does its Redis calls.
 Nothing here is on the routing path: the engine routes from its own state, the link
 publishes and follows in background tasks, and a HALF_OPEN probe asks for the fleet's
-lease without waiting (the gate answers from the lease this replica holds and asks Redis
-for it in the background, so the request after the grant is the fleet's one probe).
+lease without waiting (the peer answers from the lease this replica holds and the link
+asks Redis for it in the background, so the request after the grant is the fleet's one
+probe).
 While Redis is away, outgoing changes queue (bounded), the link says it is failing, and on
 reconnect it reads the state hash again before following the stream: the merge rules are
 idempotent and indifferent to order for deadlines, so reading again is safe.
@@ -32,7 +35,7 @@ from typing import Any
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from ..engine.engine import MERGED_CLASSES, ResilienceEngine
+from ..engine.engine import ResilienceEngine
 from ..engine.events import (
     BreakerEvent,
     CooldownEvent,
@@ -40,9 +43,9 @@ from ..engine.events import (
     EnabledEvent,
     Event,
     LockoutEvent,
-    ResultEvent,
 )
-from ..engine.kinds import BreakerState
+from ..fleet.commands import FleetCommand, ForceOpen, Reset
+from ..fleet.peer import FleetPeer, Shared
 from .fleet_entries import Accepted, Known, Rejected, Throttle, read_entry, read_state_field
 from .sqlite_store import StoreHealth
 
@@ -102,16 +105,14 @@ class RedisLink:
         self.stream = f"{prefix}:events"
         self.state = f"{prefix}:state"
         self._redis: Any = redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
-        self._outbox: deque[Event] = deque(maxlen=queue_limit)
+        self._outbox: deque[Shared] = deque(maxlen=queue_limit)
         self._stream_limit = stream_limit
-        self._engine: ResilienceEngine | None = None
-        self._merging = False
+        #: this replica's side of the fleet protocol, once attached
+        self.peer: FleetPeer | None = None
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()  # set while nothing waits to go out
         self._drained.set()
         self._tasks: list[asyncio.Task[None]] = []
-        self._held: dict[str, int] = {}  # provider -> lease held until (epoch ms)
-        self._asking: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs
         self._failing_since: int | None = None
         self._error: str | None = None
@@ -131,15 +132,9 @@ class RedisLink:
                      models: Mapping[str, frozenset[str]] | None = None) -> None:
         """Follow and publish `engine`'s state from now on; Redis need not answer yet.
         `models`: each provider's models (the router's), to refuse entries naming others."""
-        self._engine = engine
         self._known = Known.of(engine, models)
-        engine.bus.subscribe(self._publish,
-                             *(t for t in MERGED_CLASSES if t is not ResultEvent))
-        engine.bus.subscribe(self._publish_result, ResultEvent)
-        for provider in engine.providers():
-            layers = engine.layers(provider)
-            layers.breaker.probe_gate = (
-                lambda now, p=provider, ms=layers.timeout_ms: self._gate(p, ms, now))
+        self.peer = FleetPeer(engine, send=self._publish, lease=self,
+                               handover_ms=LEASE_HANDOVER_MS)
         self._tasks = [asyncio.create_task(self._write_loop(), name="omniroute-fleet-out"),
                        asyncio.create_task(self._follow(), name="omniroute-fleet-in")]
 
@@ -164,17 +159,7 @@ class RedisLink:
 
     # -- out ----------------------------------------------------------------------------------
 
-    def _publish_result(self, event: Event) -> None:
-        """Results come with every attempt: a success (most of them) is dropped first."""
-        if event.kind is not None:  # type: ignore[attr-defined]
-            self._publish(event)
-
-    def _publish(self, event: Event) -> None:
-        if (isinstance(event, BreakerEvent) and event.from_ is BreakerState.HALF_OPEN
-                and self._held.get(event.provider, 0) > 0):
-            self._hand_over(event.provider)  # however its HALF_OPEN ended
-        if self._merging:
-            return  # a merge's own announcement is not news for the others
+    def _publish(self, event: Shared) -> None:
         if len(self._outbox) == self._outbox.maxlen:
             self.dropped += 1
         self._outbox.append(event)
@@ -283,25 +268,26 @@ class RedisLink:
         self._merge(f"state field {name[:80]!r}", read, relay=False)
 
     def _merge(self, where: str, read: Accepted | Rejected, *, relay: bool) -> None:
-        assert self._engine is not None
+        assert self.peer is not None
         if isinstance(read, Rejected):
             self._reject(where, read.reason, read.detail)
             return
         if read.clamped is not None:
-            self._warn(f"clamped {read.event.TYPE}", "clamped a deadline beyond what this "
+            what = read.event.TYPE if isinstance(read.event, Event) else read.event.WORD
+            self._warn(f"clamped {what}", "clamped a deadline beyond what this "
                        "replica's settings could set, from %s: %s", where, read.clamped)
-        if relay and self.on_remote is not None:
-            try:
+        if relay and self.on_remote is not None and isinstance(read.event, Event):
+            try:  # a command is not relayed: its audit record travels beside it
                 self.on_remote(read.replica, read.event.to_dict())
             except Exception as exc:  # a consumer's fault: the merge still happens
                 self._reject(where, f"relaying it raised {type(exc).__name__}", str(exc)[:80])
-        self._merging = True
         try:
-            self._engine.merge(read.event)
+            if relay:
+                self.peer.hear(read.event)
+            else:
+                self.peer.hear_state(read.event)
         except Exception as exc:  # one entry must not end the loop
             self._reject(where, f"applying it raised {type(exc).__name__}", str(exc)[:80])
-        finally:
-            self._merging = False
 
     def _reject(self, where: str, reason: str, detail: str) -> None:
         now = _now_ms()
@@ -319,31 +305,31 @@ class RedisLink:
 
     # -- the probe lease ---------------------------------------------------------------------
 
-    def _gate(self, provider: str, lease_ms: int, now: int) -> bool:
-        if self._held.get(provider, 0) > now:
-            return True
-        if provider not in self._asking:
-            self._asking.add(provider)
-            task = self._spawn(self._ask(provider, lease_ms))
-            task.add_done_callback(lambda _: self._asking.discard(provider))
-        return False
+    def ask(self, provider: str, lease_ms: int, now: int) -> None:
+        """The peer asks for the fleet's lease (`LeaseStore`): `SET NX PX`, in the
+        background; the answer goes back to the peer whatever happens."""
+        self._spawn(self._ask(provider, lease_ms))
 
     async def _ask(self, provider: str, lease_ms: int) -> None:
+        assert self.peer is not None
         key = f"{self.prefix}:lease:{provider}"
+        until = None
         try:
             if await self._redis.set(key, self.replica, nx=True, px=lease_ms):
-                self._held[provider] = _now_ms() + lease_ms
+                until = _now_ms() + lease_ms
         except (RedisError, OSError) as exc:
             self._failed(exc)  # no lease without Redis: the fleet's others may hold it
+        finally:
+            self.peer.lease_answer(provider, until)
 
-    def _hand_over(self, provider: str) -> None:
-        """Our probe has answered: keep the lease only until the others have heard."""
-        self._held[provider] = 0
+    def hand_over(self, provider: str, keep_ms: int, now: int) -> None:
+        """Our probe has answered: keep the lease only until the others have heard (if
+        it is still ours)."""
         key = f"{self.prefix}:lease:{provider}"
 
         async def shorten() -> None:
             with contextlib.suppress(RedisError, OSError):
-                await self._redis.eval(_RELEASE, 1, key, self.replica, LEASE_HANDOVER_MS)
+                await self._redis.eval(_RELEASE, 1, key, self.replica, keep_ms)
 
         self._spawn(shorten())
 
@@ -369,10 +355,15 @@ class RedisLink:
             self._failing_since, self._error = None, None
 
 
-def _state_field(event: Event) -> tuple[str, int, str] | None:
+def _state_field(event: Shared) -> tuple[str, int, str] | None:
     """Where an event's entity lives in the state hash, what orders it, and how (None: it
     changes nothing a replica reading the state needs: a level reset during a cooldown,
-    a lockout's decay)."""
+    a lockout's decay, an operator's clear). A force-open is kept as its command (who
+    forced it, until when), replaced by the reset that ends it."""
+    if isinstance(event, FleetCommand):
+        if isinstance(event, ForceOpen | Reset):
+            return f"forced:{event.provider}", event.t, "latest"
+        return None
     if isinstance(event, BreakerEvent):
         return f"breaker:{event.provider}", event.t, "latest"
     if isinstance(event, CooldownEvent | LockoutEvent):

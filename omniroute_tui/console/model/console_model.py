@@ -553,9 +553,10 @@ class ConsoleModel:
             opened = b["state"] == BreakerState.OPEN and b["opened_at"] is not None
             view.open_until = b["opened_at"] + b["open_for_ms"] if opened else None
             forced = opened and b.get("forced_until") is not None
-            who = view.forced_by if view.forced else ""  # known from the history, if any
+            # the state says who (any replica of a fleet), else the history, if any
+            who = b.get("forced_by") or (view.forced_by if view.forced else "")
             view.forced = forced
-            view.forced_by = (who or "an operator") if forced else ""
+            view.forced_by = (str(who) or "an operator") if forced else ""
         for c in connections:
             key = (c["provider"], c["connection"])
             cview = self.connections.get(key)
