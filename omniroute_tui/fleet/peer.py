@@ -56,7 +56,8 @@ class FleetPeer:
         self._merging = False
         self._held: dict[str, int] = {}  # provider -> the lease held until (0: handed over)
         self._asking: set[str] = set()
-        engine.bus.subscribe(self._share, *SHARED_EVENTS)
+        engine.bus.subscribe(self._share, *(t for t in SHARED_EVENTS if t is not ResultEvent))
+        engine.bus.subscribe(self._share_result, ResultEvent)
         engine.subscribe_commands(self._share)
         engine.set_probe_gate(self.may_probe)
 
@@ -69,11 +70,14 @@ class FleetPeer:
             # lasts only until they have heard
             self._held[item.provider] = 0
             self._lease.hand_over(item.provider, self._handover_ms, item.t)
-        if self._merging:
-            return  # a merge's own announcement is not news for the others
-        if isinstance(item, ResultEvent) and item.kind is None:
-            return  # a success changes nothing elsewhere (and comes with most attempts)
-        self._send(item)
+        if not self._merging:  # a merge's own announcement is not news for the others
+            self._send(item)
+
+    def _share_result(self, event: Event) -> None:
+        """Results come with every attempt: a success (most of them) changes nothing
+        elsewhere, and is dropped first."""
+        if event.kind is not None and not self._merging:  # type: ignore[attr-defined]
+            self._send(event)
 
     # -- in --------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..config.hidden import find_hidden
-from ..engine.engine import MERGED_CLASSES, ResilienceEngine
+from ..engine.engine import ResilienceEngine
 from ..engine.events import (
     BreakerEvent,
     CooldownEvent,
@@ -37,7 +37,7 @@ from ..fleet.commands import (
     command_fields,
     command_from_dict,
 )
-from ..fleet.peer import Shared
+from ..fleet.peer import SHARED_EVENTS, Shared
 
 __all__ = [
     "MAX_ENTRY_BYTES", "SKEW_MS", "Accepted", "Known", "Rejected", "Throttle",
@@ -55,7 +55,7 @@ MAX_INT = 2**53 - 1
 #: what an operator event may say was done (the engine's `_audit` actions)
 ACTIONS = frozenset({"reset_breaker", "force_open", "clear_cooldown", "enable", "disable",
                      "clear_lockouts"})
-_SHARED = {cls.TYPE: cls for cls in MERGED_CLASSES}
+_SHARED = {cls.TYPE: cls for cls in SHARED_EVENTS}
 _WORDS: dict[str, frozenset[str]] = {
     "BreakerState": frozenset(BreakerState), "BreakerReason": frozenset(BreakerReason),
     "FailureKind": frozenset(FailureKind)}
@@ -265,7 +265,7 @@ def _field_specs(cls: type[Event]) -> tuple[frozenset[str], tuple[_Field, ...]]:
     return frozenset(declared) | {"type"}, tuple(specs)
 
 
-_SPECS = {cls: _field_specs(cls) for cls in MERGED_CLASSES}
+_SPECS = {cls: _field_specs(cls) for cls in SHARED_EVENTS}
 
 
 def _check_fields(cls: type[Event], data: dict[str, Any]) -> None:
