@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
+from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError
 
+from ..config.redis_target import SentinelTarget, parse_redis_url
 from ..engine.engine import MERGED_CLASSES, ResilienceEngine
 from ..engine.events import (
     BreakerEvent,
@@ -77,6 +79,12 @@ end
 return 0
 """
 _RETRY_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+#: behind Sentinel, a reconnect is retried at least this often: asking the sentinels is
+#: cheap, and the new master answers within this of its promotion
+_SENTINEL_RETRY_MAX_S = 0.5
+#: behind Sentinel, each batch that goes out waits this long for a replica to have it
+#: (`WAIT 1 100`): an operator's action is `shared` once a failover cannot lose it
+REPLICA_WAIT_MS = 100
 #: a follow loop that ran this long before it ended is restarted after the shortest delay
 _STEADY_S = 60.0
 
@@ -101,7 +109,27 @@ class RedisLink:
         self.replica = replica or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stream = f"{prefix}:events"
         self.state = f"{prefix}:state"
-        self._redis: Any = redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        target = parse_redis_url(url)
+        self._sentinel: Sentinel | None = None
+        self._redis: Any
+        if isinstance(target, SentinelTarget):
+            # the master's address is asked of the sentinels at each (re)connect, and a
+            # master demoted to a replica (READONLY) drops its connection: the link follows
+            # a failover through its "Redis away" path (docs/design.md §10)
+            self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                list(target.sentinels), sentinel_kwargs={"socket_connect_timeout": 1,
+                                                         "socket_timeout": 1})
+            self._redis = self._sentinel.master_for(
+                target.service, db=target.db, username=target.username,
+                password=target.password, socket_connect_timeout=2, socket_timeout=5)
+            self._where = target.describe()
+        else:
+            self._redis = redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+            self._where = url
+        self._replicas_to_wait = 1 if self._sentinel is not None else 0
+        self._retry_s = _RETRY_S if self._sentinel is None else tuple(
+            s for s in _RETRY_S if s <= _SENTINEL_RETRY_MAX_S)
+        self._replicated = True  # whether a replica had the latest batch (behind Sentinel)
         self._outbox: deque[Event] = deque(maxlen=queue_limit)
         self._stream_limit = stream_limit
         self._engine: ResilienceEngine | None = None
@@ -155,6 +183,8 @@ class RedisLink:
         with contextlib.suppress(TimeoutError, RedisError, OSError):
             async with asyncio.timeout(1.0):
                 await self._redis.aclose()
+                if self._sentinel is not None:
+                    await self._sentinel.aclose()
 
     def health(self) -> FleetHealth:
         fault = self._follow_fault
@@ -183,12 +213,13 @@ class RedisLink:
 
     async def sync(self, timeout_s: float = 1.0) -> bool:
         """Wait until what is queued has reached Redis, at most `timeout_s`: whether it
-        has (an operator's action is answered once it is shared, or says it is not yet)."""
+        has (an operator's action is answered once it is shared, or says it is not yet);
+        behind Sentinel, whether a replica has it too (else a failover could lose it)."""
         try:
             await asyncio.wait_for(self._drained.wait(), timeout_s)
         except TimeoutError:
             return False
-        return True
+        return self._replicated
 
     async def _write_loop(self) -> None:
         failures = 0
@@ -199,7 +230,7 @@ class RedisLink:
                 await self._flush()
             except (RedisError, OSError) as exc:
                 self._failed(exc)
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+                await asyncio.sleep(self._retry_s[min(failures, len(self._retry_s) - 1)])
                 failures += 1
                 self._wake.set()
                 continue
@@ -217,11 +248,25 @@ class RedisLink:
                 if kept is not None:
                     field, order, mode = kept
                     pipe.eval(_KEEP, 1, self.state, field, data, order, mode)
-            await pipe.execute()
+            if self._replicas_to_wait:
+                pipe.wait(self._replicas_to_wait, REPLICA_WAIT_MS)
+            replies = await pipe.execute()
+            if self._replicas_to_wait:
+                self._note_replicas(replies[-1])
             for _ in batch:
                 self._outbox.popleft()
             self._recovered()
         self._drained.set()
+
+    def _note_replicas(self, acknowledged: int) -> None:
+        """What `WAIT` answered: replication is asynchronous, so a batch no replica has
+        yet is lost if the master dies now; replication is one ordered stream, so a
+        later batch a replica has covers the earlier ones."""
+        self._replicated = acknowledged >= self._replicas_to_wait
+        if not self._replicated:
+            self._warn("no replica", "no replica of the fleet's Redis master (%s) had the "
+                       "latest changes within %d ms: a failover now would lose them",
+                       self._where, REPLICA_WAIT_MS)
 
     # -- in -----------------------------------------------------------------------------------
 
@@ -267,7 +312,7 @@ class RedisLink:
             except (RedisError, OSError) as exc:
                 self._failed(exc)
                 last = None  # reconnected: read the state again, the merges make that safe
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+                await asyncio.sleep(self._retry_s[min(failures, len(self._retry_s) - 1)])
                 failures += 1
 
     def _apply(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
@@ -359,7 +404,7 @@ class RedisLink:
         if self._failing_since is None:
             self._failing_since = _now_ms()
             log.error("the fleet's Redis at %s fails: %s (routing goes on, on this replica's "
-                      "own state; changes queue)", self.url, exc)
+                      "own state; changes queue)", self._where, exc)
         self._error = f"{type(exc).__name__}: {exc}"[:300]
 
     def _recovered(self) -> None:
