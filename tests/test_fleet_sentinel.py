@@ -170,7 +170,17 @@ async def test_the_fleet_follows_its_master_across_a_failover(
                     statuses[url].add((await http.get(f"{url}/health")).json()["status"])
                 await asyncio.sleep(0.05)
 
-        workers = [asyncio.create_task(traffic()), asyncio.create_task(watch_health())]
+        switched: list[float] = []  # when a sentinel announced the new master
+        announcer = aredis.Redis(port=group.sentinels[0]).pubsub()
+        await announcer.subscribe("+switch-master")
+
+        async def hear_the_switch() -> None:
+            while not switched:
+                if await announcer.get_message(ignore_subscribe_messages=True, timeout=0.1):
+                    switched.append(time.monotonic())
+
+        workers = [asyncio.create_task(traffic()), asyncio.create_task(watch_health()),
+                   asyncio.create_task(hear_the_switch())]
         try:
             # acknowledged before the kill: a replica had it (WAIT), so the failover keeps it
             reply = await http.post(f"{one.url}/api/resilience/breakers/broken/force-open",
@@ -198,14 +208,28 @@ async def test_the_fleet_follows_its_master_across_a_failover(
                                          for r in (one, two)), timeout_s=5,
                              what="both links ok again")
             await asyncio.sleep(0.2)  # a few more requests and health reads after the return
+            # the new master has no replica yet: an action is in force on the other, but
+            # is answered as at risk
+            reply = await http.post(f"{one.url}/api/resilience/breakers/throttled/force-open",
+                                    json={"for": "20m"}, headers=AUTH)
+            assert reply.status_code == 200 and reply.json()["shared"] is False
+            await eventually(lambda: (two.gateway.engine.breaker_snapshot(
+                "throttled").retry_after_ms or 0) > 15 * 60_000, timeout_s=2,
+                what="the action answered as at risk, on the other replica")
         finally:
             stop.set()
-            await asyncio.gather(*workers)
+            await asyncio.wait_for(asyncio.gather(*workers), timeout=5)
+            await announcer.aclose()
         new_master = group.master_now()
         assert new_master == group.replica
         print(f"acknowledged shared before the kill: {acknowledged}; without sharing for "
               f"{without_sharing_s:.2f} s; {answered} requests answered, {len(failed)} failed")
         assert failed == []
+        assert switched, "no sentinel announced a new master"
+        after_switch_s = killed_at + without_sharing_s - switched[0]
+        print(f"sentinel switched {switched[0] - killed_at:.2f} s after the kill; sharing "
+              f"again {after_switch_s:.2f} s after the switch")
+        assert after_switch_s < 1.0  # a reconnect is retried at least every 0.5 s
         assert answered > 50
         assert statuses[one.url] == {"ok", "degraded"}
         assert statuses[two.url] == {"ok", "degraded"}
