@@ -73,6 +73,14 @@ def _ready(port: int) -> bool:
     return False
 
 
+def _replicating(port: int) -> bool:
+    with contextlib.suppress(redis.RedisError), \
+            redis.Redis(port=port, socket_timeout=1) as client:
+        info = client.info("replication")
+        return info["role"] == "slave" and info.get("master_link_status") == "up"
+    return False
+
+
 def _all_see_each_other(group: Group) -> bool:
     """Every sentinel knows the replica and the two other sentinels: a failover can be
     voted (quorum 2 of 3) and has a replica to promote."""
@@ -101,6 +109,9 @@ def group(tmp_path: Path) -> Iterator[Group]:
                                     tmp_path / "master.log")
         processes[replica] = _server(["--port", str(replica), "--replicaof", "127.0.0.1",
                                       str(master), *common], tmp_path / "replica.log")
+        # the sentinels' first look at the master lists its replica (else the next is 10 s on)
+        eventually_sync(lambda: _replicating(replica) or processes[replica].poll() is not None,
+                        timeout_s=10, what="the replica in sync")
         for port in sentinels:
             conf = tmp_path / f"sentinel-{port}.conf"  # sentinel rewrites it: its own file
             conf.write_text(
@@ -249,3 +260,61 @@ async def test_the_fleet_follows_its_master_across_a_failover(
         if record.name == "omniroute.fleet":
             print(f"{record.created:.3f} {record.levelname} {record.getMessage()}")
     assert [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()] == []
+
+
+async def test_a_failover_with_the_old_master_alive_is_followed(
+        group: Group, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`SENTINEL FAILOVER`: the old master lives on (to be a replica of the new one) and
+    drops its clients; the links ask the sentinels again and follow the new master."""
+    caplog.set_level(logging.INFO)
+    prefix = f"omniroute-test-{uuid.uuid4().hex[:12]}"
+    async with running_gateway(tmp_path, redis=(group.url, prefix)) as one, \
+            running_gateway(tmp_path, redis=(group.url, prefix)) as two, \
+            httpx.AsyncClient(timeout=10) as http:
+        await eventually(lambda: all(r.gateway.fleet.health().ok  # type: ignore[union-attr]
+                                     for r in (one, two)), timeout_s=10, what="both linked")
+        with redis.Redis(port=group.sentinels[0], socket_timeout=2) as sentinel:
+            assert sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
+        await eventually(lambda: group.master_now() == group.replica, timeout_s=10,
+                         poll_s=0.05, what="the promotion")
+        reply = await http.post(f"{one.url}/api/resilience/breakers/broken/force-open",
+                                json={"for": "7m"}, headers=AUTH)
+        assert reply.status_code == 200
+        await eventually(lambda: two.gateway.engine.breaker_snapshot(
+            "broken").state is BreakerState.OPEN, timeout_s=5, what="the force-open")
+        with redis.Redis(port=group.replica) as new_master:
+            assert new_master.hget(f"{prefix}:state", "breaker:broken") is not None
+    assert [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()] == []
+
+
+async def test_a_write_refused_as_readonly_goes_to_the_master_sentinel_names(
+        group: Group, tmp_path: Path) -> None:
+    """A connection to a demoted master (here: the replica, named once as the master)
+    is refused with READONLY: dropped, the sentinels are asked again, the write lands."""
+    prefix = f"omniroute-test-{uuid.uuid4().hex[:12]}"
+    async with running_gateway(tmp_path, redis=(group.url, prefix)) as one, \
+            running_gateway(tmp_path, redis=(group.url, prefix)) as two, \
+            httpx.AsyncClient(timeout=10) as http:
+        link = one.gateway.fleet
+        assert link is not None and link._sentinel is not None
+        await eventually(lambda: link.health().ok, timeout_s=10, what="linked")
+        sentinel = link._sentinel
+        real = sentinel.discover_master
+        named: list[tuple[str, int]] = []
+
+        async def stale_once(service: str) -> tuple[str, int]:
+            if not named:
+                named.append(("127.0.0.1", group.replica))
+                return named[0]
+            return await real(service)  # type: ignore[no-any-return]
+
+        sentinel.discover_master = stale_once  # type: ignore[method-assign]
+        await link._redis.connection_pool.disconnect(inuse_connections=False)
+        reply = await http.post(f"{one.url}/api/resilience/breakers/broken/force-open",
+                                json={"for": "7m"}, headers=AUTH)
+        assert reply.status_code == 200 and reply.json()["shared"] is True
+        assert named == [("127.0.0.1", group.replica)]  # the refusal path ran
+        await eventually(lambda: two.gateway.engine.breaker_snapshot(
+            "broken").state is BreakerState.OPEN, timeout_s=5, what="the force-open")
+        with redis.Redis(port=group.master) as master:
+            assert master.hget(f"{prefix}:state", "breaker:broken") is not None

@@ -31,6 +31,7 @@ from typing import Any
 
 import redis.asyncio as redis
 from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from ..config.redis_target import SentinelTarget, parse_redis_url
@@ -82,6 +83,10 @@ _RETRY_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 #: behind Sentinel, a reconnect is retried at least this often: asking the sentinels is
 #: cheap, and the new master answers within this of its promotion
 _SENTINEL_RETRY_MAX_S = 0.5
+#: behind Sentinel, the follow loop asks the sentinels this often whether the master
+#: moved: a master that was failed over alive (`SENTINEL FAILOVER`, a partition) keeps
+#: its clients until it is demoted, seconds later, and what it takes meanwhile is lost
+_MASTER_CHECK_S = 1.0
 #: behind Sentinel, each batch that goes out waits this long for a replica to have it
 #: (`WAIT 1 100`): an operator's action is `shared` once a failover cannot lose it
 REPLICA_WAIT_MS = 100
@@ -248,25 +253,44 @@ class RedisLink:
                 if kept is not None:
                     field, order, mode = kept
                     pipe.eval(_KEEP, 1, self.state, field, data, order, mode)
+            master = None
             if self._replicas_to_wait:
                 pipe.wait(self._replicas_to_wait, REPLICA_WAIT_MS)
+                master = self._master_address()
             replies = await pipe.execute()
             if self._replicas_to_wait:
-                self._note_replicas(replies[-1])
+                await self._check_replicas(replies[-1], master)
             for _ in batch:
                 self._outbox.popleft()
             self._recovered()
         self._drained.set()
 
-    def _note_replicas(self, acknowledged: int) -> None:
+    async def _check_replicas(self, acknowledged: int, master: tuple[str, int] | None) -> None:
         """What `WAIT` answered: replication is asynchronous, so a batch no replica has
         yet is lost if the master dies now; replication is one ordered stream, so a
-        later batch a replica has covers the earlier ones."""
+        later batch a replica has covers the earlier ones. A batch no replica has may
+        have gone to a master that was failed over alive (it has no replica any more):
+        if the sentinels name another now, the batch is kept, to go there (the merge
+        rules make a second copy harmless)."""
         self._replicated = acknowledged >= self._replicas_to_wait
         if not self._replicated:
+            if await self._master_moved(master):
+                raise RedisConnectionError("the master moved (Sentinel names another) "
+                                           "before a replica had the latest changes")
             self._warn("no replica", "no replica of the fleet's Redis master (%s) had the "
                        "latest changes within %d ms: a failover now would lose them",
                        self._where, REPLICA_WAIT_MS)
+
+    def _master_address(self) -> tuple[str, int] | None:
+        """The master the link's connections go to now (None: not asked yet)."""
+        address: tuple[str, int] | None = self._redis.connection_pool.master_address
+        return address
+
+    async def _master_moved(self, master: tuple[str, int] | None) -> bool:
+        """Whether the sentinels name a master other than `master` now; asking drops
+        the idle connections to the old one, so the next command goes to the new."""
+        current = await self._redis.connection_pool.get_master_address()
+        return master is not None and tuple(current) != tuple(master)
 
     # -- in -----------------------------------------------------------------------------------
 
@@ -294,8 +318,13 @@ class RedisLink:
     async def _follow_loop(self) -> None:
         last: str | None = None  # None: read the whole state, then follow from there
         failures = 0
+        check_master_at = time.monotonic() + _MASTER_CHECK_S
         while True:
             try:
+                if self._sentinel is not None and time.monotonic() >= check_master_at:
+                    check_master_at = time.monotonic() + _MASTER_CHECK_S
+                    if await self._master_moved(self._master_address()):
+                        last = None  # another server: read its whole state first
                 if last is None:
                     newest = await self._redis.xrevrange(self.stream, count=1)
                     last = newest[0][0].decode() if newest else "0-0"
