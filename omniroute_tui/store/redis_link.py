@@ -11,6 +11,9 @@ for it in the background, so the request after the grant is the fleet's one prob
 While Redis is away, outgoing changes queue (bounded), the link says it is failing, and on
 reconnect it reads the state hash again before following the stream: the merge rules are
 idempotent and indifferent to order for deadlines, so reading again is safe.
+Behind Sentinel (`redis+sentinel://`), the sentinels name the master at each connect and
+each second (a failover is the "Redis away" path), and each batch waits for a replica
+(`WAIT`): an operator's action is `shared` only once a failover cannot lose it.
 What it reads from Redis is checked first (`fleet_entries`, docs/design.md §10): a bad
 entry is skipped and counted, and nothing an entry holds ends the follow loop.
 """
