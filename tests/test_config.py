@@ -177,8 +177,42 @@ def test_a_fleet_store_is_a_redis_url_and_not_a_file_too() -> None:
                                                       " prefix: shop}\n")
     assert (config.store_redis, config.store_prefix, config.store_path) == (
         "redis://127.0.0.1:6379/0", "shop", None)
-    for store, words in (("{redis: 'http://x'}", "redis:// , rediss:// or unix://"),
+    for store, words in (("{redis: 'http://x'}", "redis:// , rediss://, unix:// or "
+                                                 "redis+sentinel://"),
                          ("{path: s.db, redis: 'redis://h'}", "give store.path (one router)")):
         with pytest.raises(ConfigError) as caught:
             load_router_config("r.yaml", text=base + f"store: {store}\n")
         assert words.replace(" ,", ",") in str(caught.value)
+
+
+def test_a_fleet_behind_sentinel_as_a_url_or_a_mapping() -> None:
+    base = ("providers:\n  p: {base_url: 'http://127.0.0.1:9/v1', models: [m], "
+            "connections: [{id: a, api_key: sk-test-key-00001}]}\nroutes:\n"
+            "  r: {targets: [p/m]}\n")
+    url = "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster/1"
+    assert load_router_config("r.yaml", text=base + f"store: {{redis: '{url}'}}\n"
+                              ).store_redis == url
+    mapping = load_router_config("r.yaml", text=base + (
+        "store:\n  redis:\n    sentinels: [127.0.0.1:26379, 'sentinel-b']\n"
+        "    service: mymaster\n    db: 1\n    password: 'p@ss'\n"))
+    assert mapping.store_redis == (
+        "redis+sentinel://:p%40ss@127.0.0.1:26379,sentinel-b:26379/mymaster/1")
+    with pytest.raises(ConfigError) as caught:
+        load_router_config("r.yaml", text=base + (
+            "store:\n  redis:\n    sentinels: [127.0.0.1:26379, 'b:x']\n"
+            "    db: -1\n    mode: fast\n"))
+    assert sorted(str(p) for p in caught.value.problems) == sorted([
+        "r.yaml:7: store.redis.sentinels[1]: a sentinel's port is 1-65535, not 'x' (in 'b:x')",
+        "r.yaml:6: store.redis.service: missing field: the master's name in Sentinel "
+        "(its `sentinel monitor NAME ...`)",
+        "r.yaml:8: store.redis.db: expected a whole number >= 0, got -1",
+        "r.yaml:9: store.redis.mode: unknown field; expected one of: db, password, "
+        "sentinels, service",
+    ])
+    with pytest.raises(ConfigError) as caught:
+        load_router_config("r.yaml", text=base + "store: {redis: {sentinels: [], "
+                                                 "service: m}}\n")
+    assert "store.redis.sentinels: expected a list of HOST:PORT" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        load_router_config("r.yaml", text=base + "store: {redis: 'redis+sentinel://a:1'}\n")
+    assert "r.yaml:5: store.redis: no service" in str(caught.value)

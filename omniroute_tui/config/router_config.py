@@ -29,6 +29,7 @@ from .limits import (
 from .overrides import OverridePatch, parse_overrides, validate_settings
 from .problems import Path
 from .readers import read_bool, read_int, read_mapping, read_name, read_str, reject_unknown
+from .redis_target import SentinelTarget, parse_redis_url, parse_sentinel_address
 from .secrets import Secret
 from .yaml_source import Source, load_source
 
@@ -81,7 +82,9 @@ class RouterConfig:
     routes: Mapping[str, Route]
     settings: ResilienceSettings  # global: request.max_attempts, admission, jitter
     store_path: str | None = None
-    store_redis: str | None = None  # a fleet's shared state (redis://host:6379/0)
+    #: a fleet's shared state: redis://host:6379/0, or redis+sentinel://… (the config's
+    #: Sentinel mapping reads as that URL)
+    store_redis: str | None = None
     store_prefix: str = "omniroute"
     #: what the state database's logs keep, and for how long
     store_retention: StoreRetention = field(default_factory=StoreRetention)
@@ -344,10 +347,7 @@ def load_router_config(
         if "path" in store:
             store_path = read_str(src, store["path"], ("store", "path"))
         if "redis" in store:
-            store_redis = read_str(src, store["redis"], ("store", "redis"))
-            if store_redis is not None and not store_redis.startswith(
-                    ("redis://", "rediss://", "unix://")):
-                src.problem(("store", "redis"), "expected a redis://, rediss:// or unix:// URL")
+            store_redis = _read_redis(src, store["redis"], ("store", "redis"))
             if store_path is not None:
                 src.problem(("store", "redis"), "a fleet keeps its state in Redis: give "
                                                 "store.path (one router) or store.redis")
@@ -368,3 +368,45 @@ def load_router_config(
         gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
         source=src.name, raw=data,
     )
+
+
+def _read_redis(src: Source, value: Any, path: Path) -> str | None:
+    """`store.redis`: a URL (redis://, rediss://, unix://, redis+sentinel://) or a
+    Sentinel group as a mapping, read as its `redis+sentinel://` URL."""
+    if not isinstance(value, dict):
+        url = read_str(src, value, path)
+        if url is None:
+            return None
+        try:
+            parse_redis_url(url)
+        except ValueError as exc:
+            src.problem(path, str(exc))
+            return None
+        return url
+    reject_unknown(src, value, path, ("sentinels", "service", "db", "password"))
+    sentinels: list[tuple[str, int]] = []
+    listed = value.get("sentinels")
+    if not isinstance(listed, list) or not listed:
+        src.problem(path + ("sentinels",), "expected a list of HOST:PORT, the sentinels "
+                    "to ask for the master")
+        listed = []
+    for i, item in enumerate(listed):
+        address = read_str(src, item, path + ("sentinels", i))
+        if address is not None:
+            try:
+                sentinels.append(parse_sentinel_address(address))
+            except ValueError as exc:
+                src.problem(path + ("sentinels", i), str(exc))
+    service = None
+    if "service" not in value:
+        src.problem(path + ("service",), "missing field: the master's name in Sentinel "
+                    "(its `sentinel monitor NAME ...`)")
+    else:
+        service = read_str(src, value["service"], path + ("service",))
+    db = read_int(src, value["db"], path + ("db",)) if "db" in value else 0
+    password = (read_str(src, value["password"], path + ("password",))
+                if "password" in value else None)
+    if len(sentinels) != len(listed) or service is None or db is None or (
+            "password" in value and password is None):
+        return None
+    return SentinelTarget(tuple(sentinels), service, db, None, password).to_url()

@@ -37,7 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                              "start empty")
     parser.add_argument("--redis", default=None, metavar="URL",
                         help="share state with the other replicas of a fleet through this "
-                             "Redis (default: the config's store.redis)")
+                             "Redis: redis://HOST:PORT/DB, or behind Sentinel "
+                             "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB] "
+                             "(default: the config's store.redis)")
     parser.add_argument("--token-file", default=None,
                         help=f"the management API's bearer token (or ${TOKEN_ENV}); without "
                              "one the management API is not served")
@@ -58,7 +60,10 @@ async def _serve(args: argparse.Namespace) -> int:
     if redis_url:
         from ..store.redis_link import RedisLink
 
-        link = RedisLink(redis_url, prefix=config.store_prefix)
+        try:
+            link = RedisLink(redis_url, prefix=config.store_prefix)
+        except ValueError as exc:
+            raise ValueError(f"--redis: {exc}") from None
         await link.attach(router.engine, router.models)
     if db:
         store = await SqliteStore.open(

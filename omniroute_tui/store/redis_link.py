@@ -14,6 +14,9 @@ probe).
 While Redis is away, outgoing changes queue (bounded), the link says it is failing, and on
 reconnect it reads the state hash again before following the stream: the merge rules are
 idempotent and indifferent to order for deadlines, so reading again is safe.
+Behind Sentinel (`redis+sentinel://`), the sentinels name the master at each connect and
+each second (a failover is the "Redis away" path), and each batch waits for a replica
+(`WAIT`): an operator's action is `shared` only once a failover cannot lose it.
 What it reads from Redis is checked first (`fleet_entries`, docs/design.md §10): a bad
 entry is skipped and counted, and nothing an entry holds ends the follow loop.
 """
@@ -33,8 +36,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
+from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from ..config.redis_target import SentinelTarget, parse_redis_url
 from ..engine.engine import ResilienceEngine
 from ..engine.events import (
     BreakerEvent,
@@ -80,6 +86,16 @@ end
 return 0
 """
 _RETRY_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+#: behind Sentinel, a reconnect is retried at least this often: asking the sentinels is
+#: cheap, and the new master answers within this of its promotion
+_SENTINEL_RETRY_MAX_S = 0.5
+#: behind Sentinel, the follow loop asks the sentinels this often whether the master
+#: moved: a master that was failed over alive (`SENTINEL FAILOVER`, a partition) keeps
+#: its clients until it is demoted, seconds later, and what it takes meanwhile is lost
+_MASTER_CHECK_S = 1.0
+#: behind Sentinel, each batch that goes out waits this long for a replica to have it
+#: (`WAIT 1 100`): an operator's action is `shared` once a failover cannot lose it
+REPLICA_WAIT_MS = 100
 #: a follow loop that ran this long before it ended is restarted after the shortest delay
 _STEADY_S = 60.0
 
@@ -104,7 +120,27 @@ class RedisLink:
         self.replica = replica or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stream = f"{prefix}:events"
         self.state = f"{prefix}:state"
-        self._redis: Any = redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        target = parse_redis_url(url)
+        self._sentinel: Sentinel | None = None
+        self._redis: Any
+        if isinstance(target, SentinelTarget):
+            # the master's address is asked of the sentinels at each (re)connect, and a
+            # master demoted to a replica (READONLY) drops its connection: the link follows
+            # a failover through its "Redis away" path (docs/design.md §10)
+            self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                list(target.sentinels), sentinel_kwargs={"socket_connect_timeout": 1,
+                                                         "socket_timeout": 1})
+            self._redis = self._sentinel.master_for(
+                target.service, db=target.db, username=target.username,
+                password=target.password, socket_connect_timeout=2, socket_timeout=5)
+            self._where = target.describe()
+        else:
+            self._redis = redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+            self._where = url
+        self._replicas_to_wait = 1 if self._sentinel is not None else 0
+        self._retry_s = _RETRY_S if self._sentinel is None else tuple(
+            s for s in _RETRY_S if s <= _SENTINEL_RETRY_MAX_S)
+        self._replicated = True  # whether a replica had the latest batch (behind Sentinel)
         self._outbox: deque[Shared] = deque(maxlen=queue_limit)
         self._stream_limit = stream_limit
         #: this replica's side of the fleet protocol, once attached
@@ -150,6 +186,8 @@ class RedisLink:
         with contextlib.suppress(TimeoutError, RedisError, OSError):
             async with asyncio.timeout(1.0):
                 await self._redis.aclose()
+                if self._sentinel is not None:
+                    await self._sentinel.aclose()
 
     def health(self) -> FleetHealth:
         fault = self._follow_fault
@@ -168,12 +206,13 @@ class RedisLink:
 
     async def sync(self, timeout_s: float = 1.0) -> bool:
         """Wait until what is queued has reached Redis, at most `timeout_s`: whether it
-        has (an operator's action is answered once it is shared, or says it is not yet)."""
+        has (an operator's action is answered once it is shared, or says it is not yet);
+        behind Sentinel, whether a replica has it too (else a failover could lose it)."""
         try:
             await asyncio.wait_for(self._drained.wait(), timeout_s)
         except TimeoutError:
             return False
-        return True
+        return self._replicated
 
     async def _write_loop(self) -> None:
         failures = 0
@@ -184,7 +223,7 @@ class RedisLink:
                 await self._flush()
             except (RedisError, OSError) as exc:
                 self._failed(exc)
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+                await asyncio.sleep(self._retry_s[min(failures, len(self._retry_s) - 1)])
                 failures += 1
                 self._wake.set()
                 continue
@@ -202,11 +241,44 @@ class RedisLink:
                 if kept is not None:
                     field, order, mode = kept
                     pipe.eval(_KEEP, 1, self.state, field, data, order, mode)
-            await pipe.execute()
+            master = None
+            if self._replicas_to_wait:
+                pipe.wait(self._replicas_to_wait, REPLICA_WAIT_MS)
+                master = self._master_address()
+            replies = await pipe.execute()
+            if self._replicas_to_wait:
+                await self._check_replicas(replies[-1], master)
             for _ in batch:
                 self._outbox.popleft()
             self._recovered()
         self._drained.set()
+
+    async def _check_replicas(self, acknowledged: int, master: tuple[str, int] | None) -> None:
+        """What `WAIT` answered: replication is asynchronous, so a batch no replica has
+        yet is lost if the master dies now; replication is one ordered stream, so a
+        later batch a replica has covers the earlier ones. A batch no replica has may
+        have gone to a master that was failed over alive (it has no replica any more):
+        if the sentinels name another now, the batch is kept, to go there (the merge
+        rules make a second copy harmless)."""
+        self._replicated = acknowledged >= self._replicas_to_wait
+        if not self._replicated:
+            if await self._master_moved(master):
+                raise RedisConnectionError("the master moved (Sentinel names another) "
+                                           "before a replica had the latest changes")
+            self._warn("no replica", "no replica of the fleet's Redis master (%s) had the "
+                       "latest changes within %d ms: a failover now would lose them",
+                       self._where, REPLICA_WAIT_MS)
+
+    def _master_address(self) -> tuple[str, int] | None:
+        """The master the link's connections go to now (None: not asked yet)."""
+        address: tuple[str, int] | None = self._redis.connection_pool.master_address
+        return address
+
+    async def _master_moved(self, master: tuple[str, int] | None) -> bool:
+        """Whether the sentinels name a master other than `master` now; asking drops
+        the idle connections to the old one, so the next command goes to the new."""
+        current = await self._redis.connection_pool.get_master_address()
+        return master is not None and tuple(current) != tuple(master)
 
     # -- in -----------------------------------------------------------------------------------
 
@@ -234,8 +306,13 @@ class RedisLink:
     async def _follow_loop(self) -> None:
         last: str | None = None  # None: read the whole state, then follow from there
         failures = 0
+        check_master_at = time.monotonic() + _MASTER_CHECK_S
         while True:
             try:
+                if self._sentinel is not None and time.monotonic() >= check_master_at:
+                    check_master_at = time.monotonic() + _MASTER_CHECK_S
+                    if await self._master_moved(self._master_address()):
+                        last = None  # another server: read its whole state first
                 if last is None:
                     newest = await self._redis.xrevrange(self.stream, count=1)
                     last = newest[0][0].decode() if newest else "0-0"
@@ -252,7 +329,7 @@ class RedisLink:
             except (RedisError, OSError) as exc:
                 self._failed(exc)
                 last = None  # reconnected: read the state again, the merges make that safe
-                await asyncio.sleep(_RETRY_S[min(failures, len(_RETRY_S) - 1)])
+                await asyncio.sleep(self._retry_s[min(failures, len(self._retry_s) - 1)])
                 failures += 1
 
     def _apply(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
@@ -345,7 +422,7 @@ class RedisLink:
         if self._failing_since is None:
             self._failing_since = _now_ms()
             log.error("the fleet's Redis at %s fails: %s (routing goes on, on this replica's "
-                      "own state; changes queue)", self.url, exc)
+                      "own state; changes queue)", self._where, exc)
         self._error = f"{type(exc).__name__}: {exc}"[:300]
 
     def _recovered(self) -> None:
