@@ -119,7 +119,7 @@ def test_state_fields_of_another_form() -> None:
     event = VALID[CooldownEvent].to_json().encode()
     for value in (b"garbage-without-pipe", b"|" + event, b"abc|" + event, b"-5|" + event):
         assert read_state_field(b"connection:p/a", value, KNOWN, NOW) == Rejected(
-            "a state field is not order|event", ascii(value[:60]))
+            "a state field is neither {v, order, event} JSON nor order|event", ascii(value[:60]))
     assert read_state_field(b"connection:p/a", b"5|{", KNOWN, NOW) == Rejected(
         "the event is not JSON",
         "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)")
