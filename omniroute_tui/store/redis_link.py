@@ -410,8 +410,8 @@ class RedisLink:
         self._key_fault = reason
         unlogged = self._throttle.admit(f"wrong type {reason}", _now_ms())
         if unlogged is not None:
-            log.error("%s; retrying every %g s at most (%d more like it in the last minute)",
-                      reason, _WRONG_TYPE_RETRY_S[-1], unlogged)
+            log.error("%s; retrying every %g s at most%s", reason, _WRONG_TYPE_RETRY_S[-1],
+                      f" ({unlogged} more like it in the last minute)" if unlogged else "")
 
     def _apply(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
         """One stream entry, checked, then merged; nothing it holds ends the loop."""
