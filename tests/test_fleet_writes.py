@@ -130,7 +130,7 @@ async def test_a_full_queue_loses_no_operator_action_and_says_what_it_dropped(
         emitted = 7_000 + 12_000 + 2 * 500
         assert emitted == 20_000
         health = link.health()
-        assert health.pending == 10_000 and health.dropped > 0
+        assert health.pending == 10_000 and health.dropped == 2_505
         assert health.dropped_kinds == {"event": health.dropped, "state": 0, "operator": 0}
         assert health.dropped_since is not None and health.dropped_since >= now - 1_000
         reply = await http.post(f"{one.url}/api/resilience/connections/broken/x1/disable",
@@ -145,6 +145,8 @@ async def test_a_full_queue_loses_no_operator_action_and_says_what_it_dropped(
         assert len(errors) == 1 and " event(s), 0 state change(s), 0 operator action(s)" \
             in errors[0]
         dropped = link.health().dropped
+        # 10,000 kept: 4 cooldowns, 2 enabled states, 501 actions, 9,493 failures
+        assert (dropped, link.health().coalesced) == (2_507, 7_495)
         with private_redis(port):
             client = redis.from_url(url)
             try:
