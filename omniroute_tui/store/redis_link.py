@@ -119,6 +119,8 @@ return written
 LEASE_HANDOVER_MS = 1000
 #: the longest a probe lease lives without being renewed (`store.lease_max`)
 LEASE_MAX_MS = 10_000
+#: a lease is renewed every quarter of its lifetime, never more often than this
+_RENEW_FLOOR_S = 0.05
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -490,7 +492,7 @@ class RedisLink:
         probe_ms = self._engine.layers(provider).timeout_ms
         started = _now_ms()
         while True:
-            await asyncio.sleep(lease_ms / 4000)
+            await asyncio.sleep(max(lease_ms / 4000, _RENEW_FLOOR_S))
             now = _now_ms()
             if (self._grants.get(provider) != grant or self._held.get(provider, 0) == 0
                     or now - started >= probe_ms):
