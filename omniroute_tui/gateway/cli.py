@@ -58,7 +58,8 @@ async def _serve(args: argparse.Namespace) -> int:
     if redis_url:
         from ..store.redis_link import RedisLink
 
-        link = RedisLink(redis_url, prefix=config.store_prefix)
+        link = RedisLink(redis_url, prefix=config.store_prefix,
+                         lease_max_ms=config.store_lease_max_ms)
         await link.attach(router.engine, router.models)
     if db:
         store = await SqliteStore.open(
