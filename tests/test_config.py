@@ -216,3 +216,21 @@ def test_a_fleet_behind_sentinel_as_a_url_or_a_mapping() -> None:
     with pytest.raises(ConfigError) as caught:
         load_router_config("r.yaml", text=base + "store: {redis: 'redis+sentinel://a:1'}\n")
     assert "r.yaml:5: store.redis: no service" in str(caught.value)
+
+
+def test_a_fleet_lease_max_is_a_positive_duration_named_where_it_is_wrong() -> None:
+    base = ("providers:\n  p: {base_url: 'http://127.0.0.1:9/v1', models: [m], "
+            "connections: [{id: a, api_key: sk-test-key-00001}]}\nroutes:\n"
+            "  r: {targets: [p/m]}\n")
+    config = load_router_config("r.yaml", text=base + "store: {redis: 'redis://h:6379/0'}\n")
+    assert config.store_lease_max_ms == 10_000
+    config = load_router_config("r.yaml", text=base + "store: {redis: 'redis://h:6379/0', "
+                                                      "lease_max: 3s}\n")
+    assert config.store_lease_max_ms == 3_000
+    for value, reason in (("0s", "must be longer than 0"), ("soon", "duration")):
+        with pytest.raises(ConfigError) as caught:
+            load_router_config("r.yaml", text=base + "store:\n  redis: 'redis://h:6379/0'\n"
+                                                     f"  lease_max: {value}\n")
+        problem = caught.value.problems[0]
+        assert (problem.field, problem.line) == ("store.lease_max", 7)
+        assert reason in problem.reason

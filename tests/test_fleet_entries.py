@@ -37,6 +37,7 @@ from omniroute_tui.fleet.commands import (
 from omniroute_tui.store.fleet_entries import (
     MAX_ENTRY_BYTES,
     SKEW_MS,
+    STATE_VERSION,
     Accepted,
     Known,
     Rejected,
@@ -129,10 +130,48 @@ def test_state_fields_of_another_form() -> None:
     event = VALID[CooldownEvent].to_json().encode()
     for value in (b"garbage-without-pipe", b"|" + event, b"abc|" + event, b"-5|" + event):
         assert read_state_field(b"connection:p/a", value, KNOWN, NOW) == Rejected(
-            "a state field is not order|event", ascii(value[:60]))
+            "a state field is neither {v, order, event} JSON nor order|event", ascii(value[:60]))
     assert read_state_field(b"connection:p/a", b"5|{", KNOWN, NOW) == Rejected(
         "the event is not JSON",
         "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)")
+
+
+def test_the_versioned_state_field_round_trips_and_the_earlier_form_is_still_read() -> None:
+    """What the link's script writes (`{"v": 1, "order": n, "event": {...}}`) reads back
+    as exactly its event; the earlier release's `order|event` too (a rolling upgrade)."""
+    for event in VALID.values():
+        value = f'{{"v":{STATE_VERSION},"order":{event.t},"event":{event.to_json()}}}'
+        assert json.loads(value)["event"] == event.to_dict()
+        assert read_state_field(b"f", value.encode(), KNOWN, NOW) == Accepted("", event)
+        legacy = f"{event.t}|{event.to_json()}".encode()
+        assert read_state_field(b"f", legacy, KNOWN, NOW) == Accepted("", event)
+
+
+def test_versioned_state_fields_that_do_not_parse() -> None:
+    event = VALID[CooldownEvent].to_dict()
+
+    def reason(field: object) -> str:
+        read = read_state_field(b"f", json.dumps(field).encode(), KNOWN, NOW)
+        assert isinstance(read, Rejected)
+        return read.reason
+
+    assert reason({"v": 2, "order": 1, "event": event}) == "a state field of another version"
+    assert reason({"v": True, "order": 1, "event": event}) == \
+        "a state field of another version"
+    assert reason({"v": 1, "order": "1", "event": event}) == \
+        "a state field's order is not an integer from 0 to 2^53"
+    assert reason({"v": 1, "order": 2**60, "event": event}) == \
+        "a state field's order is not an integer from 0 to 2^53"
+    assert reason({"v": 1, "event": event}) == "a state field is not {v, order, event}"
+    assert reason({"v": 1, "order": 1, "event": event, "x": 0}) == \
+        "a state field is not {v, order, event}"
+    assert reason({"v": 1, "order": 1, "event": "{}"}) == "the event is not a JSON object"
+    assert reason({"v": 1, "order": 1, "event": {**event, "level": "x"}}) == \
+        "cooldown.level is not an integer from 0 to 2^53"
+    assert read_state_field(b"f", b"{not json", KNOWN, NOW).reason == (  # type: ignore[union-attr]
+        "the state field is not JSON")
+    assert read_state_field(b"f", b"{" * 20_000, KNOWN, NOW).reason == (  # type: ignore[union-attr]
+        "the event is over 16384 bytes")
 
 
 def test_entries_without_their_fields() -> None:
@@ -354,6 +393,8 @@ def test_a_valid_command_is_exactly_itself(command: FleetCommand) -> None:
     assert read_ == Accepted("other", command, None)
     assert read_state_field(b"x", b"3|" + command.to_json().encode(), SLASHED, NOW) == \
         Accepted("", command, None)
+    versioned = f'{{"v":{STATE_VERSION},"order":3,"event":{command.to_json()}}}'.encode()
+    assert read_state_field(b"forced:p", versioned, SLASHED, NOW) == Accepted("", command, None)
 
 
 def test_a_malformed_command_is_refused_with_its_reason() -> None:

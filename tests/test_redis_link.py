@@ -26,7 +26,7 @@ from omniroute_tui.engine import (
     default_settings,
 )
 from omniroute_tui.router import Route, Router, Target
-from omniroute_tui.store.redis_link import RedisLink
+from omniroute_tui.store.redis_link import RedisLink, lease_lifetime_ms
 
 from .gateway_helpers import TOKEN, free_port, running_gateway
 from .helpers import ADMIT, fail
@@ -113,6 +113,44 @@ async def test_one_probe_lease_for_the_fleet(prefix: str) -> None:
         for _ in range(20):  # the other one never gets it while the first holds it
             assert gates[1](SystemClock().now_ms()) is False
             await eventually(lambda: not peers[1]._asking, timeout_s=5)  # type: ignore[union-attr]
+
+
+def test_a_lease_lives_the_probe_timeout_at_most_the_reset_window_and_lease_max() -> None:
+    assert lease_lifetime_ms(30_000, 2_000, 10_000) == 2_000
+    assert lease_lifetime_ms(30_000, 60_000, 10_000) == 10_000
+    assert lease_lifetime_ms(500, 60_000, 10_000) == 500
+    assert lease_lifetime_ms(0, 60_000, 10_000) == 1
+
+
+async def test_the_lease_the_peer_asks_for_lives_its_lifetime_and_an_unused_one_lapses(
+        prefix: str) -> None:
+    """The peer asks for its probe's timeout (30 s); the link asks Redis for the lease's
+    lifetime (`lease_max` here), renews it only while a probe is in flight, and hands
+    it over for no longer than it lives."""
+    engine = replica()
+    link = RedisLink(REDIS_URL, prefix=prefix, replica="r0", lease_max_ms=400)
+    await link.attach(engine)
+    client = redis.from_url(REDIS_URL)
+    key = f"{prefix}:lease:p"
+    try:
+        peer = link.peer
+        assert peer is not None and engine.layers("p").timeout_ms > 400
+        assert peer.may_probe("p", SystemClock().now_ms()) is False
+        await eventually(lambda: peer.may_probe("p", SystemClock().now_ms()), timeout_s=5,
+                         what="the lease")
+        assert 0 < await client.pttl(key) <= 400
+        async def gone() -> bool:
+            return await client.exists(key) == 0
+
+        await eventually(gone, timeout_s=5, what="the unused lease lapsed")
+        assert not peer.may_probe("p", SystemClock().now_ms())
+        await eventually(lambda: peer.may_probe("p", SystemClock().now_ms()), timeout_s=5,
+                         what="the lease again")
+        link.hand_over("p", 1_000, SystemClock().now_ms())
+        await eventually(gone, timeout_s=5, what="the handed-over lease gone")
+    finally:
+        await client.aclose()
+        await link.close()
 
 
 async def test_without_redis_routing_goes_on_and_changes_queue() -> None:

@@ -28,7 +28,15 @@ from .limits import (
 )
 from .overrides import OverridePatch, parse_overrides, validate_settings
 from .problems import Path
-from .readers import read_bool, read_int, read_mapping, read_name, read_str, reject_unknown
+from .readers import (
+    read_bool,
+    read_duration,
+    read_int,
+    read_mapping,
+    read_name,
+    read_str,
+    reject_unknown,
+)
 from .redis_target import SentinelTarget, parse_redis_url, parse_sentinel_address
 from .secrets import Secret
 from .yaml_source import Source, load_source
@@ -86,6 +94,9 @@ class RouterConfig:
     #: Sentinel mapping reads as that URL)
     store_redis: str | None = None
     store_prefix: str = "omniroute"
+    #: the longest a fleet's probe lease lives unrenewed (a holder that dies blocks the
+    #: others' probes at most this long, and at most one reset window)
+    store_lease_max_ms: int = 10_000
     #: what the state database's logs keep, and for how long
     store_retention: StoreRetention = field(default_factory=StoreRetention)
     gateway_listen: str | None = None
@@ -334,6 +345,7 @@ def load_router_config(
     routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
     store_path = store_redis = listen = token_file = None
     prefix = "omniroute"
+    lease_max = 10_000
     retention = StoreRetention()
     limits = GatewayLimits()
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
@@ -342,7 +354,7 @@ def load_router_config(
                         "apart now: write store.requests.max_events (what omniroute-sim "
                         "record reads) and store.history.max_events")
         reject_unknown(src, {k: v for k, v in store.items() if k != "events"}, ("store",),
-                       ("path", "redis", "prefix", *RETENTION_FIELDS))
+                       ("path", "redis", "prefix", "lease_max", *RETENTION_FIELDS))
         retention = parse_retention(src, store, ("store",))
         if "path" in store:
             store_path = read_str(src, store["path"], ("store", "path"))
@@ -353,6 +365,9 @@ def load_router_config(
                                                 "store.path (one router) or store.redis")
         if "prefix" in store:
             prefix = read_str(src, store["prefix"], ("store", "prefix")) or prefix
+        if "lease_max" in store:
+            lease_max = read_duration(src, store["lease_max"], ("store", "lease_max"),
+                                      positive=True, longest_ms=3_600_000) or lease_max
     if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
         reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits"))
         if "limits" in gw:
@@ -364,7 +379,8 @@ def load_router_config(
     src.raise_if_problems()
     return RouterConfig(
         providers=providers, routes=routes, settings=settings, store_path=store_path,
-        store_redis=store_redis, store_prefix=prefix, store_retention=retention,
+        store_redis=store_redis, store_prefix=prefix, store_lease_max_ms=lease_max,
+        store_retention=retention,
         gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
         source=src.name, raw=data,
     )

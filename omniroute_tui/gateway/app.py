@@ -310,9 +310,12 @@ class Gateway:
 
     async def _done(self, **extra: Any) -> Response:
         """An operator action's answer; in a fleet, given once the action has reached the
-        shared store (`shared`: false if it has not within a second: it is queued)."""
+        shared store (`shared`: false if it has not within a second: it is queued; and
+        `dropped`: how many changes the full queue dropped meanwhile, if any)."""
         if self.fleet is not None:
             extra["shared"] = await self.fleet.sync(timeout_s=1.0)
+            if not extra["shared"] and self.fleet.dropping:
+                extra["dropped"] = self.fleet.dropping
         return JSONResponse({"ok": True, **extra, **self._state()})
 
     async def reset_breaker(self, request: Request) -> Response:

@@ -61,7 +61,8 @@ async def _serve(args: argparse.Namespace) -> int:
         from ..store.redis_link import RedisLink
 
         try:
-            link = RedisLink(redis_url, prefix=config.store_prefix)
+            link = RedisLink(redis_url, prefix=config.store_prefix,
+                             lease_max_ms=config.store_lease_max_ms)
         except ValueError as exc:
             raise ValueError(f"--redis: {exc}") from None
         await link.attach(router.engine, router.models)

@@ -40,7 +40,7 @@ from ..fleet.commands import (
 from ..fleet.peer import SHARED_EVENTS, Shared
 
 __all__ = [
-    "MAX_ENTRY_BYTES", "SKEW_MS", "Accepted", "Known", "Rejected", "Throttle",
+    "MAX_ENTRY_BYTES", "SKEW_MS", "STATE_VERSION", "Accepted", "Known", "Rejected", "Throttle",
     "deadline_horizon_ms", "read_entry", "read_state_field",
 ]
 
@@ -50,6 +50,8 @@ SKEW_MS = 5_000
 MAX_ENTRY_BYTES = 16_384
 #: names, reasons and actors: a config's names are far shorter
 MAX_TEXT = 256
+#: the encoding of a state field: {"v": 1, "order": n, "event": {...}}
+STATE_VERSION = 1
 #: integers as JSON carries them exactly (and far beyond any deadline in ms)
 MAX_INT = 2**53 - 1
 #: what an operator event may say was done (the engine's `_audit` actions)
@@ -141,12 +143,30 @@ def read_entry(fields_: Mapping[bytes, bytes], known: Known, now: int, *,
 
 
 def read_state_field(name: bytes, value: bytes, known: Known, now: int) -> Accepted | Rejected:
-    """One field of the state hash (`order|event`, kept by the link's Lua script)."""
-    order, bar, raw = value.partition(b"|")
-    if not bar or not order.isdigit():
-        return Rejected("a state field is not order|event", _shown(value[:60]))
+    """One field of the state hash, as the link's Lua script keeps it: a JSON object
+    `{"v": 1, "order": n, "event": {...}}` (docs/design.md §10). The earlier release's
+    `order|event` is read too, for one release, so a fleet upgraded one replica at a
+    time reads what the others wrote; the next release reads the JSON form only."""
     try:
-        event, clamped = _read_event(raw, known, now)
+        if value[:1] != b"{":
+            order, bar, raw = value.partition(b"|")
+            if not bar or not order.isdigit():
+                raise _Refusal("a state field is neither {v, order, event} JSON nor "
+                               "order|event", value[:60])
+            event, clamped = _read_event(raw, known, now)
+            return Accepted("", event, clamped)
+        if len(value) > MAX_ENTRY_BYTES + 64:
+            raise _Refusal(f"the event is over {MAX_ENTRY_BYTES} bytes", f"{len(value)} bytes")
+        field = _json(value, "the state field")
+        if not isinstance(field, dict) or field.keys() != {"v", "order", "event"}:
+            raise _Refusal("a state field is not {v, order, event}",
+                           sorted(field) if isinstance(field, dict) else type(field).__name__)
+        if type(field["v"]) is not int or field["v"] != STATE_VERSION:
+            raise _Refusal("a state field of another version", field["v"])
+        order = field["order"]
+        if type(order) is not int or not 0 <= order <= MAX_INT:
+            raise _Refusal("a state field's order is not an integer from 0 to 2^53", order)
+        event, clamped = _event_of(field["event"], known, now)
     except _Refusal as refusal:
         return refusal.rejected
     return Accepted("", event, clamped)
@@ -155,10 +175,18 @@ def read_state_field(name: bytes, value: bytes, known: Known, now: int) -> Accep
 def _read_event(raw: bytes, known: Known, now: int) -> tuple[Shared, str | None]:
     if len(raw) > MAX_ENTRY_BYTES:
         raise _Refusal(f"the event is over {MAX_ENTRY_BYTES} bytes", f"{len(raw)} bytes")
+    return _event_of(_json(raw, "the event"), known, now)
+
+
+def _json(raw: bytes, what: str) -> Any:
     try:
-        data = _DECODER.decode(_utf8(raw, "the event"))
+        return _DECODER.decode(_utf8(raw, what))
     except (ValueError, RecursionError) as exc:
-        raise _Refusal("the event is not JSON", str(exc)) from None
+        raise _Refusal(f"{what} is not JSON", str(exc)) from None
+
+
+def _event_of(data: Any, known: Known, now: int) -> tuple[Shared, str | None]:
+    """A decoded event (or command), checked: its type, fields, names and deadlines."""
     if not isinstance(data, dict):
         raise _Refusal("the event is not a JSON object", type(data).__name__)
     if "command" in data:

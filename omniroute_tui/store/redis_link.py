@@ -11,9 +11,13 @@ publishes and follows in background tasks, and a HALF_OPEN probe asks for the fl
 lease without waiting (the peer answers from the lease this replica holds and the link
 asks Redis for it in the background, so the request after the grant is the fleet's one
 probe).
-While Redis is away, outgoing changes queue (bounded), the link says it is failing, and on
-reconnect it reads the state hash again before following the stream: the merge rules are
-idempotent and indifferent to order for deadlines, so reading again is safe.
+While Redis is away, outgoing changes queue (bounded in entries and bytes, coalesced
+before anything is dropped, and a drop is said: `fleet_outbox`), the link says it is
+failing, and on reconnect it reads the state hash again before following the stream: the
+merge rules are idempotent and indifferent to order for deadlines, so reading again is
+safe. A batch's stream entries and state fields are written by one Lua call that checks
+the keys' types before it writes anything, so a failed batch leaves nothing behind and is
+never duplicated on the stream when it is sent again.
 Behind Sentinel (`redis+sentinel://`), the sentinels name the master at each connect and
 each second (a failover is the "Redis away" path), and each batch waits for a replica
 (`WAIT`): an operator's action is `shared` only once a failover cannot lose it.
@@ -30,7 +34,6 @@ import os
 import socket
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +41,7 @@ from typing import Any
 import redis.asyncio as redis
 from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from ..config.redis_target import SentinelTarget, parse_redis_url
 from ..engine.engine import ResilienceEngine
@@ -49,36 +52,84 @@ from ..engine.events import (
     EnabledEvent,
     Event,
     LockoutEvent,
+    OperatorEvent,
 )
 from ..fleet.commands import FleetCommand, ForceOpen, Reset
 from ..fleet.peer import FleetPeer, Shared
-from .fleet_entries import Accepted, Known, Rejected, Throttle, read_entry, read_state_field
+from .fleet_entries import (
+    STATE_VERSION,
+    Accepted,
+    Known,
+    Rejected,
+    Throttle,
+    read_entry,
+    read_state_field,
+)
+from .fleet_outbox import Change, ChangeKind, Outbox
 from .sqlite_store import StoreHealth
 
 __all__ = ["FleetHealth", "RedisLink"]
 
 log = logging.getLogger("omniroute.fleet")
 
-# Keeps a field of the state hash as "order|event": `max` replaces it only with a later
-# deadline, `latest` only with a later (or equal) time, `set` always (an operator's clear);
-# a field of another form (not written by this script) is replaced.
-_KEEP = """
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if current and ARGV[4] ~= 'set' then
-  local bar = string.find(current, '|', 1, true)
-  local known = bar and tonumber(string.sub(current, 1, bar - 1))
-  local order = tonumber(ARGV[3])
-  if known and ((ARGV[4] == 'max' and order <= known)
-                or (ARGV[4] == 'latest' and order < known)) then
-    return 0
+# One batch, atomically: every change's stream entry, and its state field kept as
+# {"v": 1, "order": n, "event": {...}} (docs/design.md §10): `max` replaces a field only
+# with a later deadline, `latest` only with a later (or equal) time, `set` always (an
+# operator's clear). A field whose order cannot be read (not this form, nor the earlier
+# release's `order|event`, or an order that is not a finite integer below 2^53) is
+# replaced. The keys' types are checked before anything is written: a script stopped by
+# an error half-way would leave its first entries on the stream, sent again on retry.
+# KEYS: the state hash, the stream; ARGV: replica, stream length, then per change its
+# event, field ('' for none), order, mode and field value.
+_WRITE_BATCH = """
+for i, want in ipairs({'hash', 'stream'}) do
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  if kind ~= want and kind ~= 'none' then
+    return redis.error_reply('OMNIROUTE_WRONGTYPE ' .. KEYS[i] .. ' ' .. kind .. ' ' .. want)
   end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3] .. '|' .. ARGV[2])
-return 1
+local function order_of(current)
+  local read, held = pcall(cjson.decode, current)
+  local order = nil
+  if read and type(held) == 'table' then
+    order = held['order']
+  else
+    order = tonumber(string.match(current, '^(%d+)|'))
+  end
+  if type(order) ~= 'number' or order ~= order or order < 0 or order > 9007199254740991 then
+    return nil
+  end
+  return order
+end
+local written = 0
+for i = 3, #ARGV, 5 do
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'replica', ARGV[1],
+             'event', ARGV[i])
+  local field, order, mode = ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
+  if field ~= '' and order then
+    local keep = false
+    if mode ~= 'set' then
+      local current = redis.call('HGET', KEYS[1], field)
+      local known = current and order_of(current)
+      keep = known and ((mode == 'max' and order <= known)
+                        or (mode == 'latest' and order < known))
+    end
+    if not keep then
+      redis.call('HSET', KEYS[1], field, ARGV[i + 4])
+      written = written + 1
+    end
+  end
+end
+return written
 """
-#: after its probe has answered, a replica keeps the lease this long, so the others hear
-#: how it went before one of them probes the same window again
+#: after its probe has answered, a replica keeps the lease this long (at most), so the
+#: others hear how it went (the breaker event is on its way to the stream, then to their
+#: follow loops) before one of them, still HALF_OPEN, probes the same window again
 LEASE_HANDOVER_MS = 1000
+#: the longest a probe lease lives without being renewed (`store.lease_max`)
+LEASE_MAX_MS = 10_000
+#: a lease is renewed every quarter of its lifetime, never more often than this
+_RENEW_FLOOR_S = 0.05
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -96,6 +147,8 @@ _MASTER_CHECK_S = 1.0
 #: behind Sentinel, each batch that goes out waits this long for a replica to have it
 #: (`WAIT 1 100`): an operator's action is `shared` once a failover cannot lose it
 REPLICA_WAIT_MS = 100
+#: a key of the wrong type is not cured by retrying: the operator must act
+_WRONG_TYPE_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 #: a follow loop that ran this long before it ended is restarted after the shortest delay
 _STEADY_S = 60.0
 
@@ -107,13 +160,45 @@ class FleetHealth(StoreHealth):
 
     rejected: int = 0
     last_rejection: dict[str, Any] | None = None
+    #: changes the full outgoing queue dropped since the replica started, by kind
+    #: (`event`, `state`, `operator`), the first and latest drop (ms), and how many it
+    #: coalesced (a later change of the same entity kept instead)
+    dropped: int = 0
+    dropped_kinds: dict[str, int] | None = None
+    dropped_since: int | None = None
+    last_dropped_at: int | None = None
+    coalesced: int = 0
+    pending_bytes: int = 0
+
+
+@dataclass
+class _Lease:
+    """A probe lease this replica was granted: how long it lives unrenewed,
+    the probe timeout the peer asked it for, and until when it is held (0: handed over,
+    kept `handover_ms` more)."""
+
+    lifetime_ms: int
+    probe_ms: int
+    until: int
+    handover_ms: int = LEASE_HANDOVER_MS
+
+
+class _WrongType(Exception):
+    """A fleet key holds another type of Redis value than the link keeps there."""
+
+
+def lease_lifetime_ms(probe_timeout_ms: int, reset_timeout_ms: int, lease_max_ms: int) -> int:
+    """How long a probe lease lives unrenewed: the probe's own timeout, at most the reset
+    window and `lease_max`, so a holder that dies blocks the fleet at most that long."""
+    return max(1, min(probe_timeout_ms, reset_timeout_ms, lease_max_ms))
 
 
 class RedisLink:
     """Shares one engine's state with the other replicas on the same Redis `prefix`."""
 
     def __init__(self, url: str, *, prefix: str = "omniroute", replica: str | None = None,
-                 queue_limit: int = 10_000, stream_limit: int = 10_000) -> None:
+                 queue_limit: int = 10_000, queue_bytes: int = 8 << 20,
+                 stream_limit: int = 10_000, lease_max_ms: int = LEASE_MAX_MS) -> None:
         self.url = url
         self.prefix = prefix
         # host and pid say where it runs; the suffix tells two links in one process apart
@@ -141,14 +226,18 @@ class RedisLink:
         self._retry_s = _RETRY_S if self._sentinel is None else tuple(
             s for s in _RETRY_S if s <= _SENTINEL_RETRY_MAX_S)
         self._replicated = True  # whether a replica had the latest batch (behind Sentinel)
-        self._outbox: deque[Shared] = deque(maxlen=queue_limit)
+        self._outbox = Outbox(queue_limit, queue_bytes)
+        self._write_batch = self._redis.register_script(_WRITE_BATCH)
         self._stream_limit = stream_limit
+        self.lease_max_ms = lease_max_ms
         #: this replica's side of the fleet protocol, once attached
         self.peer: FleetPeer | None = None
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()  # set while nothing waits to go out
         self._drained.set()
         self._tasks: list[asyncio.Task[None]] = []
+        #: provider -> the latest lease this replica was granted (a renewal keeps only its own)
+        self._leases: dict[str, _Lease] = {}
         self._background: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs
         self._failing_since: int | None = None
         self._error: str | None = None
@@ -157,7 +246,7 @@ class RedisLink:
         self.rejected = 0
         self._last_rejection: dict[str, Any] | None = None
         self._follow_fault: str | None = None  # why the follow loop ended, until it runs again
-        self.dropped = 0
+        self._key_fault: str | None = None  # a fleet key of the wrong type, until fixed
         #: told of every other replica's event as it arrives (replica id, the event's
         #: JSON object): a gateway streams them to its attached consoles
         self.on_remote: Callable[[str, dict[str, Any]], None] | None = None
@@ -177,7 +266,7 @@ class RedisLink:
     async def close(self, timeout_s: float = 3.0) -> None:
         """Stop following and publishing: one last flush of what is queued, if Redis
         answers; never longer than `timeout_s` (a shutdown must not hang on Redis)."""
-        for task in self._tasks:
+        for task in (*self._tasks, *self._background):
             task.cancel()
         with contextlib.suppress(TimeoutError, RedisError, OSError):
             async with asyncio.timeout(timeout_s):
@@ -190,19 +279,42 @@ class RedisLink:
                     await self._sentinel.aclose()
 
     def health(self) -> FleetHealth:
-        fault = self._follow_fault
-        return FleetHealth(self._failing_since is None and fault is None, self._failing_since,
+        fault = self._key_fault or self._follow_fault
+        outbox = self._outbox.health()
+        return FleetHealth(self._failing_since is None and fault is None
+                           and not self._outbox.dropping, self._failing_since,
                            fault or self._error, len(self._outbox), self.rejected,
-                           self._last_rejection)
+                           self._last_rejection, **outbox)
+
+    @property
+    def dropping(self) -> int:
+        """Changes dropped since everything queued last reached Redis (0: none)."""
+        return self._outbox.dropping
 
     # -- out ----------------------------------------------------------------------------------
 
-    def _publish(self, event: Shared) -> None:
-        if len(self._outbox) == self._outbox.maxlen:
-            self.dropped += 1
-        self._outbox.append(event)
+    def _publish(self, item: Shared) -> None:
+        """The peer's `send`: queue what it shares, and say it if the full queue dropped."""
+        now = _now_ms()
+        dropped = self._outbox.dropping
+        self._outbox.put(_change(item), now)
+        if self._outbox.dropping > dropped:
+            self._say_dropped(now)
         self._drained.clear()
         self._wake.set()
+
+    def _say_dropped(self, now: int) -> None:
+        """An ERROR line (once a minute) saying how many changes of which kind are lost."""
+        unlogged = self._throttle.admit("dropped changes", now)
+        if unlogged is not None:
+            kinds = self._outbox.dropped
+            log.error("the fleet's outgoing queue is full (%d changes, %d bytes at most): "
+                      "%d change(s) dropped since %s: %d event(s), %d state change(s), %d "
+                      "operator action(s); %d coalesced into a later change of the same "
+                      "entity", self._outbox.max_entries, self._outbox.max_bytes,
+                      sum(kinds.values()), _iso(self._outbox.dropped_since),
+                      kinds[ChangeKind.EVENT], kinds[ChangeKind.STATE],
+                      kinds[ChangeKind.OPERATOR], self._outbox.coalesced)
 
     async def sync(self, timeout_s: float = 1.0) -> bool:
         """Wait until what is queued has reached Redis, at most `timeout_s`: whether it
@@ -221,6 +333,13 @@ class RedisLink:
             self._wake.clear()
             try:
                 await self._flush()
+            except _WrongType as exc:
+                self._wrong_type(str(exc))
+                await asyncio.sleep(
+                    _WRONG_TYPE_RETRY_S[min(failures, len(_WRONG_TYPE_RETRY_S) - 1)])
+                failures += 1
+                self._wake.set()
+                continue
             except (RedisError, OSError) as exc:
                 self._failed(exc)
                 await asyncio.sleep(self._retry_s[min(failures, len(self._retry_s) - 1)])
@@ -230,26 +349,36 @@ class RedisLink:
             failures = 0
 
     async def _flush(self) -> None:
-        while self._outbox:
-            batch = list(self._outbox)[:500]
-            pipe = self._redis.pipeline(transaction=False)
-            for event in batch:
-                data = event.to_json()
-                pipe.xadd(self.stream, {"replica": self.replica, "event": data},
-                          maxlen=self._stream_limit, approximate=True)
-                kept = _state_field(event)
-                if kept is not None:
-                    field, order, mode = kept
-                    pipe.eval(_KEEP, 1, self.state, field, data, order, mode)
-            master = None
-            if self._replicas_to_wait:
-                pipe.wait(self._replicas_to_wait, REPLICA_WAIT_MS)
-                master = self._master_address()
-            replies = await pipe.execute()
-            if self._replicas_to_wait:
-                await self._check_replicas(replies[-1], master)
-            for _ in batch:
-                self._outbox.popleft()
+        while len(self._outbox):
+            batch = self._outbox.take()
+            args: list[str | int] = [self.replica, self._stream_limit]
+            for change in batch:
+                args += [change.data, change.field or "", change.order, change.mode,
+                         f'{{"v":{STATE_VERSION},"order":{change.order},'
+                         f'"event":{change.data}}}' if change.field else ""]
+            master = self._master_address() if self._replicas_to_wait else None
+            try:
+                await self._write_batch(keys=[self.state, self.stream], args=args)
+                if self._replicas_to_wait:
+                    # behind Sentinel: kept (to go to the new master) if the master moved
+                    # before a replica had it
+                    acknowledged = await self._redis.wait(self._replicas_to_wait,
+                                                          REPLICA_WAIT_MS)
+                    await self._check_replicas(acknowledged, master)
+            except ResponseError as exc:
+                self._outbox.give_back(batch)
+                if str(exc).startswith("OMNIROUTE_WRONGTYPE"):
+                    raise _WrongType(_wrong_type_reason(str(exc))) from None
+                raise
+            except BaseException:
+                self._outbox.give_back(batch)
+                raise
+            dropping = self._outbox.dropping
+            self._outbox.done()
+            if dropping and not self._outbox.dropping:
+                log.warning("the fleet's outgoing queue has drained: %d change(s) were "
+                            "dropped while it was full", dropping)
+            self._key_fault = None
             self._recovered()
         self._drained.set()
 
@@ -314,6 +443,7 @@ class RedisLink:
                     if await self._master_moved(self._master_address()):
                         last = None  # another server: read its whole state first
                 if last is None:
+                    await self._check_types()
                     newest = await self._redis.xrevrange(self.stream, count=1)
                     last = newest[0][0].decode() if newest else "0-0"
                     for name, value in (await self._redis.hgetall(self.state)).items():
@@ -326,11 +456,37 @@ class RedisLink:
                 self._recovered()
                 self._follow_fault = None
                 failures = 0
+            except _WrongType as exc:
+                self._wrong_type(str(exc))
+                await asyncio.sleep(
+                    _WRONG_TYPE_RETRY_S[min(failures, len(_WRONG_TYPE_RETRY_S) - 1)])
+                failures += 1
             except (RedisError, OSError) as exc:
                 self._failed(exc)
                 last = None  # reconnected: read the state again, the merges make that safe
                 await asyncio.sleep(self._retry_s[min(failures, len(self._retry_s) - 1)])
                 failures += 1
+
+    async def _check_types(self) -> None:
+        """The state hash and the stream are of their types (or absent), before reading."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.type(self.state)
+        pipe.type(self.stream)
+        kinds = await pipe.execute()
+        for key, kind, want in zip((self.state, self.stream), kinds, ("hash", "stream"),
+                                   strict=True):
+            kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+            if kind not in (want, "none"):
+                raise _WrongType(_wrong_type_reason(f"OMNIROUTE_WRONGTYPE {key} {kind} {want}"))
+        self._key_fault = None
+
+    def _wrong_type(self, reason: str) -> None:
+        """Said on `/health` until fixed; logged once a minute, retried with a long backoff."""
+        self._key_fault = reason
+        unlogged = self._throttle.admit(f"wrong type {reason}", _now_ms())
+        if unlogged is not None:
+            log.error("%s; retrying every %g s at most%s", reason, _WRONG_TYPE_RETRY_S[-1],
+                      f" ({unlogged} more like it in the last minute)" if unlogged else "")
 
     def _apply(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
         """One stream entry, checked, then merged; nothing it holds ends the loop."""
@@ -383,26 +539,72 @@ class RedisLink:
     # -- the probe lease ---------------------------------------------------------------------
 
     def ask(self, provider: str, lease_ms: int, now: int) -> None:
-        """The peer asks for the fleet's lease (`LeaseStore`): `SET NX PX`, in the
-        background; the answer goes back to the peer whatever happens."""
-        self._spawn(self._ask(provider, lease_ms))
+        """The peer asks for the fleet's lease (`LeaseStore`) for its probe, `lease_ms`
+        its timeout: `SET NX PX`, in the background, for the lease's unrenewed lifetime
+        (`lease_lifetime_ms`), renewed while the probe is in flight; the answer goes back
+        to the peer whatever happens."""
+        assert self.peer is not None
+        reset_ms = self.peer.engine.layers(provider).spec.settings.breaker.reset_timeout_ms
+        self._spawn(self._ask(provider, lease_ms,
+                              lease_lifetime_ms(lease_ms, reset_ms, self.lease_max_ms)))
 
-    async def _ask(self, provider: str, lease_ms: int) -> None:
+    async def _ask(self, provider: str, probe_ms: int, lease_ms: int) -> None:
         assert self.peer is not None
         key = f"{self.prefix}:lease:{provider}"
+        asked = _now_ms()  # the key expires no sooner than this says
         until = None
         try:
             if await self._redis.set(key, self.replica, nx=True, px=lease_ms):
-                until = _now_ms() + lease_ms
+                until = asked + lease_ms
+                self._leases[provider] = lease = _Lease(lease_ms, probe_ms, until)
+                self._spawn(self._renew(provider, key, lease))
         except (RedisError, OSError) as exc:
             self._failed(exc)  # no lease without Redis: the fleet's others may hold it
         finally:
             self.peer.lease_answer(provider, until)
 
+    async def _renew(self, provider: str, key: str, lease: _Lease) -> None:
+        """Keep the lease while our probe is in flight, never past the probe's timeout (what
+        the peer asked for): a replica that dies holding it blocks the others at most its
+        lifetime (docs/design.md §10). A lease granted but not used by a probe lapses."""
+        assert self.peer is not None
+        started = _now_ms()
+        while True:
+            await asyncio.sleep(max(lease.lifetime_ms / 4000, _RENEW_FLOOR_S))
+            now = _now_ms()
+            if (self._leases.get(provider) is not lease or lease.until == 0
+                    or now - started >= lease.probe_ms):
+                return  # handed over, granted again, or the probe has timed out
+            if not self.peer.engine.breaker_snapshot(provider).probes_in_flight:
+                if lease.until <= now:
+                    return  # never used: it lapsed
+                continue
+            try:
+                renewed = await self._redis.eval(_RELEASE, 1, key, self.replica,
+                                                 lease.lifetime_ms)
+            except (RedisError, OSError) as exc:
+                self._failed(exc)
+                continue
+            if not renewed:  # lapsed, maybe taken: the probe goes on, unrenewed
+                lease.until = 0
+                return
+            if lease.until == 0:  # handed over while renewing: shorten it again
+                self._shorten(key, lease.handover_ms)
+                return
+            lease.until = now + lease.lifetime_ms
+            self.peer.lease_answer(provider, lease.until)
+
     def hand_over(self, provider: str, keep_ms: int, now: int) -> None:
         """Our probe has answered: keep the lease only until the others have heard (if
-        it is still ours)."""
-        key = f"{self.prefix}:lease:{provider}"
+        it is still ours), and never longer than it lived unrenewed."""
+        lease = self._leases.get(provider)
+        if lease is not None:
+            keep_ms = min(keep_ms, lease.lifetime_ms)
+            lease.until, lease.handover_ms = 0, keep_ms
+        self._shorten(f"{self.prefix}:lease:{provider}", keep_ms)
+
+    def _shorten(self, key: str, keep_ms: int) -> None:
+        """The lease on `key`, if still this replica's, expires in `keep_ms`."""
 
         async def shorten() -> None:
             with contextlib.suppress(RedisError, OSError):
@@ -430,6 +632,35 @@ class RedisLink:
             log.warning("the fleet's Redis answers again; %d change(s) queued",
                         len(self._outbox))
             self._failing_since, self._error = None, None
+
+
+def _change(item: Shared) -> Change:
+    """What the peer shares, as the outgoing queue holds it: its JSON, kind and state
+    field; an operator's command, its audit record and the breaker event it caused are
+    operator actions (dropped last)."""
+    data = item.to_json()
+    kept = _state_field(item)
+    operator = isinstance(item, FleetCommand | OperatorEvent) or (
+        isinstance(item, BreakerEvent) and item.reason.startswith("operator_"))
+    kind = (ChangeKind.OPERATOR if operator else
+            ChangeKind.EVENT if kept is None else ChangeKind.STATE)
+    if kept is None:
+        return Change(data, kind)
+    field, order, mode = kept
+    return Change(data, kind, field, order, mode)
+
+
+def _wrong_type_reason(reply: str) -> str:
+    """The script's `OMNIROUTE_WRONGTYPE key type wanted`, as a sentence for `/health`."""
+    _, key, kind, want = (reply.split() + ["?"] * 4)[:4]
+    return (f"the fleet's Redis key {key} holds a {kind}, not a {want}: nothing is shared "
+            f"until it is deleted or renamed (or the fleet given another store.prefix)")[:300]
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
 def _state_field(event: Shared) -> tuple[str, int, str] | None:
