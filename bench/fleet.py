@@ -30,8 +30,8 @@ from omniroute_tui.engine import (
     default_settings,
 )
 from omniroute_tui.engine.events import CooldownEvent, Event
+from omniroute_tui.fleet.redis_link import RedisLink
 from omniroute_tui.router import Route, Router, Target
-from omniroute_tui.store.redis_link import RedisLink
 
 OK = Classification(None)
 CONNECTIONS = tuple(f"k{i}" for i in range(200))

@@ -67,7 +67,7 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
                                            retention=retention)
             await store.attach(router.engine)
         if redis is not None:
-            from omniroute_tui.store.redis_link import RedisLink
+            from omniroute_tui.fleet.redis_link import RedisLink
 
             link = RedisLink(redis[0], prefix=redis[1])
             await link.attach(router.engine, router.models)

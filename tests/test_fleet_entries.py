@@ -34,7 +34,7 @@ from omniroute_tui.fleet.commands import (
     ForceOpen,
     Reset,
 )
-from omniroute_tui.store.fleet_entries import (
+from omniroute_tui.fleet.entries import (
     MAX_ENTRY_BYTES,
     SKEW_MS,
     STATE_VERSION,

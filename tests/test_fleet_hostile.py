@@ -25,7 +25,7 @@ from omniroute_tui.engine.events import (
     OperatorEvent,
 )
 from omniroute_tui.engine.kinds import BreakerReason, FailureKind
-from omniroute_tui.store.fleet_entries import SKEW_MS
+from omniroute_tui.fleet.entries import SKEW_MS
 
 from .gateway_helpers import TOKEN, running_gateway
 from .test_redis_link import REDIS_URL, fleet, prefix  # noqa: F401 - the fixture

@@ -1,10 +1,10 @@
-"""The fleet's outgoing queue (omniroute_tui/store/fleet_outbox.py): bounded in entries
+"""The fleet's outgoing queue (omniroute_tui/fleet/outbox.py): bounded in entries
 and bytes; when full it coalesces superseded state changes, then drops plain events, then
 state changes, operator actions last, and counts what it dropped."""
 
 from __future__ import annotations
 
-from omniroute_tui.store.fleet_outbox import Change, ChangeKind, Outbox
+from omniroute_tui.fleet.outbox import Change, ChangeKind, Outbox
 
 
 def cooldown(connection: str, until: int) -> Change:

@@ -33,9 +33,9 @@ from omniroute_tui.fleet.commands import (
     Reset,
     command_from_dict,
 )
+from omniroute_tui.fleet.entries import Known
 from omniroute_tui.fleet.peer import FleetPeer, Shared
-from omniroute_tui.store.fleet_entries import Known
-from omniroute_tui.store.redis_link import RedisLink
+from omniroute_tui.fleet.redis_link import RedisLink
 from simulator.fleet import Fleet, _ReplicaLease
 from simulator.scenario import load_scenario
 

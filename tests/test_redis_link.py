@@ -25,8 +25,8 @@ from omniroute_tui.engine import (
     ResilienceEngine,
     default_settings,
 )
+from omniroute_tui.fleet.redis_link import RedisLink, lease_lifetime_ms
 from omniroute_tui.router import Route, Router, Target
-from omniroute_tui.store.redis_link import RedisLink, lease_lifetime_ms
 
 from .gateway_helpers import TOKEN, free_port, running_gateway
 from .helpers import ADMIT, fail

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from omniroute_tui.config.redis_target import SentinelTarget, parse_redis_url
+from omniroute_tui.fleet.redis_link import RedisLink
 from omniroute_tui.gateway.cli import main
-from omniroute_tui.store.redis_link import RedisLink
 
 
 def test_plain_urls_pass_through_for_redis_py() -> None:

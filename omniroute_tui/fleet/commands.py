@@ -5,7 +5,7 @@ An action shortens deadlines (a reset, a clear) or states one no merge of state 
 command names its target in fields of its own, so a model named `meta-llama/Llama-3.1-8B`
 is a model, not two path parts. Encoded as a JSON object with exactly its fields and a
 `"command"` word; `command_from_dict` builds one back (the fleet's reader checks the
-fields' types first: `omniroute_tui/store/fleet_entries.py`).
+fields' types first: `omniroute_tui/fleet/entries.py`).
 """
 
 from __future__ import annotations

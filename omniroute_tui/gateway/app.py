@@ -26,10 +26,10 @@ from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
 from ..engine.engine import UnknownTarget
 from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
+from ..fleet.redis_link import RedisLink
 from ..router.core import Router, UnknownRoute
 from ..state_document import state_document
 from ..store import SqliteStore
-from ..store.redis_link import RedisLink
 from .auth import bearer_matches
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI

@@ -58,7 +58,7 @@ async def _serve(args: argparse.Namespace) -> int:
                          "--redis, not both")
     store = link = None
     if redis_url:
-        from ..store.redis_link import RedisLink
+        from ..fleet.redis_link import RedisLink
 
         try:
             link = RedisLink(redis_url, prefix=config.store_prefix,

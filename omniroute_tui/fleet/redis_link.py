@@ -12,7 +12,7 @@ lease without waiting (the peer answers from the lease this replica holds and th
 asks Redis for it in the background, so the request after the grant is the fleet's one
 probe).
 While Redis is away, outgoing changes queue (bounded in entries and bytes, coalesced
-before anything is dropped, and a drop is said: `fleet_outbox`), the link says it is
+before anything is dropped, and a drop is said: `outbox`), the link says it is
 failing, and on reconnect it reads the state hash again before following the stream: the
 merge rules are idempotent and indifferent to order for deadlines, so reading again is
 safe. A batch's stream entries and state fields are written by one Lua call that checks
@@ -21,7 +21,7 @@ never duplicated on the stream when it is sent again.
 Behind Sentinel (`redis+sentinel://`), the sentinels name the master at each connect and
 each second (a failover is the "Redis away" path), and each batch waits for a replica
 (`WAIT`): an operator's action is `shared` only once a failover cannot lose it.
-What it reads from Redis is checked first (`fleet_entries`, docs/design.md §10): a bad
+What it reads from Redis is checked first (`entries`, docs/design.md §10): a bad
 entry is skipped and counted, and nothing an entry holds ends the follow loop.
 """
 
@@ -54,9 +54,9 @@ from ..engine.events import (
     LockoutEvent,
     OperatorEvent,
 )
-from ..fleet.commands import FleetCommand, ForceOpen, Reset
-from ..fleet.peer import FleetPeer, Shared
-from .fleet_entries import (
+from ..store.sqlite_store import StoreHealth
+from .commands import FleetCommand, ForceOpen, Reset
+from .entries import (
     STATE_VERSION,
     Accepted,
     Known,
@@ -65,8 +65,8 @@ from .fleet_entries import (
     read_entry,
     read_state_field,
 )
-from .fleet_outbox import Change, ChangeKind, Outbox
-from .sqlite_store import StoreHealth
+from .outbox import Change, ChangeKind, Outbox
+from .peer import FleetPeer, Shared
 
 __all__ = ["FleetHealth", "RedisLink"]
 

@@ -30,14 +30,14 @@ from ..engine.events import (
 from ..engine.kinds import BreakerReason, BreakerState, FailureKind
 from ..engine.retry_hints import MAX_HINT_MS
 from ..engine.settings import ResilienceSettings
-from ..fleet.commands import (
+from .commands import (
     COMMAND_CLASSES,
     FleetCommand,
     ForceOpen,
     command_fields,
     command_from_dict,
 )
-from ..fleet.peer import SHARED_EVENTS, Shared
+from .peer import SHARED_EVENTS, Shared
 
 __all__ = [
     "MAX_ENTRY_BYTES", "SKEW_MS", "STATE_VERSION", "Accepted", "Known", "Rejected", "Throttle",
