@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import subprocess
 import uuid
@@ -349,3 +350,19 @@ async def test_an_entry_holding_a_lone_surrogate_is_skipped(prefix: str) -> None
         await eventually(lambda: second.breaker_snapshot("p").state is BreakerState.OPEN,
                          timeout_s=5, what="the force-open on the second replica")
         assert not second.connection_snapshot("p", "a").disabled
+
+
+async def test_a_failing_redis_is_logged_without_its_password(
+        caplog: pytest.LogCaptureFixture) -> None:
+    engine = replica()
+    link = RedisLink("redis://ops:s3cret-pass@127.0.0.1:1/0", prefix="omniroute-test-none",
+                     replica="lonely")
+    with caplog.at_level(logging.ERROR, logger="omniroute.fleet"):
+        await link.attach(engine)
+        try:
+            engine.record("p", "a", "m", ADMIT, fail(FailureKind.RATE_LIMITED, 60_000))
+            await eventually(lambda: not link.health().ok, timeout_s=10, what="the failure")
+        finally:
+            await link.close()
+    assert "the fleet's Redis at redis://ops:***@127.0.0.1:1/0 fails" in caplog.text
+    assert "s3cret" not in caplog.text and "s3cret" not in str(link.health().to_dict())

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omniroute_tui.config.redis_target import SentinelTarget, parse_redis_url
+from omniroute_tui.config.redis_target import SentinelTarget, describe_redis_url, parse_redis_url
 from omniroute_tui.fleet.redis_link import RedisLink
 from omniroute_tui.gateway.cli import main
 
@@ -77,3 +77,14 @@ def test_the_gateway_names_a_bad_redis_url(capsys: pytest.CaptureFixture[str],
                       "  r: {targets: [p/m]}\n")
     assert main(["--config", str(config), "--redis", "redis+sentinel://a:99999/m"]) == 2
     assert "--redis: a sentinel's port is 1-65535, not '99999'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://h:6379/0", "redis://h:6379/0"),
+    ("redis://:s3cret@h:6379/0", "redis://:***@h:6379/0"),
+    ("redis://bob:s3cret@h/1", "redis://bob:***@h/1"),
+    ("rediss://u:p%40x@h:1/0?ssl_cert_reqs=none", "rediss://u:***@h:1/0?ssl_cert_reqs=none"),
+    ("unix:///tmp/r.sock?db=0&password=s3cret", "unix:///tmp/r.sock?db=0&password=***"),
+])
+def test_a_plain_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    assert describe_redis_url(url) == shown

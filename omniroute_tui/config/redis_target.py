@@ -6,10 +6,10 @@ checked alike and the link connects to what was checked."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import quote, unquote
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-__all__ = ["SENTINEL_PORT", "SENTINEL_SCHEME", "SentinelTarget", "parse_redis_url",
-           "parse_sentinel_address"]
+__all__ = ["SENTINEL_PORT", "SENTINEL_SCHEME", "SentinelTarget", "describe_redis_url",
+           "parse_redis_url", "parse_sentinel_address"]
 
 SENTINEL_SCHEME = "redis+sentinel://"
 SENTINEL_PORT = 26379  # Sentinel's own default port
@@ -38,6 +38,18 @@ class SentinelTarget:
         """For logs and `/health`: the sentinels and the service, never the password."""
         hosts = ",".join(f"{h}:{p}" for h, p in self.sentinels)
         return f"Sentinel {hosts} service {self.service!r} db {self.db}"
+
+
+def describe_redis_url(url: str) -> str:
+    """A plain URL for logs and `/health`: its password (in the address or the query)
+    written as `***`, since a secret is never shown in full."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}"
+    query = urlencode([(k, "***" if k == "password" else v)
+                       for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def parse_redis_url(url: str) -> str | SentinelTarget:

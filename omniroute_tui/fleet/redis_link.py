@@ -43,7 +43,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
-from ..config.redis_target import SentinelTarget, parse_redis_url
+from ..config.redis_target import SentinelTarget, describe_redis_url, parse_redis_url
 from ..engine.engine import ResilienceEngine
 from ..engine.events import (
     BreakerEvent,
@@ -221,7 +221,7 @@ class RedisLink:
             self._where = target.describe()
         else:
             self._redis = redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
-            self._where = url
+            self._where = describe_redis_url(url)  # never its password
         self._replicas_to_wait = 1 if self._sentinel is not None else 0
         self._retry_s = _RETRY_S if self._sentinel is None else tuple(
             s for s in _RETRY_S if s <= _SENTINEL_RETRY_MAX_S)
