@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config.hidden import find_hidden
 from ..engine.engine import ResilienceEngine
@@ -240,11 +240,19 @@ def _read_command(data: dict[str, Any], known: Known, now: int
         limit = now + known.horizon_ms[provider]
         if command.until > limit:
             changed["until"] = limit
+    return _changed(command, changed, cls.WORD)
+
+
+_Clamped = TypeVar("_Clamped", Event, FleetCommand)
+
+
+def _changed(value: _Clamped, changed: dict[str, Any], word: str
+             ) -> tuple[_Clamped, str | None]:
+    """`value` with the `changed` fields replaced, and what was clamped (None: nothing)."""
     if not changed:
-        return command, None
-    said = ", ".join(f"{key} {getattr(command, key)} -> {value}"
-                     for key, value in changed.items())
-    return replace(command, **changed), f"{cls.WORD} {said}"
+        return value, None
+    said = ", ".join(f"{key} {getattr(value, key)} -> {new}" for key, new in changed.items())
+    return replace(value, **changed), f"{word} {said}"
 
 
 _COMMAND_SPECS = {cls: {key: text.replace(" ", "").replace("|None", " | None")
@@ -378,11 +386,7 @@ def _bounded(event: Event, known: Known, now: int) -> tuple[Event, str | None]:
                 changed["level"] = known.max_level[provider]
             if event.hint_ms is not None and event.hint_ms > MAX_HINT_MS:
                 changed["hint_ms"] = MAX_HINT_MS
-    if not changed:
-        return event, None
-    said = ", ".join(f"{key} {getattr(event, key)} -> {value}"
-                     for key, value in changed.items())
-    return replace(event, **changed), f"{event.TYPE} {said}"
+    return _changed(event, changed, event.TYPE)
 
 
 @dataclass
