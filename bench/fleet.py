@@ -6,7 +6,10 @@ Needs a Redis (default redis://127.0.0.1:6379/0; it uses, then deletes, its own 
   applied it (its own event), p50 and p99 over the samples;
 - the decision (start, attempt, record of its success, answer) with the link attached
   against the same engine without it, CPU time, in the same process (goal <= 1.1x: the
-  decision never waits on Redis);
+  decision never waits on Redis), twice: against an engine nobody listens to (the link is
+  then the only reason its events are built at all), and against an engine wired as the
+  gateway wires it (its event stream for attached consoles listens to every event), which
+  is what a replica pays;
 - Redis commands per routed request on the success path of a healthy provider (goal 0),
   from the server's own command count over many decisions, less the follower's reads.
 """
@@ -31,6 +34,7 @@ from omniroute_tui.engine import (
 )
 from omniroute_tui.engine.events import CooldownEvent, Event
 from omniroute_tui.fleet.redis_link import RedisLink
+from omniroute_tui.gateway.events_stream import EventBroadcaster
 from omniroute_tui.router import Route, Router, Target
 
 OK = Classification(None)
@@ -92,22 +96,36 @@ async def main(url: str, samples: int, decisions: int) -> None:
               f"p99 {delays[min(len(delays) - 1, int(0.99 * len(delays)))]:.2f} ms")
 
         route = {"r": Route("r", (Target("p", "m"),))}
-        linked, plain = Router(other, route), Router(engine(), route)
-        pairs = []
-        for _ in range(20):  # interleaved, so the machine's noise hits both alike
-            pairs.append((decide(linked, decisions // 20), decide(plain, decisions // 20)))
+        bare = engine()
+        wired, wired_linked = engine(), engine()
+        for wired_engine in (wired, wired_linked):
+            EventBroadcaster(wired_engine.bus)  # subscribes itself, as in the gateway
+        links.append(RedisLink(url, prefix=prefix, replica="wired"))
+        await links[-1].attach(wired_linked)
+        routers = {name: Router(e, route) for name, e in (
+            ("linked", other), ("bare", bare), ("wired", wired), ("wired+link", wired_linked))}
+        pairs: dict[str, list[float]] = {name: [] for name in routers}
+        for _ in range(20):  # interleaved, so the machine's noise hits all alike
+            for name, router in routers.items():
+                pairs[name].append(decide(router, decisions // 20))
             await asyncio.sleep(0)  # let the link's tasks run, as they would
-        ratio = statistics.median(a / b for a, b in pairs)
-        per = statistics.median(a for a, _ in pairs) / (decisions // 20) * 1e6
-        print(f"decision with the Redis link: {per:.2f} µs CPU, {ratio:.2f}x the same engine "
-              "without it")
+        per = {name: statistics.median(cpu) / (decisions // 20) * 1e6
+               for name, cpu in pairs.items()}
+        for linked_name, plain_name, what in (
+                ("linked", "bare", "an engine nobody listens to"),
+                ("wired+link", "wired", "an engine wired as the gateway wires it")):
+            ratio = statistics.median(
+                a / b for a, b in zip(pairs[linked_name], pairs[plain_name], strict=True))
+            print(f"decision with the Redis link: {per[linked_name]:.2f} µs CPU against "
+                  f"{per[plain_name]:.2f} µs, {ratio:.2f}x {what}")
+        linked = routers["linked"]
 
         await asyncio.sleep(1.2)
         before, wall = await commands(client), time.perf_counter()
         decide(linked, decisions)
         await asyncio.sleep(0.5)
         after, wall = await commands(client), time.perf_counter() - wall
-        background = 2 * wall + 2  # each follower's XREAD BLOCK of 1 s, and the two INFO
+        background = len(links) * wall + 2  # each follower's XREAD BLOCK of 1 s, two INFO
         print(f"Redis commands per routed request (success path): "
               f"{max(0.0, after - before - background) / decisions:.4f} "
               f"({after - before} in all over {decisions:,} requests and {wall:.1f} s)")

@@ -5,14 +5,17 @@ apply path end in the same state for the same events and commands."""
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
+import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import redis.asyncio as redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -265,7 +268,8 @@ def _do(engine: ResilienceEngine, step: tuple[Any, ...]) -> None:
 _CONNECTION = st.sampled_from((("p", "a"), ("p", "b"), ("q", "x")))
 _STEP = st.one_of(
     st.tuples(st.just("attempt"), _CONNECTION, st.sampled_from(MODELS),
-              st.sampled_from(KINDS)).map(lambda s: (s[0], *s[1], s[2], s[3])),
+              st.sampled_from(KINDS)).map(  # a model its provider serves, as the router asks
+        lambda s: (s[0], *s[1], s[2] if s[1][0] == "p" else "m", s[3])),
     st.tuples(st.just("force_open"), st.sampled_from("pq"), st.integers(1, 90_000)),
     st.tuples(st.just("reset"), st.sampled_from("pq")),
     _CONNECTION.map(lambda c: ("clear_cooldown", *c)),
@@ -293,3 +297,99 @@ def test_the_simulated_fleet_and_the_link_path_end_in_the_same_states(
         clock.set(clock.now_ms() + 1)
         ends.append([e.snapshot() for e in engines])
     assert ends[0] == ends[1]
+
+
+class _VirtualTimeLink(RedisLink):
+    """The Redis link with the simulated fleet's probe lease: a lease in Redis lives in the
+    server's time (`PX`), which a run in virtual time cannot move, so here the lease is the
+    in-process one and everything else (the batch script, the stream, the reader's checks,
+    the merges) is the link's own, on a real Redis. The lease in Redis has its own tests
+    (tests/test_fleet_gateways.py kills its holder)."""
+
+    lease: _ReplicaLease
+
+    def ask(self, provider: str, lease_ms: int, now: int) -> None:
+        self.lease.ask(provider, lease_ms, now)
+
+    def hand_over(self, provider: str, keep_ms: int, now: int) -> None:
+        self.lease.hand_over(provider, keep_ms, now)
+
+
+async def _on_redis(steps: list[tuple[int, int, tuple[Any, ...]]]) -> list[Any]:
+    """The steps on three engines linked through a real Redis: after each step the clock
+    moves on by the propagation delay and the run waits until the others have read every
+    entry on the stream, as the simulated fleet delivers each item before the next step."""
+    prefix = f"omniroute-test-{uuid.uuid4().hex[:8]}"  # noqa: F811  # one per example
+    clock = ManualClock()
+    routers = [FLEET.config.build(clock, bus=EventBus(), seed=FLEET.seed + i)
+               for i in range(FLEET.replicas)]
+    links = [_VirtualTimeLink(REDIS_URL, prefix=prefix, replica=f"r{i}")
+             for i in range(FLEET.replicas)]
+    client = redis.from_url(REDIS_URL)
+    leases: dict[str, tuple[int, int]] = {}
+    try:
+        for index, (router, link) in enumerate(zip(routers, links, strict=True)):
+            await link.attach(router.engine, router.models)
+            link.lease = _ReplicaLease(leases, index)
+            link.lease.peer = link.peer
+        await eventually(lambda: all(link.read_up_to is not None for link in links),
+                         timeout_s=5, what="every replica following")
+        for t, where, step in steps:
+            clock.set(t)
+            _do(routers[where].engine, step)
+            clock.set(t + FLEET.propagation_ms)
+            assert await links[where].sync(timeout_s=5), "the step's changes reached Redis"
+            newest = await client.xrevrange(f"{prefix}:events", count=1)
+            if newest:
+                last = _entry_id(newest[0][0].decode())
+                await eventually(lambda last=last: all(  # type: ignore[misc]
+                    _entry_id(link.read_up_to or "0-0") >= last for link in links),
+                    timeout_s=5, what="every replica read the stream")
+        clock.set(clock.now_ms() + 1)
+        assert all(link.health().rejected == 0 for link in links)
+        return [router.engine.snapshot() for router in routers]
+    finally:
+        for link in links:
+            await link.close()
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+
+
+def _entry_id(text: str) -> tuple[int, int]:
+    ms, seq = text.split("-")
+    return int(ms), int(seq)
+
+
+def _redis_answers() -> str | None:
+    import redis as blocking
+
+    try:
+        blocking.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+    except blocking.RedisError as exc:
+        return f"no Redis answers at {REDIS_URL}: {exc}"
+    return None
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(100, 20_000), st.integers(0, 2), _STEP), max_size=25))
+def test_the_simulated_fleet_and_a_fleet_on_a_real_redis_end_in_the_same_states(
+        gaps: list[tuple[int, int, tuple[Any, ...]]]) -> None:
+    """The same events and operator commands on the same replicas at the same times, each
+    step after the last one's changes have reached every replica: in process, and through
+    a real Redis with the link's writer and reader: every replica ends in one state."""
+    if (skip := _redis_answers()) is not None:
+        pytest.skip(skip)
+    steps, t = [], 0
+    for gap, where, step in gaps:  # a gap above the propagation delay: heard before the next
+        t += gap
+        steps.append((t, where, step))
+    clock = ManualClock()
+    queue = _Queue(clock)
+    engines = _simulated(clock, queue)
+    for t, where, step in steps:
+        queue.schedule(t, partial(_do, engines[where], step))
+    queue.run()
+    clock.set(clock.now_ms() + 1)
+    assert asyncio.run(_on_redis(steps)) == [e.snapshot() for e in engines]

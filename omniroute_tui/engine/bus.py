@@ -126,20 +126,29 @@ class EventBus:
         if self._delivering:
             self._pending.append(event)
             return
-        by_type = self._by_type
-        subscribers = by_type.get(type(event))
+        subscribers = self._by_type.get(type(event))
         if not subscribers:
             return
         self._delivering = True
+        try:  # the first event's delivery inline: emit runs several times a request
+            for subscriber in subscribers:
+                try:
+                    subscriber(event)
+                except Exception as error:
+                    self._fault(subscriber, event, error)
+            if self._pending:
+                self._deliver_pending()
+        finally:
+            self._delivering = False
+
+    def _deliver_pending(self) -> None:
+        by_type, pending = self._by_type, self._pending
         try:
-            self._deliver(subscribers, event)
-            pending = self._pending
             while pending:
                 queued = pending.popleft()
                 self._deliver(by_type.get(type(queued), ()), queued)
         finally:
-            self._pending.clear()
-            self._delivering = False
+            pending.clear()
 
     def _deliver(self, subscribers: tuple[Subscriber, ...], event: Event) -> None:
         for subscriber in subscribers:

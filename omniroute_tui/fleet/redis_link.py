@@ -169,6 +169,10 @@ class FleetHealth(StoreHealth):
     last_dropped_at: int | None = None
     coalesced: int = 0
     pending_bytes: int = 0
+    #: entries heard from the other replicas and applied (whether or not they changed
+    #: anything here), and the id of the last stream entry read (None: none yet)
+    applied: int = 0
+    read_up_to: str | None = None
 
 
 @dataclass
@@ -244,6 +248,9 @@ class RedisLink:
         self._known: Known | None = None
         self._throttle = Throttle()
         self.rejected = 0
+        self.applied = 0
+        #: the id of the last stream entry this replica has read (its own ones too)
+        self.read_up_to: str | None = None
         self._last_rejection: dict[str, Any] | None = None
         self._follow_fault: str | None = None  # why the follow loop ended, until it runs again
         self._key_fault: str | None = None  # a fleet key of the wrong type, until fixed
@@ -284,7 +291,8 @@ class RedisLink:
         return FleetHealth(self._failing_since is None and fault is None
                            and not self._outbox.dropping, self._failing_since,
                            fault or self._error, len(self._outbox), self.rejected,
-                           self._last_rejection, **outbox)
+                           self._last_rejection, **outbox, applied=self.applied,
+                           read_up_to=self.read_up_to)
 
     @property
     def dropping(self) -> int:
@@ -445,13 +453,14 @@ class RedisLink:
                 if last is None:
                     await self._check_types()
                     newest = await self._redis.xrevrange(self.stream, count=1)
-                    last = newest[0][0].decode() if newest else "0-0"
+                    at = newest[0][0].decode() if newest else "0-0"
                     for name, value in (await self._redis.hgetall(self.state)).items():
                         self._apply_state(name, value)
+                    last = self.read_up_to = at  # the state holds what came before
                 answer = await self._redis.xread({self.stream: last}, block=1000, count=500)
                 for _, entries in answer or ():
                     for entry_id, fields in entries:
-                        last = entry_id.decode()
+                        last = self.read_up_to = entry_id.decode()
                         self._apply(last, fields)
                 self._recovered()
                 self._follow_fault = None
@@ -521,6 +530,8 @@ class RedisLink:
                 self.peer.hear_state(read.event)
         except Exception as exc:  # one entry must not end the loop
             self._reject(where, f"applying it raised {type(exc).__name__}", str(exc)[:80])
+        else:
+            self.applied += 1
 
     def _reject(self, where: str, reason: str, detail: str) -> None:
         now = _now_ms()
