@@ -114,16 +114,21 @@ class RouterConfig:
     def provider_specs(self) -> tuple[ProviderSpec, ...]:
         return tuple(p.spec() for p in self.providers.values())
 
-    def reconfigure(self, router: Router, *, seed: int = 0) -> ReloadSummary:
+    def reconfigure(self, router: Router, *, previous: RouterConfig | None = None,
+                    seed: int = 0) -> ReloadSummary:
         """Swap this config into a running `router` (a reload, docs/design.md §13); the
-        `reload` event it announces carries this config's version."""
+        `reload` event it announces carries this config's version. `previous`: the
+        config it replaces, for the changes the router does not see (a `base_url`)."""
+        moved = () if previous is None else tuple(
+            name for name, p in self.providers.items()
+            if name in previous.providers and previous.providers[name].base_url != p.base_url)
         return router.reconfigure(
             self.provider_specs(), self.routes,
             models={name: frozenset(p.models) for name, p in self.providers.items()},
             max_attempts=self.settings.request.max_attempts,
             admission=self.settings.admission,
             jitter=Jitter(self.settings.jitter, random.Random(seed ^ 0x5EED)),
-            version=self.version)
+            version=self.version, also_changed=moved)
 
     def build(self, clock: Clock, *, bus: EventBus | None = None, seed: int = 0) -> Router:
         """An engine and a router for this config, reading time from `clock`."""

@@ -84,10 +84,9 @@ class ProviderSpec:
     #: tells a new key by it (a new credential is enabled again after an auth failure)
     credentials: tuple[str, ...] = ()
 
-    def credential(self, connection: str) -> str | None:
-        if not self.credentials:
-            return None
-        return dict(zip(self.connections, self.credentials, strict=False)).get(connection)
+    def credential_of(self) -> dict[str, str]:
+        """Each connection's key fingerprint (empty: not known)."""
+        return dict(zip(self.connections, self.credentials, strict=False))
 
 
 @dataclass(frozen=True)
@@ -169,11 +168,11 @@ class ProviderLayers:
                 pool.adopt(cooldown, now)
             self.pool = pool
         self._gone = (self._gone | frozenset(removed)) - staying
+        was, now_keys = old.credential_of(), spec.credential_of()
         for name in kept:
-            before = old.credential(name)
             pos = self.pool.position[name]
             cooldown = self.pool.cooldowns[pos]
-            if (before != spec.credential(name) and cooldown.disabled
+            if (was.get(name) != now_keys.get(name) and cooldown.disabled
                     and cooldown.disabled_reason == "auth_failed"):
                 self.pool.set_enabled(pos, now, True, "new key")
         self.lockouts.reconfigure(settings.lockout, jitter)

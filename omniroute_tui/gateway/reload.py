@@ -90,7 +90,7 @@ class ConfigReloader:
                 config = await asyncio.to_thread(self._load, self.path)
             except ConfigError as exc:
                 return self._refused(actor, exc.problems, started)
-            summary = config.reconfigure(self.router)
+            summary = config.reconfigure(self.router, previous=self.config)
             restart = tuple(label for name, label in RESTART_FIELDS.items()
                             if getattr(config, name) != getattr(self.config, name))
             self.config = config

@@ -109,15 +109,18 @@ class Router:
         admission: AdmissionSettings,
         jitter: Jitter,
         version: str,
+        also_changed: Iterable[str] = (),
     ) -> ReloadSummary:
         """Take a reloaded config between two decisions (docs/design.md §13) and announce
         it as a `reload` event. A request in flight finishes on the plan it started with;
         the engine keeps the state of what is unchanged (`ResilienceEngine.reconfigure`);
-        a provider whose declared models changed counts as changed."""
+        a provider whose declared models changed counts as changed, and so does one the
+        caller names in `also_changed` (its address, which only the driver reads)."""
         specs = tuple(providers)
         summary = self.engine.reconfigure(specs, models=models)
+        also = set(also_changed)
         remodelled = [name for name, declared in models.items()
-                      if name in self.models and self.models[name] != declared
+                      if name in self.models and (self.models[name] != declared or name in also)
                       and name not in summary.providers_changed]
         if remodelled:
             summary = replace(summary,
