@@ -12,11 +12,16 @@ import redis.asyncio as aioredis
 
 from omniroute_tui.clock import SystemClock
 from omniroute_tui.config import load_router_config
+from omniroute_tui.engine.events import OperatorEvent
+from omniroute_tui.engine.reload import ReloadSummary
 from omniroute_tui.fleet.entries import (
+    Accepted,
     ConfigVersion,
+    Known,
     Rejected,
     config_field,
     read_config_field,
+    read_entry,
 )
 from omniroute_tui.fleet.redis_link import RedisLink
 from omniroute_tui.gateway import Gateway
@@ -68,6 +73,22 @@ def test_hostile_config_version_fields_are_refused(name: bytes, value: bytes,
                                                    reason: str) -> None:
     read = read_config_field(name, value, NOW)
     assert isinstance(read, Rejected) and read.reason == reason
+
+
+def test_another_replicas_reload_is_in_the_fleets_audit() -> None:
+    """Its target is that replica's own file, which names nothing of this replica's."""
+    known = Known({"alpha": frozenset({"a1"})}, {"alpha": None}, {"alpha": 60_000},
+                  {"alpha": 5})
+    audit = OperatorEvent(NOW, "reload", "/etc/omniroute/router.yaml", "ana",
+                          f"ok 0123456789ab: {ReloadSummary(('beta',)).describe()}")
+    read = read_entry({b"replica": b"r2", b"event": audit.to_json().encode()}, known, NOW,
+                      own="r1")
+    assert isinstance(read, Accepted) and read.event == audit
+    hidden = OperatorEvent(NOW, "reload", "/etc/x\x1b[2J", "ana", "ok")
+    read = read_entry({b"replica": b"r2", b"event": hidden.to_json().encode()}, known, NOW,
+                      own="r1")
+    assert isinstance(read, Rejected)
+    assert read.reason == "operator.target holds a character that does not show"
 
 
 @pytest.fixture

@@ -152,6 +152,13 @@ async def test_a_reload_swaps_the_config_and_says_its_version(tmp_path: Path) ->
         assert (entry["actor"], entry["action"], entry["target"]) == (
             "ops-ana", "reload", str(gw.path))
         assert entry["result"].startswith(f"ok {version_of(new_text)}: +p1 ~p0")
+        # what only a restart can take is named; the rest is in force
+        limits = yaml.safe_load(new_text) | {
+            "gateway": {"limits": {"max_body_bytes": 1024}, "listen": "127.0.0.1:9"}}
+        gw.path.write_text(yaml.safe_dump(limits))
+        answer = await client.post("/api/resilience/reload", headers=AUTH)
+        assert answer.json()["restart_needed"] == ["gateway.listen", "gateway.limits"]
+        assert answer.json()["summary"]["providers_changed"] == []
 
 
 async def test_a_bad_file_is_refused_whole_with_every_problem(

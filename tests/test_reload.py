@@ -395,3 +395,20 @@ def test_the_reload_event_round_trips_and_shows_in_the_console() -> None:
     assert describe(event) == ("reload: config 0123456789ab, +delta -gamma ~alpha "
                                "(+1/-1 connections)")
     assert model.events[-1][1] == "reload"
+
+
+def test_a_reader_that_fails_unexpectedly_refuses_the_reload_and_keeps_serving() -> None:
+    clock = ManualClock(START)
+    config = load(base_config())
+    router = config.build(clock)
+
+    def broken(path: str) -> Any:
+        raise RuntimeError("disk on fire")
+
+    reloader = ConfigReloader(router, config, on_swap=lambda c: None, load=broken)
+    result = asyncio.run(reloader.reload("tester"))
+    assert not result.ok and result.version == config.version
+    assert [str(p) for p in result.problems] == [
+        "router.yaml: (file): could not be read: disk on fire"]
+    assert reloader.status.failures == 1 and reloader.status.last_reload_ok is False
+    assert router.engine.providers() == ("alpha", "beta", "gamma")

@@ -382,6 +382,8 @@ def _check_names(event: Event, known: Known) -> None:
     if isinstance(event, OperatorEvent):
         if event.action not in ACTIONS:
             raise _Refusal("an operator event with an unknown action", event.action)
+        if event.action == "reload":  # the other replica's own file: no names of ours
+            return
         # a model's name may hold "/": the third part is the rest
         parts = event.target.split("/", 2 if event.action == "clear_lockouts" else -1)
         if event.action == "clear_lockouts":

@@ -90,6 +90,10 @@ class ConfigReloader:
                 config = await asyncio.to_thread(self._load, self.path)
             except ConfigError as exc:
                 return self._refused(actor, exc.problems, started)
+            except Exception as exc:  # a bug in reading: the running config stays all the same
+                log.exception("reading the config %s again failed", self.path)
+                return self._refused(actor, (Problem(self.path, None, "(file)",
+                                                     f"could not be read: {exc}"),), started)
             summary = config.reconfigure(self.router, previous=self.config)
             restart = tuple(label for name, label in RESTART_FIELDS.items()
                             if getattr(config, name) != getattr(self.config, name))

@@ -31,7 +31,7 @@ from typing import IO, Any
 import aiosqlite
 
 from ..config.limits import StoreRetention
-from ..engine.engine import EngineSnapshot, ResilienceEngine
+from ..engine.engine import EngineSnapshot, ProviderSpec, ResilienceEngine
 from ..engine.events import (
     STATE_CHANGE_CLASSES,
     BreakerEvent,
@@ -143,6 +143,8 @@ class SqliteStore:
         #: the schema version the file had when it was opened, if it was migrated
         self.migrated_from = migrated_from
         self._engine: ResilienceEngine | None = None
+        self._known_specs: tuple[ProviderSpec, ...] | None = None
+        self._known_connections: dict[str, frozenset[str]] = {}
         self._unsubscribe: Any = None
         self._dirty = _empty()
         self._writing = _empty()  # the batch being written
@@ -420,8 +422,7 @@ class SqliteStore:
         forgotten: list[tuple[str, list[Any]]] = []
         if engine is not None:
             # what a reload removed may still be marked: it has no state to write
-            known = {name: frozenset(engine.spec(name).connections)
-                     for name in engine.providers()}
+            known = self._known(engine)
             for provider in batch.breakers:
                 if provider in known:
                     breakers.append(schema.breaker_row(engine.breaker_snapshot(provider)))
@@ -465,6 +466,16 @@ class SqliteStore:
         if trim_at is not None:
             self._trim_unfinished = await self._trim(trim_at)
         await db.commit()
+
+    def _known(self, engine: ResilienceEngine) -> dict[str, frozenset[str]]:
+        """Each provider's connections, computed again only after a reload (a spec is a
+        new object then)."""
+        specs = tuple(engine.spec(name) for name in engine.providers())
+        if self._known_specs is None or len(specs) != len(self._known_specs) or any(
+                a is not b for a, b in zip(specs, self._known_specs, strict=True)):
+            self._known_specs = specs
+            self._known_connections = {s.name: frozenset(s.connections) for s in specs}
+        return self._known_connections
 
     async def _forgotten(self, engine: ResilienceEngine,
                          known: dict[str, frozenset[str]]) -> list[tuple[str, list[Any]]]:
