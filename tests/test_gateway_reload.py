@@ -353,3 +353,36 @@ async def test_sighup_with_a_file_mid_write_is_refused_and_the_old_config_serves
         lines = [line for line in text.splitlines() if "refused" in line]
         assert len(lines) == 1 and f"{path}:" in lines[0] and "providers.p1" in lines[0]
         assert proc.returncode == 0
+
+
+async def test_an_attached_console_shows_the_reload_in_its_events_and_audit(
+        tmp_path: Path) -> None:
+    from omniroute_tui.console.cli import build_app
+    from omniroute_tui.console.model.attach import fetch_state
+
+    from .console_helpers import settle
+    from .test_console_attach import attach_args
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    async with upstream() as fake, served(tmp_path, config_text(fake.url, providers=2)) as gw:
+        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
+        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        async with app.run_test() as pilot, httpx.AsyncClient(base_url=gw.url,
+                                                               timeout=10) as http:
+            await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
+            model = app.model  # type: ignore[attr-defined]
+            assert "p1" in model.providers
+            text = config_text(fake.url, providers=1)
+            gw.path.write_text(text)
+            answer = await http.post("/api/resilience/reload", headers=AUTH)
+            assert answer.status_code == 200
+            await settle(pilot, lambda: any(kind == "reload" for _, kind, _ in model.events))
+            line = next(line for _, kind, line in model.events if kind == "reload")
+            assert line == f"reload: config {version_of(text)}, -p1"
+            await settle(pilot, lambda: any(row[2] == "reload" for row in model.audit))
+            _, actor, action, target, result = model.audit[-1]
+            assert (actor, action, target) == ("ops-ana", "reload", str(gw.path))
+            assert result == f"ok {version_of(text)}: -p1"
+            assert "p1" not in model.providers
+            assert ("p1", "c0") not in model.connections
