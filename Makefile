@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/gateway_overhead.py
 	$(BIN)/python bench/fleet.py
 	$(BIN)/python bench/reports.py
+	$(BIN)/python bench/reload.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

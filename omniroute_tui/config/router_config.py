@@ -14,6 +14,7 @@ from ..clock import Clock
 from ..engine.bus import EventBus
 from ..engine.engine import ProviderSpec, ResilienceEngine
 from ..engine.jitter import Jitter
+from ..engine.reload import ReloadSummary
 from ..engine.settings import AuthKind, ResilienceSettings, default_settings
 from ..router.core import Router
 from ..router.routes import Route, Strategy, Target
@@ -81,6 +82,8 @@ class ProviderConfig:
             settings=self.settings,
             per_model_quota=self.per_model_quota,
             weights=None if all(w == 1 for w in weights) else weights,
+            credentials=tuple(c.api_key.fingerprint if c.api_key is not None else ""
+                              for c in self.connections),
         )
 
 
@@ -103,11 +106,29 @@ class RouterConfig:
     gateway_token_file: str | None = None
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
     source: str = "<memory>"
+    #: the file's sha256, first 12 hex digits: which config a router runs
+    version: str = ""
     #: the file's own mapping: a simulation writes it back aimed at its fakes
     raw: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def provider_specs(self) -> tuple[ProviderSpec, ...]:
         return tuple(p.spec() for p in self.providers.values())
+
+    def reconfigure(self, router: Router, *, previous: RouterConfig | None = None,
+                    seed: int = 0) -> ReloadSummary:
+        """Swap this config into a running `router` (a reload, docs/design.md §13); the
+        `reload` event it announces carries this config's version. `previous`: the
+        config it replaces, for the changes the router does not see (a `base_url`)."""
+        moved = () if previous is None else tuple(
+            name for name, p in self.providers.items()
+            if name in previous.providers and previous.providers[name].base_url != p.base_url)
+        return router.reconfigure(
+            self.provider_specs(), self.routes,
+            models={name: frozenset(p.models) for name, p in self.providers.items()},
+            max_attempts=self.settings.request.max_attempts,
+            admission=self.settings.admission,
+            jitter=Jitter(self.settings.jitter, random.Random(seed ^ 0x5EED)),
+            version=self.version, also_changed=moved)
 
     def build(self, clock: Clock, *, bus: EventBus | None = None, seed: int = 0) -> Router:
         """An engine and a router for this config, reading time from `clock`."""
@@ -382,7 +403,7 @@ def load_router_config(
         store_redis=store_redis, store_prefix=prefix, store_lease_max_ms=lease_max,
         store_retention=retention,
         gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
-        source=src.name, raw=data,
+        source=src.name, version=src.version, raw=data,
     )
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
+
 __all__ = ["Secret", "mask_secret"]
 
 
@@ -14,6 +18,9 @@ def mask_secret(value: str | None) -> str:
     return "…" + value[-4:]
 
 
+_FINGERPRINT_KEY = os.urandom(32)
+
+
 class Secret:
     """A credential: `str()` and `repr()` are masked; `reveal()` is the only way in."""
 
@@ -24,6 +31,12 @@ class Secret:
 
     def reveal(self) -> str:
         return self._value
+
+    @property
+    def fingerprint(self) -> str:
+        """Tells two keys apart within this process (a reload sees a new key by it), and
+        says nothing of the key: keyed with a secret that lives and dies with the process."""
+        return hmac.new(_FINGERPRINT_KEY, self._value.encode(), hashlib.sha256).hexdigest()[:16]
 
     @property
     def masked(self) -> str:

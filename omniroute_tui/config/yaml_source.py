@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -17,9 +18,11 @@ _MAX_BYTES = 8 * 1024 * 1024
 class Source:
     """A parsed YAML document plus the line of every node, and a problem collector."""
 
-    def __init__(self, name: str, data: Any, lines: dict[Path, int]) -> None:
+    def __init__(self, name: str, data: Any, lines: dict[Path, int], version: str = "") -> None:
         self.name = name
         self.data = data
+        #: the text's sha256 (its UTF-8 bytes: the file's), first 12 hex digits
+        self.version = version
         self._lines = lines
         self.problems: list[Problem] = []
 
@@ -137,4 +140,9 @@ def load_source(path: str | FsPath, *, text: str | None = None) -> Source:
     if not isinstance(data, dict):
         raise ConfigError([Problem(name, 1, "(top level)",
                                    f"expected a mapping of settings, got {type(data).__name__}")])
-    return Source(name, data, converter.lines)
+    return Source(name, data, converter.lines, text_version(text))
+
+
+def text_version(text: str) -> str:
+    """A config's version: the sha256 of its bytes, first 12 hex digits."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]

@@ -46,6 +46,7 @@ class AsyncDriver:
         Cancelling the task cancels the attempt in flight; it counts as `cancelled`.
         """
         routing = self.router.start(request_id or self.next_request_id(), str(body["model"]))
+        providers = self.providers  # a reload swaps them: this request keeps its own
         clock = self.router.engine.clock
         last_reply: UpstreamReply | None = None
         try:
@@ -59,7 +60,8 @@ class AsyncDriver:
                     continue
                 if last_reply is not None and last_reply.stream is not None:
                     await last_reply.stream.aclose()
-                last_reply = await self._attempt(step, body, stream, clock.now_ms())
+                last_reply = await self._attempt(providers, step, body, stream,
+                                                 clock.now_ms())
                 routing.record(last_reply.status, last_reply.classification)
         except asyncio.CancelledError:
             routing.cancel()
@@ -68,9 +70,10 @@ class AsyncDriver:
             raise
 
     async def _attempt(
-        self, attempt: Attempt, body: dict[str, Any], stream: bool, now_ms: int
+        self, providers: Mapping[str, ProviderConfig], attempt: Attempt, body: dict[str, Any],
+        stream: bool, now_ms: int
     ) -> UpstreamReply:
-        provider = self.providers[attempt.provider]
+        provider = providers[attempt.provider]
         if provider.base_url is None:
             return UpstreamReply(
                 0, Classification(FailureKind.NETWORK),

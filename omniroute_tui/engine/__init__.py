@@ -17,6 +17,7 @@ from .events import (
     FaultEvent,
     LockoutEvent,
     OperatorEvent,
+    ReloadEvent,
     RequestEvent,
     ResponseEvent,
     ResultEvent,
@@ -25,6 +26,7 @@ from .events import (
 )
 from .kinds import BreakerState, FailureKind, SkipReason
 from .lockout import LockoutSnapshot, ModelLockouts
+from .reload import ReloadSummary
 from .retry_hints import retry_hint_ms
 from .settings import AuthKind, ResilienceSettings, default_settings
 
@@ -54,6 +56,8 @@ __all__ = [
     "OperatorEvent",
     "ProviderBreaker",
     "ProviderSpec",
+    "ReloadEvent",
+    "ReloadSummary",
     "RequestEvent",
     "ResilienceEngine",
     "ResilienceSettings",

@@ -26,6 +26,10 @@ _OPEN, _HALF_OPEN = BreakerState.OPEN, BreakerState.HALF_OPEN
 _OPEN_STATES = (_OPEN, _HALF_OPEN)
 
 
+def _discard(event: Event) -> None:
+    """The `emit` of a part the config no longer has."""
+
+
 @value
 class BreakerAdmission:
     """The breaker's answer to "may this request try the provider now?".
@@ -267,6 +271,21 @@ class ProviderBreaker:
             return False
         self._close(now, BreakerReason.FLEET_CLOSED)
         return True
+
+    def reconfigure(self, settings: BreakerSettings, *, probe_lease_ms: int,
+                    jitter: Jitter) -> None:
+        """A reloaded config's settings, read from the next transition on: the state, its
+        counters and every deadline already set (the OPEN window, a force-open, probe
+        leases) stay as they are, so a reload never shortens one (docs/design.md §13)."""
+        self.settings = settings
+        self._probe_lease_ms = probe_lease_ms
+        self._jitter = jitter
+
+    def mute(self) -> None:
+        """The provider left the config: what it still does for requests in flight is
+        announced nowhere."""
+        self._emit = _discard
+        self._probe_gate = None
 
     def restore(self, snapshot: BreakerSnapshot) -> None:
         """Load persisted state; probe leases do not survive a restart."""

@@ -14,6 +14,10 @@ from .settings import CooldownSettings
 __all__ = ["ConnectionCooldown", "ConnectionSnapshot"]
 
 
+def _discard(event: Event) -> None:
+    """The `emit` of a connection the config no longer has."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionSnapshot:
     provider: str
@@ -57,6 +61,16 @@ class ConnectionCooldown:
         self.disabled_reason: str | None = None
         self.last_error: FailureKind | None = None
         self.last_error_at: int | None = None
+
+    def reconfigure(self, settings: CooldownSettings, jitter: Jitter) -> None:
+        """A reloaded config's settings, from the next failure on: the level and the
+        deadline already set stay (a reload never shortens a cooldown)."""
+        self.settings = settings
+        self._jitter = jitter
+
+    def mute(self) -> None:
+        """The connection left the config: a request in flight on it announces nothing."""
+        self._emit = _discard
 
     def available(self, now: int) -> bool:
         """Selectable now: enabled and not cooling (the deadline is checked lazily here)."""

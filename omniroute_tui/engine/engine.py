@@ -8,7 +8,7 @@ router call into this; nothing here performs I/O.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -40,15 +40,16 @@ from .events import (
 )
 from .herd import FailureDedup, RetryBudget
 from .jitter import Jitter
-from .kinds import BreakerState, FailureKind
+from .kinds import BreakerState, DedupWindow, FailureKind
 from .lockout import LockoutSnapshot, ModelLockouts
 from .pool import ConnectionPool, Unavailable
+from .reload import ReloadSummary
 from .retry_hints import MAX_HINT_MS
 from .settings import BreakerSettings, ResilienceSettings
 
 __all__ = [
-    "MERGED_CLASSES", "EngineSnapshot", "ProviderLayers", "ProviderSpec", "ResilienceEngine",
-    "UnknownTarget",
+    "MERGED_CLASSES", "EngineSnapshot", "ProviderLayers", "ProviderSpec", "ReloadSummary",
+    "ResilienceEngine", "UnknownTarget",
 ]
 
 # enum members bound once: attribute access on an Enum class is slow on the hot path
@@ -79,6 +80,13 @@ class ProviderSpec:
     settings: ResilienceSettings
     per_model_quota: bool = False
     weights: tuple[int, ...] | None = None  # round-robin weights, one per connection
+    #: a fingerprint of each connection's key, in order (empty: not known); a reload
+    #: tells a new key by it (a new credential is enabled again after an auth failure)
+    credentials: tuple[str, ...] = ()
+
+    def credential_of(self) -> dict[str, str]:
+        """Each connection's key fingerprint (empty: not known)."""
+        return dict(zip(self.connections, self.credentials, strict=False))
 
 
 @dataclass(frozen=True)
@@ -97,8 +105,8 @@ class ProviderLayers:
     provider up for every question it asks.
     """
 
-    __slots__ = ("_bus", "_on_failure", "breaker", "budget", "dedup", "lockouts", "name", "pool",
-                 "spec", "timeout_ms")
+    __slots__ = ("_bus", "_gone", "_on_failure", "breaker", "budget", "dedup", "lockouts", "name",
+                 "pool", "spec", "timeout_ms")
 
     def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random) -> None:
         settings = spec.settings
@@ -117,14 +125,70 @@ class ProviderLayers:
         self.lockouts = ModelLockouts(spec.name, settings.lockout, emit=bus.emit, jitter=jitter)
         self.dedup = FailureDedup(settings.dedup)
         self.budget = RetryBudget(settings.retry_budget)
-        #: the consequences table, read for this provider once: the layer each kind marks
-        #: (per_model_quota decides for quotas and rate limits) and what the breaker hears
-        #: (its per-kind overrides applied)
-        self._on_failure = {
+        #: connections a reload removed: a request in flight on one reports to nothing
+        self._gone: frozenset[str] = frozenset()
+        self._on_failure = self._consequences()
+
+    def _consequences(self) -> dict[FailureKind, tuple[Layer, BreakerEffect, DedupWindow]]:
+        """The consequences table, read for this provider once: the layer each kind marks
+        (per_model_quota decides for quotas and rate limits) and what the breaker hears
+        (its per-kind overrides applied)."""
+        spec = self.spec
+        return {
             kind: (row.quota_layer if spec.per_model_quota else row.layer,
-                   _breaker_effect(settings.breaker, kind, row.breaker), row.dedup)
+                   _breaker_effect(spec.settings.breaker, kind, row.breaker), row.dedup)
             for kind, row in CONSEQUENCES.items()
         }
+
+    def reconfigure(self, spec: ProviderSpec, rng: random.Random, now: int
+                    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Take a reloaded config's spec of this provider: its settings apply from each
+        layer's next transition, every deadline already set stays, the connections it
+        keeps keep their whole state, and one whose key changed loses an auth disable (a
+        new key is a new credential). Returns the connections added and removed."""
+        old = self.spec
+        settings = spec.settings
+        jitter = Jitter(settings.jitter, rng)
+        self.spec = spec
+        self.timeout_ms = settings.request.timeout_ms
+        self.breaker.reconfigure(settings.breaker, probe_lease_ms=settings.request.timeout_ms,
+                                 jitter=jitter)
+        staying = frozenset(spec.connections)
+        kept = {c.connection: c for c in self.pool.cooldowns if c.connection in staying}
+        removed = tuple(c for c in old.connections if c not in kept)
+        added = tuple(c for c in spec.connections if c not in kept)
+        for cooldown in kept.values():
+            cooldown.reconfigure(settings.cooldown, jitter)
+        if spec.connections != old.connections:
+            for name in removed:
+                self.pool.get(name).mute()
+            pool = ConnectionPool(spec.name, spec.connections, settings.cooldown,
+                                  emit=self._bus.emit, jitter=jitter)
+            for cooldown in kept.values():
+                pool.adopt(cooldown, now)
+            self.pool = pool
+        self._gone = (self._gone | frozenset(removed)) - staying
+        was, now_keys = old.credential_of(), spec.credential_of()
+        for name in kept:
+            pos = self.pool.position[name]
+            cooldown = self.pool.cooldowns[pos]
+            if (was.get(name) != now_keys.get(name) and cooldown.disabled
+                    and cooldown.disabled_reason == "auth_failed"):
+                self.pool.set_enabled(pos, now, True, "new key")
+        self.lockouts.reconfigure(settings.lockout, jitter)
+        self.lockouts.forget(staying, None)
+        self.dedup.reconfigure(settings.dedup, staying)
+        self.budget.reconfigure(settings.retry_budget)
+        self._on_failure = self._consequences()
+        return added, removed
+
+    def retire(self) -> None:
+        """The provider left the config: requests in flight finish on it, unannounced."""
+        self.breaker.mute()
+        self.lockouts.mute()
+        for cooldown in self.pool.cooldowns:
+            cooldown.mute()
+        self._bus = EventBus()
 
     def unavailable(self, now: int, model: str) -> Unavailable:
         return self.pool.unavailable(now, model, self.lockouts)
@@ -134,6 +198,9 @@ class ProviderLayers:
         """Apply one attempt's classified outcome to every layer (table of docs/design.md §2)."""
         pos = self.pool.position.get(connection)
         if pos is None:
+            if connection in self._gone:  # a reload removed it while the attempt ran
+                self.breaker.release(admission)
+                return
             raise UnknownTarget(f"provider {self.name!r} has no connection {connection!r}")
         kind = outcome.kind
         breaker = self.breaker
@@ -189,11 +256,12 @@ class ResilienceEngine:
     ) -> None:
         self.clock = clock
         self.bus = bus or EventBus()
-        rng = random.Random(seed)
+        self._rng = random.Random(seed)
         self._providers: dict[str, ProviderLayers] = {}
         self._command_listeners: list[Callable[[FleetCommand], None]] = []
+        self._probe_gate: Callable[[str, int], bool] | None = None
         for spec in providers:
-            self._providers[spec.name] = ProviderLayers(spec, self.bus, rng)
+            self._providers[spec.name] = ProviderLayers(spec, self.bus, self._rng)
 
     # -- lookup ------------------------------------------------------------------------
 
@@ -334,8 +402,46 @@ class ResilienceEngine:
     def set_probe_gate(self, gate: Callable[[str, int], bool] | None) -> None:
         """In a fleet: asked (provider, now) before any HALF_OPEN probe slot is claimed,
         the fleet's probe lease (docs/design.md §10); None: no fleet."""
+        self._probe_gate = gate
         for name, state in self._providers.items():
             state.breaker.set_probe_gate(None if gate is None else partial(gate, name))
+
+    # -- a reloaded config ------------------------------------------------------------------
+
+    def reconfigure(self, providers: Iterable[ProviderSpec], *,
+                    models: Mapping[str, frozenset[str] | None] | None = None) -> ReloadSummary:
+        """Take a reloaded config's providers, between two decisions (docs/design.md §13):
+        an unchanged provider keeps its whole state (the same objects), a changed one
+        keeps it for what stays (`ProviderLayers.reconfigure`), a removed one is dropped
+        (requests in flight on it finish unannounced), an added one starts fresh.
+        `models`: each provider's declared models; lockouts of others are dropped.
+        The caller announces the reload (`Router.reconfigure`)."""
+        now = self.now()
+        specs = {spec.name: spec for spec in providers}
+        removed = tuple(name for name in self._providers if name not in specs)
+        added, changed, conns_added, conns_removed = [], [], [], []
+        for name in removed:
+            self._providers[name].retire()
+        layered: dict[str, ProviderLayers] = {}
+        for name, spec in specs.items():
+            state = self._providers.get(name)
+            if state is None:
+                state = ProviderLayers(spec, self.bus, self._rng)
+                if self._probe_gate is not None:
+                    state.breaker.set_probe_gate(partial(self._probe_gate, name))
+                added.append(name)
+            elif state.spec != spec:
+                plus, minus = state.reconfigure(spec, self._rng, now)
+                changed.append(name)
+                conns_added += [f"{name}/{c}" for c in plus]
+                conns_removed += [f"{name}/{c}" for c in minus]
+            declared = (models or {}).get(name)
+            if declared is not None:
+                state.lockouts.forget(frozenset(spec.connections), declared)
+            layered[name] = state
+        self._providers = layered
+        return ReloadSummary(tuple(added), removed, tuple(changed), tuple(conns_added),
+                             tuple(conns_removed))
 
     def _announce(self, command: FleetCommand) -> None:
         for listener in self._command_listeners:
@@ -352,6 +458,11 @@ class ResilienceEngine:
         self.bus.emit(OperatorEvent(
             t=self.now(), action=action, target=target, actor=actor, result=result
         ))
+
+    def audit(self, action: str, target: str, *, actor: str, result: str) -> None:
+        """An operator's action done outside the engine (a config reload), in the audit
+        log with the engine's own: announced as an `operator` event."""
+        self._audit(action, target, actor, result)
 
     def reset_breaker(self, provider: str, *, actor: str) -> None:
         state = self._state(provider)

@@ -31,6 +31,7 @@ __all__ = [
     "FaultEvent",
     "LockoutEvent",
     "OperatorEvent",
+    "ReloadEvent",
     "RequestEvent",
     "ResponseEvent",
     "ResultEvent",
@@ -284,18 +285,33 @@ class WaitEvent(Event):
     reason: SkipReason
 
 
+@value
+class ReloadEvent(Event):
+    """The router took a reloaded config (docs/design.md §13): its `version` (the file's
+    sha256, 12 hex digits) and what changed; connections are `provider/connection`, those
+    added to or removed from the providers that stay."""
+
+    TYPE: ClassVar[str] = "reload"
+    version: str
+    providers_added: tuple[str, ...]
+    providers_removed: tuple[str, ...]
+    providers_changed: tuple[str, ...]
+    connections_added: tuple[str, ...]
+    connections_removed: tuple[str, ...]
+
+
 #: every concrete event class, in the order of docs/design.md §9's table
 EVENT_CLASSES: tuple[type[Event], ...] = (
     RequestEvent, AttemptEvent, ResultEvent, SkipEvent, ResponseEvent, BreakerEvent,
     CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, DedupEvent, OperatorEvent,
-    FaultEvent, BudgetEvent, WaitEvent,
+    FaultEvent, BudgetEvent, WaitEvent, ReloadEvent,
 )
 #: the events that change state: a gateway's history, kept for days. The rest follow
 #: single requests and come with the traffic; `dedup` is one of those (a failure that was
 #: not counted changes nothing, and a blip seen by every request emits one each).
 STATE_CHANGE_CLASSES: tuple[type[Event], ...] = (
     BreakerEvent, CooldownEvent, DisabledEvent, EnabledEvent, LockoutEvent, OperatorEvent,
-    FaultEvent,
+    FaultEvent, ReloadEvent,
 )
 _EVENT_TYPES: dict[str, type[Event]] = {kind.TYPE: kind for kind in EVENT_CLASSES}
 
@@ -315,6 +331,8 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     for name, enum in _ENUM_FIELDS[cls]:
         if fields_.get(name) is not None:
             fields_[name] = enum(fields_[name])  # ValueError for a word it does not know
+    if cls is ReloadEvent:  # its lists are tuples in the event
+        fields_ = {k: tuple(v) if isinstance(v, list) else v for k, v in fields_.items()}
     try:
         return cls(**fields_)
     except TypeError as exc:

@@ -21,6 +21,13 @@ class FailureDedup:
         self._last_by_connection: dict[str, int] = {}
         self._last_network: int | None = None
 
+    def reconfigure(self, settings: DedupSettings, connections: frozenset[str]) -> None:
+        """A reloaded config: its windows from now on; the incidents seen stay, but for
+        the connections it no longer has."""
+        self.settings = settings
+        for gone in [c for c in self._last_by_connection if c not in connections]:
+            del self._last_by_connection[gone]
+
     def admit(self, now: int, connection: str, window: DedupWindow) -> DedupWindow | None:
         """Count a failure that counts in `window` and return None, or return the window
         that suppressed it."""
@@ -38,7 +45,6 @@ class FailureDedup:
         return None
 
 
-
 class RetryBudget:
     """A provider's token bucket for same-request retries.
 
@@ -54,6 +60,13 @@ class RetryBudget:
         self._burst = float(settings.burst)
         self._ratio = settings.ratio
         self.tokens = self._burst
+
+    def reconfigure(self, settings: RetryBudgetSettings) -> None:
+        """A reloaded config's ratio and burst; the tokens left stay, up to the new burst."""
+        self.settings = settings
+        self._burst = float(settings.burst)
+        self._ratio = settings.ratio
+        self.tokens = min(self.tokens, self._burst)
 
     def deposit(self) -> None:
         tokens = self.tokens + self._ratio

@@ -16,6 +16,10 @@ __all__ = ["LockoutKey", "LockoutSnapshot", "ModelLockouts"]
 LockoutKey = tuple[str, str, str]
 
 
+def _discard(event: Event) -> None:
+    """The `emit` of a provider the config no longer has."""
+
+
 @dataclass(frozen=True, slots=True)
 class LockoutSnapshot:
     provider: str
@@ -57,6 +61,24 @@ class ModelLockouts:
         #: (connection, model) -> entry; read by the pool's candidate scan, which looks a
         #: key up inline (a method call per connection was a third of the scan's cost)
         self.entries: dict[tuple[str, str], _Entry] = {}
+
+    def reconfigure(self, settings: LockoutSettings, jitter: Jitter) -> None:
+        """A reloaded config's settings, from the next failure on (deadlines stay)."""
+        self.settings = settings
+        self._jitter = jitter
+
+    def forget(self, connections: frozenset[str], models: frozenset[str] | None) -> int:
+        """Drop, without a word, the lockouts of connections (or models: None keeps any)
+        a reloaded config no longer has; the reload's own event says what left."""
+        doomed = [key for key in self.entries
+                  if key[0] not in connections or (models is not None and key[1] not in models)]
+        for key in doomed:
+            del self.entries[key]
+        return len(doomed)
+
+    def mute(self) -> None:
+        """The provider left the config: nothing more is announced."""
+        self._emit = _discard
 
     def locked_until(self, connection: str, model: str, now: int) -> int | None:
         """The deadline of an active lockout on the key, or None."""

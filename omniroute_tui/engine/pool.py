@@ -92,6 +92,13 @@ class ConnectionPool:
             self._reindex(pos, now)
         return changed
 
+    def adopt(self, cooldown: ConnectionCooldown, now: int) -> None:
+        """Take over a connection's whole state from the pool a reloaded config replaces
+        (same name; its position here may differ)."""
+        pos = self.position[cooldown.connection]
+        self.cooldowns[pos] = cooldown
+        self._reindex(pos, now)
+
     def restore(self, snapshot: ConnectionSnapshot, now: int) -> None:
         """Load one persisted connection (an expired cooldown comes back cleared)."""
         pos = self.position[snapshot.connection]

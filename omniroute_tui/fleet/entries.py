@@ -40,8 +40,9 @@ from .commands import (
 from .peer import SHARED_EVENTS, Shared
 
 __all__ = [
-    "MAX_ENTRY_BYTES", "SKEW_MS", "STATE_VERSION", "Accepted", "Known", "Rejected", "Throttle",
-    "deadline_horizon_ms", "read_entry", "read_state_field",
+    "CONFIG_VERSION", "MAX_ENTRY_BYTES", "SKEW_MS", "STATE_VERSION", "Accepted",
+    "ConfigVersion", "Known", "Rejected", "Throttle", "config_field", "deadline_horizon_ms",
+    "read_config_field", "read_entry", "read_state_field",
 ]
 
 #: how far another replica's clock may run ahead of this one's
@@ -56,7 +57,10 @@ STATE_VERSION = 1
 MAX_INT = 2**53 - 1
 #: what an operator event may say was done (the engine's `_audit` actions)
 ACTIONS = frozenset({"reset_breaker", "force_open", "clear_cooldown", "enable", "disable",
-                     "clear_lockouts"})
+                     "clear_lockouts", "reload"})
+#: the encoding of a field of the config versions hash: {"v": 1, "version", "loaded_at_ms", "t"}
+CONFIG_VERSION = 1
+_HEX12 = frozenset("0123456789abcdef")
 _SHARED = {cls.TYPE: cls for cls in SHARED_EVENTS}
 _WORDS: dict[str, frozenset[str]] = {
     "BreakerState": frozenset(BreakerState), "BreakerReason": frozenset(BreakerReason),
@@ -170,6 +174,50 @@ def read_state_field(name: bytes, value: bytes, known: Known, now: int) -> Accep
     except _Refusal as refusal:
         return refusal.rejected
     return Accepted("", event, clamped)
+
+
+@dataclass(frozen=True)
+class ConfigVersion:
+    """Which config a replica says it runs (`version`, loaded at `loaded_at_ms`), as of
+    `t` (its clock, epoch ms): it says so again every few seconds while it runs."""
+
+    replica: str
+    version: str
+    loaded_at_ms: int
+    t: int
+
+
+def config_field(version: str, loaded_at_ms: int, now: int) -> bytes:
+    """This replica's field of the config versions hash."""
+    return json.dumps({"v": CONFIG_VERSION, "version": version, "loaded_at_ms": loaded_at_ms,
+                       "t": now}, separators=(",", ":")).encode()
+
+
+def read_config_field(name: bytes, value: bytes, now: int) -> ConfigVersion | Rejected:
+    """One field of the config versions hash (replica -> its config's version), checked
+    like every other entry: a bounded visible replica name, a small JSON object of
+    exactly its fields, a version of 12 hex digits, times no later than the clock skew
+    allows."""
+    try:
+        replica = _text(_utf8(name, "the replica"), "the replica")
+        if len(value) > 256:
+            raise _Refusal("a config version field is over 256 bytes", f"{len(value)} bytes")
+        data = _json(value, "the config version")
+        if not isinstance(data, dict) or data.keys() != {"v", "version", "loaded_at_ms", "t"}:
+            raise _Refusal("a config version field is not {v, version, loaded_at_ms, t}",
+                           sorted(data) if isinstance(data, dict) else type(data).__name__)
+        if type(data["v"]) is not int or data["v"] != CONFIG_VERSION:
+            raise _Refusal("a config version field of another version", data["v"])
+        version = data["version"]
+        if (not isinstance(version, str) or len(version) != 12
+                or not set(version) <= _HEX12):
+            raise _Refusal("a config version is not 12 hex digits", version)
+        for key in ("loaded_at_ms", "t"):
+            if type(data[key]) is not int or not 0 <= data[key] <= now + SKEW_MS:
+                raise _Refusal(f"a config version's {key} is not a time up to now", data[key])
+    except _Refusal as refusal:
+        return refusal.rejected
+    return ConfigVersion(replica, version, data["loaded_at_ms"], data["t"])
 
 
 def _read_event(raw: bytes, known: Known, now: int) -> tuple[Shared, str | None]:
@@ -334,6 +382,8 @@ def _check_names(event: Event, known: Known) -> None:
     if isinstance(event, OperatorEvent):
         if event.action not in ACTIONS:
             raise _Refusal("an operator event with an unknown action", event.action)
+        if event.action == "reload":  # the other replica's own file: no names of ours
+            return
         # a model's name may hold "/": the third part is the rest
         parts = event.target.split("/", 2 if event.action == "clear_lockouts" else -1)
         if event.action == "clear_lockouts":

@@ -62,6 +62,8 @@ from .entries import (
     Known,
     Rejected,
     Throttle,
+    config_field,
+    read_config_field,
     read_entry,
     read_state_field,
 )
@@ -151,6 +153,11 @@ REPLICA_WAIT_MS = 100
 _WRONG_TYPE_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 #: a follow loop that ran this long before it ended is restarted after the shortest delay
 _STEADY_S = 60.0
+#: each replica says which config it runs this often; one not heard from for
+#: CONFIG_STALE_MS is no longer counted, one silent for CONFIG_FORGET_MS is deleted
+CONFIG_EVERY_S = 2.0
+CONFIG_STALE_MS = 10_000
+CONFIG_FORGET_MS = 600_000
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,9 @@ class FleetHealth(StoreHealth):
     #: anything here), and the id of the last stream entry read (None: none yet)
     applied: int = 0
     read_up_to: str | None = None
+    #: replica -> the config version it runs, for each replica heard from lately (this
+    #: one too); None before the first answer
+    config_versions: dict[str, str] | None = None
 
 
 @dataclass
@@ -209,6 +219,7 @@ class RedisLink:
         self.replica = replica or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stream = f"{prefix}:events"
         self.state = f"{prefix}:state"
+        self.configs = f"{prefix}:configs"
         target = parse_redis_url(url)
         self._sentinel: Sentinel | None = None
         self._redis: Any
@@ -257,6 +268,10 @@ class RedisLink:
         #: told of every other replica's event as it arrives (replica id, the event's
         #: JSON object): a gateway streams them to its attached consoles
         self.on_remote: Callable[[str, dict[str, Any]], None] | None = None
+        self._config: tuple[str, int] | None = None  # (version, loaded at) this one runs
+        self._config_versions: dict[str, str] | None = None
+        self._config_refused: dict[bytes, bytes] = {}  # counted once, until they change
+        self._config_wake = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -268,7 +283,19 @@ class RedisLink:
         self.peer = FleetPeer(engine, send=self._publish, lease=self,
                                handover_ms=LEASE_HANDOVER_MS)
         self._tasks = [asyncio.create_task(self._write_loop(), name="omniroute-fleet-out"),
-                       asyncio.create_task(self._follow(), name="omniroute-fleet-in")]
+                       asyncio.create_task(self._follow(), name="omniroute-fleet-in"),
+                       asyncio.create_task(self._config_loop(), name="omniroute-fleet-config")]
+
+    def reconfigure(self, engine: ResilienceEngine,
+                    models: Mapping[str, frozenset[str]] | None = None) -> None:
+        """A reloaded config is in force: entries are checked against its names."""
+        self._known = Known.of(engine, models)
+
+    def announce_config(self, version: str, loaded_at_ms: int) -> None:
+        """Tell the fleet which config this replica runs (each reloads its own file):
+        `/health` says when the replicas' versions differ."""
+        self._config = (version, loaded_at_ms)
+        self._config_wake.set()
 
     async def close(self, timeout_s: float = 3.0) -> None:
         """Stop following and publishing: one last flush of what is queued, if Redis
@@ -279,6 +306,8 @@ class RedisLink:
             async with asyncio.timeout(timeout_s):
                 await asyncio.gather(*self._tasks, return_exceptions=True)
                 await self._flush()
+                if self._config is not None:  # gone: no longer one of the fleet's versions
+                    await self._redis.hdel(self.configs, self.replica)
         with contextlib.suppress(TimeoutError, RedisError, OSError):
             async with asyncio.timeout(1.0):
                 await self._redis.aclose()
@@ -292,7 +321,9 @@ class RedisLink:
                            and not self._outbox.dropping, self._failing_since,
                            fault or self._error, len(self._outbox), self.rejected,
                            self._last_rejection, **outbox, applied=self.applied,
-                           read_up_to=self.read_up_to)
+                           read_up_to=self.read_up_to,
+                           config_versions=None if self._config_versions is None
+                           else dict(self._config_versions))
 
     @property
     def dropping(self) -> int:
@@ -475,6 +506,49 @@ class RedisLink:
                 last = None  # reconnected: read the state again, the merges make that safe
                 await asyncio.sleep(self._retry_s[min(failures, len(self._retry_s) - 1)])
                 failures += 1
+
+    async def _config_loop(self) -> None:
+        """Say which config this replica runs, and read which the others run, every
+        CONFIG_EVERY_S (at once after a reload). Redis away: the follow loop says so in
+        `/health`; the versions known stay until it answers again."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CONFIG_EVERY_S):
+                    await self._config_wake.wait()
+            self._config_wake.clear()
+            try:
+                await self._exchange_config()
+            except (RedisError, OSError):
+                continue
+            except Exception as exc:  # a bug: said, and the loop goes on
+                self._warn(f"config {type(exc).__name__}", "the fleet config versions: %s: %s",
+                           type(exc).__name__, exc)
+
+    async def _exchange_config(self) -> None:
+        now = _now_ms()
+        if self._config is not None:
+            version, loaded_at = self._config
+            await self._redis.hset(self.configs, self.replica,
+                                   config_field(version, loaded_at, now))
+        versions: dict[str, str] = {}
+        forget = []
+        for name, value in (await self._redis.hgetall(self.configs)).items():
+            read = read_config_field(name, value, now)
+            if isinstance(read, Rejected):
+                if self._config_refused.get(name) != value:
+                    self._config_refused[name] = value
+                    self._reject("config version", read.reason, read.detail)
+                continue
+            self._config_refused.pop(name, None)
+            if now - read.t > CONFIG_FORGET_MS:
+                forget.append(name)
+            elif now - read.t <= CONFIG_STALE_MS:
+                versions[read.replica] = read.version
+        if forget:
+            await self._redis.hdel(self.configs, *forget)
+        if len(self._config_refused) > 1000:  # names come from anyone: keep it bounded
+            self._config_refused.clear()
+        self._config_versions = versions
 
     async def _check_types(self) -> None:
         """The state hash and the stream are of their types (or absent), before reading."""

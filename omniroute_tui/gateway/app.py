@@ -10,6 +10,7 @@ import asyncio
 import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import asdict
 from typing import Any
 
 from starlette.applications import Starlette
@@ -21,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..config.durations import parse_duration_ms
 from ..config.hidden import visible
 from ..config.limits import GatewayLimits
-from ..config.router_config import ProviderConfig
+from ..config.router_config import ProviderConfig, RouterConfig
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
 from ..engine.engine import UnknownTarget
@@ -34,6 +35,7 @@ from .auth import bearer_matches
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
 from .protocol import client_log
+from .reload import ConfigReloader
 from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
 
 __all__ = ["Gateway", "error_response"]
@@ -70,6 +72,7 @@ class Gateway:
         client: UpstreamClient | None = None,
         limits: GatewayLimits | None = None,
         fleet: RedisLink | None = None,
+        config: RouterConfig | None = None,
     ) -> None:
         self.router = router
         self.limits = limits or GatewayLimits()
@@ -88,6 +91,26 @@ class Gateway:
         self._history: deque[Event] = deque(maxlen=HISTORY_LIMIT)
         if store is None:  # a store keeps both, from before this gateway started too
             router.engine.bus.subscribe(self._remember, *STATE_CHANGE_CLASSES)
+        #: re-reads the config file (`SIGHUP`, `POST /api/resilience/reload`); None: the
+        #: router was not built from a file
+        self.reloader = None if config is None else ConfigReloader(
+            router, config, on_swap=self._swap)
+        if fleet is not None and config is not None:
+            fleet.announce_config(config.version, self.reloader.status.loaded_at_ms
+                                  if self.reloader is not None else 0)
+
+    def _swap(self, config: RouterConfig) -> None:
+        """A reloaded config is in force: new requests go out with its keys and URLs
+        (one in flight keeps the config it started with), the fleet link knows its
+        names and tells the others its version."""
+        self.providers = config.providers
+        self.driver.providers = config.providers
+        if self.fleet is not None and self.reloader is not None:
+            self.fleet.reconfigure(self.engine, self.router.models)
+            self.fleet.announce_config(config.version, self.reloader.status.loaded_at_ms)
+
+    def config_status(self) -> dict[str, Any] | None:
+        return None if self.reloader is None else asdict(self.reloader.status)
 
     def _remote(self, replica: str, data: dict[str, Any]) -> None:
         """Another replica's event: streamed to attached consoles, and an operator's
@@ -130,6 +153,7 @@ class Gateway:
                       managed(self.connection_action), methods=["POST"]),
                 Route("/api/resilience/lockouts", managed(self.clear_lockouts),
                       methods=["DELETE"]),
+                Route("/api/resilience/reload", managed(self.reload), methods=["POST"]),
             ]
         app = Starlette(routes=routes, exception_handlers={
             404: _http_error, 405: _http_error})  # OpenAI-style bodies here too
@@ -226,8 +250,16 @@ class Gateway:
         fleet = None if self.fleet is None else self.fleet.health().to_dict()
         ok = (store is None or store["ok"]) and (fleet is None or fleet["ok"])
         body = {"status": "ok" if ok else "degraded", "providers": states, "store": store}
+        config = self.config_status()
+        if config is not None:
+            body["config"] = {key: config[key] for key in (
+                "version", "loaded_at_ms", "reloads", "failures", "last_reload_ok")}
         if fleet is not None:
             body["fleet"] = fleet  # the shared state in Redis, when this is a fleet
+            versions = fleet.get("config_versions") or {}
+            if len(set(versions.values())) > 1:
+                # each replica reloads its own file: the operator should know they differ
+                body["config_mismatch"] = versions
         if self.engine.bus.faults:
             # a consumer of the events raised (isolated from routing, logged once a minute)
             body["subscriber_faults"] = dict(self.engine.bus.faults)
@@ -264,7 +296,8 @@ class Gateway:
         return name.strip()[:64] or "api"
 
     def _state(self) -> dict[str, Any]:
-        return {**state_document(self.engine, self.providers), "store": self.store_health()}
+        return {**state_document(self.engine, self.providers), "store": self.store_health(),
+                "config": self.config_status()}
 
     async def openapi(self, request: Request) -> Response:
         """The management API's description (it holds nothing secret: no token asked)."""
@@ -376,6 +409,28 @@ class Gateway:
         except ValueError as exc:
             return error_response(400, str(exc))
         return await self._done(cleared=cleared)
+
+
+    async def reload(self, request: Request) -> Response:
+        """Re-read the config file: 200 with what changed, or 422 with every problem of a
+        file that was refused (the running config stays)."""
+        body = await self._json_body(request)
+        if isinstance(body, Response):
+            return body
+        if body:
+            return error_response(400, "a reload takes no fields: send no body or {} (the "
+                                       "config file is read again)")
+        if self.reloader is None:
+            return error_response(409, "this router was not started from a config file: "
+                                       "there is nothing to reload", code="no_config_file")
+        result = await self.reloader.reload(self._actor(request))
+        if not result.ok:
+            return JSONResponse({**result.to_dict(), "error": {
+                "message": f"the config was refused: {len(result.problems)} problem(s); "
+                           f"version {result.version} stays in force",
+                "type": "invalid_request_error", "param": None, "code": "config_refused"}},
+                422)
+        return JSONResponse(result.to_dict())
 
 
 MANAGEMENT_BODY_BYTES = 16 * 1024

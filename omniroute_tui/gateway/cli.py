@@ -74,13 +74,26 @@ async def _serve(args: argparse.Namespace) -> int:
             print(f"the bad database was kept as {store.set_aside_from}", file=sys.stderr)
         await store.attach(router.engine)
     gateway = Gateway(router, config.providers, token=token, store=store,
-                      limits=config.gateway_limits, fleet=link)
+                      limits=config.gateway_limits, fleet=link, config=config)
     server = GatewayServer(gateway, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[object]] = set()  # held: the loop keeps only weak references
+
+    def reload_on_hangup() -> None:
+        """`SIGHUP`: read the config file again (the outcome is logged and audited)."""
+        assert gateway.reloader is not None
+        task = loop.create_task(gateway.reloader.reload("SIGHUP"), name="omniroute-reload")
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is not None:
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(hangup, reload_on_hangup)
     try:
         await server.start()
         management = "with the management API" if token else (

@@ -120,6 +120,19 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                 {"type": "object", "additionalProperties": False, "minProperties": 1,
                  "properties": {"provider": _NAME, "connection": _NAME, "model": _NAME},
                  "dependentRequired": {"connection": ["provider"]}}]}, body_required=True)},
+        "/api/resilience/reload": {"post": {
+            "summary": "Read the config file again: a good one is swapped in between two "
+                       "decisions (what is unchanged keeps its state); one with any problem "
+                       "is refused whole and the running config stays.",
+            "parameters": [_OPERATOR],
+            "requestBody": {"required": False, "content": {"application/json": {
+                "schema": {"type": "object", "maxProperties": 0}}}},
+            "responses": {
+                "200": _json(_ref("ReloadResult"), "Taken: its version and what changed."),
+                "409": _json(_ref("Error"), "The router was not started from a config file."),
+                "422": _json(_ref("ReloadRefused"), "Refused: every problem, with its file, "
+                                                    "line and field."),
+                **_ERRORS}}},
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -156,6 +169,34 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
             "StoreHealth": {"type": ["object", "null"], "properties": {
                 "ok": {"type": "boolean"}, "failing_since": _MS,
                 "error": {"type": ["string", "null"]}, "pending": {"type": "integer"}}},
+            "ConfigStatus": {"type": ["object", "null"], "properties": {
+                "path": {"type": ["string", "null"]},
+                "version": {"type": "string", "description": "The file's sha256, 12 hex."},
+                "loaded_at_ms": {"type": "integer"}, "reloads": {"type": "integer"},
+                "failures": {"type": "integer"}, "last_reload_ok": {"type": "boolean"},
+                "last_error": {"type": ["string", "null"]}, "last_attempt_ms": _MS}},
+            "ReloadSummary": {"type": "object", "properties": {
+                name: {"type": "array", "items": {"type": "string"}} for name in (
+                    "providers_added", "providers_removed", "providers_changed",
+                    "connections_added", "connections_removed")}},
+            "ReloadResult": {"type": "object", "required": ["ok", "version", "summary"],
+                             "properties": {"ok": {"const": True},
+                                            "version": {"type": "string"},
+                                            "summary": _ref("ReloadSummary"),
+                                            "restart_needed": {"type": "array", "items": {
+                                                "type": "string"}}}},
+            "ReloadRefused": {"type": "object", "required": ["ok", "version", "problems"],
+                              "properties": {
+                                  "ok": {"const": False}, "version": {"type": "string"},
+                                  "error": {"type": "object"},
+                                  "problems": {"type": "array", "items": {
+                                      "type": "object",
+                                      "required": ["file", "line", "field", "reason"],
+                                      "properties": {"file": {"type": "string"},
+                                                     "line": {"type": ["integer", "null"]},
+                                                     "field": {"type": "string"},
+                                                     "reason": {"type": "string"},
+                                                     "text": {"type": "string"}}}}}},
             "State": {"type": "object",
                       "required": ["now", "breakers", "connections", "lockouts", "store"],
                       "properties": {
@@ -163,7 +204,8 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                           "breakers": {"type": "array", "items": _ref("Breaker")},
                           "connections": {"type": "array", "items": _ref("Connection")},
                           "lockouts": {"type": "array", "items": _ref("Lockout")},
-                          "store": _ref("StoreHealth")}},
+                          "store": _ref("StoreHealth"),
+                          "config": _ref("ConfigStatus")}},
             "ActionResult": {"allOf": [_ref("State"), {
                 "type": "object", "required": ["ok"],
                 "properties": {"ok": {"const": True}, "cleared": {"type": "integer"},

@@ -7,16 +7,18 @@ with `record()`. The core reads time only from the engine's clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
 from ..engine.consequences import CONSEQUENCES, Then
-from ..engine.engine import ProviderLayers, ResilienceEngine
+from ..engine.engine import ProviderLayers, ProviderSpec, ResilienceEngine
 from ..engine.events import (
     AttemptEvent,
     BudgetEvent,
+    ReloadEvent,
     RequestEvent,
     ResponseEvent,
     ResultEvent,
@@ -25,6 +27,7 @@ from ..engine.events import (
 )
 from ..engine.jitter import Jitter
 from ..engine.kinds import FailureKind, SkipReason
+from ..engine.reload import ReloadSummary
 from ..engine.settings import AdmissionSettings
 from .routes import Route, Strategy, Target
 from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
@@ -95,6 +98,52 @@ class Router:
         self._rotations: dict[str, tuple[int, ...]] = {}
         self._direct: dict[str, Route] = {}
         self._starts: dict[str, tuple[Route, Plan]] = {}  # model as asked -> route and plan
+
+    def reconfigure(
+        self,
+        providers: Iterable[ProviderSpec],
+        routes: Mapping[str, Route],
+        *,
+        models: Mapping[str, frozenset[str]],
+        max_attempts: int,
+        admission: AdmissionSettings,
+        jitter: Jitter,
+        version: str,
+        also_changed: Iterable[str] = (),
+    ) -> ReloadSummary:
+        """Take a reloaded config between two decisions (docs/design.md §13) and announce
+        it as a `reload` event. A request in flight finishes on the plan it started with;
+        the engine keeps the state of what is unchanged (`ResilienceEngine.reconfigure`);
+        a provider whose declared models changed counts as changed, and so does one the
+        caller names in `also_changed` (its address, which only the driver reads)."""
+        specs = tuple(providers)
+        summary = self.engine.reconfigure(specs, models=models)
+        also = set(also_changed)
+        remodelled = [name for name, declared in models.items()
+                      if name in self.models and (self.models[name] != declared or name in also)
+                      and name not in summary.providers_changed]
+        if remodelled:
+            summary = replace(summary,
+                              providers_changed=(*summary.providers_changed, *remodelled))
+        self.routes = dict(routes)
+        self.models = dict(models)
+        self.max_attempts = max_attempts
+        self.admission = admission
+        if jitter.fraction != self._jitter.fraction:
+            self._jitter = jitter
+        self._direct.clear()  # caches of names asked for: rebuilt on the next request
+        self._starts.clear()
+        stale = (*summary.providers_removed, *summary.providers_changed)
+        for name in stale:
+            self._rotations.pop(name, None)
+        for name in summary.providers_removed:
+            self._rr_counters.pop(name, None)
+        bus = self.engine.bus
+        if bus.wants(ReloadEvent):
+            bus.emit(ReloadEvent(self.engine.now(), version, summary.providers_added,
+                                 summary.providers_removed, summary.providers_changed,
+                                 summary.connections_added, summary.connections_removed))
+        return summary
 
     def resolve(self, model: str) -> Route:
         """The route a client means by `model`: a route name or `provider/model`."""

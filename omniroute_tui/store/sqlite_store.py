@@ -31,7 +31,7 @@ from typing import IO, Any
 import aiosqlite
 
 from ..config.limits import StoreRetention
-from ..engine.engine import EngineSnapshot, ResilienceEngine
+from ..engine.engine import EngineSnapshot, ProviderSpec, ResilienceEngine
 from ..engine.events import (
     STATE_CHANGE_CLASSES,
     BreakerEvent,
@@ -41,6 +41,7 @@ from ..engine.events import (
     Event,
     LockoutEvent,
     OperatorEvent,
+    ReloadEvent,
     ResultEvent,
 )
 from . import schema
@@ -96,10 +97,13 @@ class _Batch:
     audit: list[AuditEntry]
     state_changes: list[Event]
     requests: list[Event]
+    #: a reload removed providers, connections or models: their rows are deleted
+    forget: bool = False
 
     def size(self) -> int:
         return (len(self.breakers) + len(self.connections) + len(self.lockouts)
-                + len(self.audit) + len(self.state_changes) + len(self.requests))
+                + len(self.audit) + len(self.state_changes) + len(self.requests)
+                + self.forget)
 
     def __bool__(self) -> bool:
         return self.size() > 0
@@ -139,6 +143,8 @@ class SqliteStore:
         #: the schema version the file had when it was opened, if it was migrated
         self.migrated_from = migrated_from
         self._engine: ResilienceEngine | None = None
+        self._known_specs: tuple[ProviderSpec, ...] | None = None
+        self._known_connections: dict[str, frozenset[str]] = {}
         self._unsubscribe: Any = None
         self._dirty = _empty()
         self._writing = _empty()  # the batch being written
@@ -291,6 +297,9 @@ class SqliteStore:
             dirty.audit.append(AuditEntry(event.t, event.actor, event.action, event.target,
                                           event.result))
             self._trim_audit()
+        elif isinstance(event, ReloadEvent) and (
+                event.providers_removed or event.providers_changed):
+            dirty.forget = True
         self._wake.set()
 
     async def _flush_loop(self) -> None:
@@ -328,6 +337,7 @@ class SqliteStore:
         dirty.breakers |= batch.breakers
         dirty.connections |= batch.connections
         dirty.lockouts |= batch.lockouts
+        dirty.forget = dirty.forget or batch.forget
         dirty.audit[:0] = batch.audit
         self._trim_audit()
         for pending, failed in ((self._state_changes, batch.state_changes),
@@ -409,13 +419,20 @@ class SqliteStore:
         engine = self._engine
         breakers, connections, lockouts = [], [], []
         lockout_deletes = []
+        forgotten: list[tuple[str, list[Any]]] = []
         if engine is not None:
+            # what a reload removed may still be marked: it has no state to write
+            known = self._known(engine)
             for provider in batch.breakers:
-                breakers.append(schema.breaker_row(engine.breaker_snapshot(provider)))
+                if provider in known:
+                    breakers.append(schema.breaker_row(engine.breaker_snapshot(provider)))
             for provider, connection in batch.connections:
-                connections.append(
-                    schema.connection_row(engine.connection_snapshot(provider, connection))
-                )
+                if connection in known.get(provider, ()):
+                    connections.append(
+                        schema.connection_row(engine.connection_snapshot(provider, connection))
+                    )
+            if batch.forget:
+                forgotten = await self._forgotten(engine, known)
             by_provider: dict[str, dict[tuple[str, str, str], Any]] = {}
             for key in batch.lockouts:
                 if key[0] not in by_provider:
@@ -440,6 +457,7 @@ class SqliteStore:
              [(e.t, e.TYPE, e.to_json()) for e in batch.state_changes]),
             ("INSERT INTO requests (t, type, body) VALUES (?,?,?)",
              [(e.t, e.TYPE, e.to_json()) for e in batch.requests]),
+            *forgotten,
         ]
         db = self._db
         for sql, rows in writes:
@@ -448,6 +466,39 @@ class SqliteStore:
         if trim_at is not None:
             self._trim_unfinished = await self._trim(trim_at)
         await db.commit()
+
+    def _known(self, engine: ResilienceEngine) -> dict[str, frozenset[str]]:
+        """Each provider's connections, computed again only after a reload (a spec is a
+        new object then)."""
+        specs = tuple(engine.spec(name) for name in engine.providers())
+        if self._known_specs is None or len(specs) != len(self._known_specs) or any(
+                a is not b for a, b in zip(specs, self._known_specs, strict=True)):
+            self._known_specs = specs
+            self._known_connections = {s.name: frozenset(s.connections) for s in specs}
+        return self._known_connections
+
+    async def _forgotten(self, engine: ResilienceEngine,
+                         known: dict[str, frozenset[str]]) -> list[tuple[str, list[Any]]]:
+        """The deletes of rows a reload left without an owner: breakers of providers,
+        connections and lockouts the config no longer has (docs/design.md §13)."""
+        lockouts = {s.key for name in known for s in engine.lockout_snapshots(name)}
+        def owned(table: str, row: tuple[Any, ...]) -> bool:
+            if table == "breakers":
+                return row[0] in known
+            if table == "connections":
+                return row[1] in known.get(row[0], ())
+            return row in lockouts
+
+        deletes: list[tuple[str, list[Any]]] = []
+        for table, columns in (("breakers", ("provider",)),
+                               ("connections", ("provider", "connection")),
+                               ("lockouts", ("provider", "connection", "model"))):
+            async with self._db.execute(f"SELECT {', '.join(columns)} FROM {table}") as cursor:
+                rows = [tuple(r) for r in await cursor.fetchall()]
+            where = " AND ".join(f"{c}=?" for c in columns)
+            deletes.append((f"DELETE FROM {table} WHERE {where}",
+                            [r for r in rows if not owned(table, r)]))
+        return deletes
 
     async def _trim(self, now: int) -> bool:
         """Delete what each log keeps no longer: older than its age bound (found through

@@ -25,6 +25,7 @@ from ...engine.events import (
     FaultEvent,
     LockoutEvent,
     OperatorEvent,
+    ReloadEvent,
     RequestEvent,
     ResponseEvent,
     ResultEvent,
@@ -32,6 +33,7 @@ from ...engine.events import (
     WaitEvent,
 )
 from ...engine.kinds import BreakerReason, BreakerState, FailureKind, SkipReason
+from ...engine.reload import ReloadSummary
 from .panes import Pane
 
 __all__ = [
@@ -315,7 +317,7 @@ class ConsoleModel:
             DisabledEvent: self._enabled_changed, EnabledEvent: self._enabled_changed,
             LockoutEvent: self._lockout, FaultEvent: self._fault,
             OperatorEvent: self._operator, SkipEvent: self._skip, BudgetEvent: self._budget,
-            WaitEvent: self._wait, DedupEvent: self._dedup,
+            WaitEvent: self._wait, DedupEvent: self._dedup, ReloadEvent: self._reload,
         }
 
     # -- consuming events ---------------------------------------------------------------
@@ -504,6 +506,21 @@ class ConsoleModel:
         view = self.providers.get(event.target)
         if event.action == "force_open" and view is not None and view.forced:
             view.forced_by = event.actor  # the audit follows the breaker's own event
+
+    def _reload(self, event: object) -> None:
+        """A reloaded config: what it removed leaves the panes (what it added shows once
+        it has state to show, or at the next attach)."""
+        assert isinstance(event, ReloadEvent)
+        gone = set(event.providers_removed)
+        gone_connections = set(event.connections_removed)
+        for name in gone:
+            self.providers.pop(name, None)
+        for key in [k for k in self.connections
+                    if k[0] in gone or f"{k[0]}/{k[1]}" in gone_connections]:
+            del self.connections[key]
+        for lock in [k for k in self.lockouts
+                     if k[0] in gone or f"{k[0]}/{k[1]}" in gone_connections]:
+            del self.lockouts[lock]
 
     def _fault(self, event: object) -> None:
         assert isinstance(event, FaultEvent)
@@ -863,9 +880,15 @@ def describe(event: Event) -> str | None:
         return f"operator {event.actor}: {event.action} {event.target} → {event.result}"
     if isinstance(event, FaultEvent):
         return f"fault {event.name} {event.phase} on {event.target}"
+    if isinstance(event, ReloadEvent):
+        summary = ReloadSummary(event.providers_added, event.providers_removed,
+                                event.providers_changed, event.connections_added,
+                                event.connections_removed)
+        return f"reload: config {event.version}, {summary.describe()}"
     if isinstance(event, SkipEvent):
         return None
     if isinstance(event, ResultEvent) and event.kind is not None:
         return (f"failure {event.provider}/{event.connection}/{event.model}: {event.kind} "
                 f"({event.status}) for {event.request}")
     return None
+
