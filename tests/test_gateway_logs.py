@@ -470,3 +470,19 @@ def test_a_gateway_that_cannot_start_says_why_in_a_json_line(tmp_path: Path) -> 
     said = json.loads(line)
     assert said["level"] == "error" and said["logger"] == "omniroute.gateway"
     assert said["msg"].startswith("error: ") and "bad.yaml" in said["msg"]
+
+
+def test_the_requests_pane_shows_a_long_client_id_short_and_the_detail_whole() -> None:
+    from omniroute_tui.console.model.console_model import ConsoleModel, Pane
+    from omniroute_tui.engine.events import RequestEvent, ResponseEvent
+
+    model = ConsoleModel({}, lambda: 0)
+    long_id, short_id = "c" * 128, "client-7"
+    for request_id in (long_id, short_id):
+        model.on_event(RequestEvent(1, request_id, "chat"))
+        model.on_event(ResponseEvent(5, request_id, 200, 1, 4, 0, "p/a/m"))
+    rows = model.request_rows(10)
+    assert rows[short_id][0] == short_id
+    assert rows[long_id][0] == "c" * 23 + "…"
+    detail = model.detail(Pane.REQUESTS, long_id, 10)
+    assert detail is not None and detail[0] == f"request {long_id}"
