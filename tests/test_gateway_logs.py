@@ -372,6 +372,8 @@ async def test_no_key_and_no_content_in_any_log_line(tmp_path: Path, log_format:
             assert served.status_code == 200
             assert CONTENT in served.text and SECRET_KEY in served.text  # echoed
             assert served.headers["x-upstream-request-id"] == "upstream-1"
+            (own,) = served.headers.get_list("x-request-id")  # ours, the upstream's renamed
+            assert OURS.fullmatch(own)
             streamed = await http.post(CHAT, json={"model": "chat", "messages": msgs,
                                                    "stream": True})
             assert streamed.status_code == 200 and CONTENT in streamed.text
@@ -486,3 +488,46 @@ def test_the_requests_pane_shows_a_long_client_id_short_and_the_detail_whole() -
     assert rows[long_id][0] == "c" * 23 + "…"
     detail = model.detail(Pane.REQUESTS, long_id, 10)
     assert detail is not None and detail[0] == f"request {long_id}"
+
+
+async def test_the_console_serving_the_gateway_shows_and_logs_the_client_id(
+        tmp_path: Path) -> None:
+    """`omniroute-tui --config F --listen ... --log-file L --log-format json`: the id is in
+    the answer, the console's requests pane and the log file."""
+    from omniroute_tui.console.cli import _log_to_file, _parser, build_app
+    from omniroute_tui.console.widgets.keyed_table import KeyedTable
+
+    from .console_helpers import settle
+
+    config, log_file = tmp_path / "router.yaml", tmp_path / "gateway.log"
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    async with running_gateway(tmp_path) as gw:
+        config.write_text(gw.config_text)
+        args = _parser().parse_args(["--config", str(config), "--listen", "127.0.0.1:0",
+                                     "--operator", "dave", "--log-file", str(log_file),
+                                     "--log-format", "json"])
+        try:
+            _log_to_file(args)
+            app = build_app(args)
+            async with app.run_test() as pilot:
+                await settle(pilot, lambda: app.gateway_server is not None)  # type: ignore[attr-defined]
+                url = app.gateway_server.url  # type: ignore[attr-defined]
+                async with httpx.AsyncClient(timeout=10) as http:
+                    reply = await http.post(f"{url}{CHAT}", headers={"x-request-id": "tui-1"},
+                                            json={"model": "chat", "messages": []})
+                assert reply.headers["x-request-id"] == "tui-1"
+                await settle(pilot, lambda: "tui-1" in app.model.requests, 50)  # type: ignore[attr-defined]
+                app.action_pane("requests")  # type: ignore[attr-defined]
+                app.refresh_view()  # type: ignore[attr-defined]
+                await pilot.pause()
+                table = app.query_one("#requests-table", KeyedTable)  # type: ignore[attr-defined]
+                assert table.get_row("tui-1")[:3] == ["tui-1", "chat", "200"]
+        finally:
+            for handler in root.handlers:
+                handler.close()
+            root.handlers[:], root.level = saved[0], saved[1]
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    access = [line for line in lines if line["logger"] == "omniroute.access"]
+    assert [(a["request_id"], a["route"], a["status"]) for a in access] == [
+        ("tui-1", "chat", 200)]
