@@ -471,7 +471,7 @@ def test_a_gateway_that_cannot_start_says_why_in_a_json_line(tmp_path: Path) -> 
     (line,) = done.stderr.splitlines()
     said = json.loads(line)
     assert said["level"] == "error" and said["logger"] == "omniroute.gateway"
-    assert said["msg"].startswith("error: ") and "bad.yaml" in said["msg"]
+    assert said["msg"].startswith("1 problem:\n") and f"{tmp_path}/bad.yaml:2:" in said["msg"]
 
 
 def test_the_requests_pane_shows_a_long_client_id_short_and_the_detail_whole() -> None:

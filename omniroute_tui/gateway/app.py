@@ -189,8 +189,7 @@ class Gateway:
             _answered(request_id, 499, route=model)
             return Response(status_code=499)
         response = self._respond(completion)
-        if access_log.isEnabledFor(logging.INFO):
-            _answered(request_id, response.status_code, route=model, completion=completion)
+        _answered(request_id, response.status_code, route=model, completion=completion)
         return response
 
     async def _complete_unless_disconnected(

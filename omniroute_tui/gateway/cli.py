@@ -118,6 +118,6 @@ def _refused(log_format: str, exc: Exception) -> None:
     """Why the gateway cannot start: `error: ...` on stderr, or with JSON logs one error
     line (the whole list of a config's problems in its `msg`)."""
     if log_format == "json":
-        log.error("error: %s", exc)
+        log.error("%s", exc)
     else:
         print(f"error: {exc}", file=sys.stderr)
