@@ -4,7 +4,7 @@ Both formats write one line per record: a time in RFC 3339 UTC to the millisecon
 level, the logger and the message, then the fields of the request or event the line is
 about (`request_id`, `route`, `provider`, ...), passed with `extra=`. Only the fields
 named in `FIELDS` are written, so a value put on a record for another reason (a key, a
-message's content) never reaches the log by accident (docs/gateway.md, "Logs").
+message's content) never reaches the log by accident (docs/design.md §13).
 uvicorn's own lines go through the same handler.
 """
 

@@ -5,7 +5,8 @@ the log lines about it, and it comes back in the answer's `x-request-id`. A clie
 is taken as it is when it is one header of 1 to 128 characters from `A-Z a-z 0-9 . _ : -`:
 nothing a log line, a terminal or a header could misread. Anything else (too long, empty,
 control characters, non-ASCII, the header twice) gets ours: a random prefix drawn when
-the gateway starts and a counter, unique across restarts and the replicas of a fleet.
+the gateway starts and a counter, unique across restarts and the replicas of a fleet
+(docs/design.md §13).
 """
 
 from __future__ import annotations
