@@ -154,6 +154,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--baseline", metavar="TREE", type=Path,
                         help="also measure a gateway run from this checkout's source")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="the gateway's log lines (an access line per request, to "
+                             "/dev/null)")
     parser.add_argument("--serve-aiohttp", nargs=2, metavar=("CONFIG", "PORT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -176,7 +179,8 @@ def main() -> None:
             env = {**os.environ, "OMNIROUTE_TOKEN": ""}
             procs.append(subprocess.Popen(
                 [str(bin_dir / "omniroute-gateway"), "--config", str(config), "--listen",
-                 f"127.0.0.1:{ports['gateway']}"], stdout=subprocess.DEVNULL,
+                 f"127.0.0.1:{ports['gateway']}", "--log-format", args.log_format],
+                stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, env=env))
             procs.append(subprocess.Popen(
                 [sys.executable, __file__, "--serve-aiohttp", str(config),

@@ -174,8 +174,10 @@ async def start_fakes(
             connection_of = {key: conn for conn, key in keys[provider].items()}
             app = provider_app(scenario, provider, connection_of, clock,
                                seed=scenario.seed + index)
+            # log_config=None: no handler of uvicorn's own on stderr, which would also
+            # take the lines of a gateway served beside the fakes (the console's --live)
             config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical",
-                                    lifespan="off", access_log=False)
+                                    log_config=None, lifespan="off", access_log=False)
             server = uvicorn.Server(config)
             task = asyncio.create_task(server.serve(), name=f"fake-{provider}")
             deadline = time.monotonic() + startup_timeout_s

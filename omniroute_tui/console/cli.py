@@ -12,10 +12,10 @@ from typing import Any
 
 from ..config import ConfigError, load_router_config
 from ..config.hidden import hidden_reason
+from ..logs import add_log_arguments, configure_logging
 from .model.attach import AttachError
 
 __all__ = ["build_app", "main"]
-
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,7 +58,25 @@ def _parser() -> argparse.ArgumentParser:
                         help="with --web: allow operator actions from the browser")
     parser.add_argument("--port", type=int, default=8000, help="with --web (default 8000)")
     parser.add_argument("--host", default="127.0.0.1", help="with --web (default 127.0.0.1)")
+    parser.add_argument("--log-file", metavar="FILE", type=Path,
+                        help="append the log lines (the gateway's with --listen, the "
+                             "store's) to FILE; the terminal is the console's")
+    add_log_arguments(parser, where="--log-file", defaults=False)
     return parser
+
+
+def _log_to_file(args: argparse.Namespace) -> None:
+    """The console's log lines go to `--log-file` (the screen would tear them up)."""
+    if args.log_file is None:
+        if args.log_format is not None or args.log_level is not None:
+            raise ValueError("--log-format and --log-level say how to write --log-file FILE: "
+                             "give it too (the terminal is the console's)")
+        return
+    try:
+        stream = args.log_file.open("a", encoding="utf-8", buffering=1)
+    except OSError as exc:
+        raise ValueError(f"--log-file: {exc}") from None
+    configure_logging(args.log_format or "text", args.log_level or "info", stream)
 
 
 def _operator(name: str | None) -> str:
@@ -165,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.web:
         return _serve_web(args, argv)
     try:
+        _log_to_file(args)
         app = build_app(args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -7,6 +7,7 @@ console can serve it from its own in-process router.
 from __future__ import annotations
 
 import asyncio
+import logging
 import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -36,6 +37,7 @@ from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
 from .protocol import client_log
 from .reload import ConfigReloader
+from .request_ids import REQUEST_ID_HEADER, RequestIds
 from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
 
 __all__ = ["Gateway", "error_response"]
@@ -43,8 +45,13 @@ __all__ = ["Gateway", "error_response"]
 #: state changes a gateway keeps for consoles that attach later (`/api/resilience/history`)
 HISTORY_LIMIT = 1000
 
-_FORWARDED_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
+#: an upstream answer's headers passed on, and their names to the client: the upstream's own
+#: request id is `x-upstream-request-id` (for its support), `x-request-id` is ours
+_FORWARDED_HEADERS = {"content-type": "content-type", "openai-processing-ms":
+                      "openai-processing-ms", "x-request-id": "x-upstream-request-id"}
 OPERATOR_HEADER = "x-omniroute-operator"
+#: one line per proxied request, at info (docs/gateway.md, "Logs")
+access_log = logging.getLogger("omniroute.access")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -83,6 +90,7 @@ class Gateway:
         self.fleet = fleet
         self.client = client or UpstreamClient()
         self.driver = AsyncDriver(router, providers, self.client)
+        self.request_ids = RequestIds()
         self.events = EventBroadcaster(router.engine.bus,
                                        replica=None if fleet is None else fleet.replica)
         if fleet is not None:
@@ -177,26 +185,39 @@ class Gateway:
     # -- the proxy ------------------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
+        """A proxied request; every answer says the request's id in `x-request-id`."""
+        request_id = self.request_ids.for_headers(request.scope["headers"])
+        response = await self._chat_completion(request, request_id)
+        response.raw_headers.append((REQUEST_ID_HEADER, request_id.encode("ascii")))
+        return response
+
+    async def _chat_completion(self, request: Request, request_id: str) -> Response:
         try:
             raw = await read_body(request, self.limits.max_body_bytes)
             body = json_object(raw, self.limits.max_json_depth)
             model, stream = check_chat_body(body)
         except BadRequest as exc:
+            _answered(request_id, exc.status)
             return _bad_request(exc)
         except ClientGone:
-            return _client_gone(request)
+            return _client_gone(request, request_id)
         try:
-            completion = await self._complete_unless_disconnected(request, body, stream)
-        except UnknownRoute:
+            completion = await self._complete_unless_disconnected(request, body, stream,
+                                                                  request_id)
+        except UnknownRoute:  # a name of the client's: its hidden characters escaped
+            _answered(request_id, 404, route=visible(model))
             return error_response(404, f"the model {model!r} does not exist here: ask for a "
                                        "route or provider/model (GET /v1/models lists them)",
                                   code="model_not_found")
         if completion is None:  # the client went away; the attempt was cancelled
+            _answered(request_id, 499, route=model)
             return Response(status_code=499)
-        return self._respond(completion)
+        response = self._respond(completion)
+        _answered(request_id, response.status_code, route=model, completion=completion)
+        return response
 
     async def _complete_unless_disconnected(
-        self, request: Request, body: dict[str, Any], stream: bool
+        self, request: Request, body: dict[str, Any], stream: bool, request_id: str
     ) -> Completion | None:
         """The completion, routed in this task; a watcher cancels it if the client goes
         away (one extra task per request, not two and an `asyncio.wait`)."""
@@ -212,7 +233,7 @@ class Gateway:
 
         watcher = asyncio.get_running_loop().create_task(watch())
         try:
-            return await self.driver.complete(body, stream=stream)
+            return await self.driver.complete(body, request_id=request_id, stream=stream)
         except asyncio.CancelledError:
             if not gone:
                 raise
@@ -225,7 +246,8 @@ class Gateway:
         response, reply = completion.response, completion.reply
         if reply is None:
             return JSONResponse(response.body, response.status, headers=response.headers)
-        headers = {k: v for k, v in reply.headers.items() if k.lower() in _FORWARDED_HEADERS}
+        headers = {_FORWARDED_HEADERS[k.lower()]: v for k, v in reply.headers.items()
+                   if k.lower() in _FORWARDED_HEADERS}
         headers["x-omniroute-served-by"] = (response.upstream.served_by
                                             if response.upstream else "")
         if reply.stream is not None:
@@ -446,13 +468,30 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                           headers=getattr(exc, "headers", None))
 
 
-def _client_gone(request: Request) -> Response:
+def _client_gone(request: Request, request_id: str | None = None) -> Response:
     client = request.client
     client_log.note("hung-up", "%s hung up before its request to %s was read whole",
                     f"{client.host}:{client.port}" if client else "a client",
                     visible(request.url.path),
-                    client=client.host if client else None)
+                    client=client.host if client else None, request_id=request_id)
     return Response(status_code=499)
+
+
+def _answered(request_id: str, status: int, *, route: str | None = None,
+              completion: Completion | None = None) -> None:
+    """The access line of a proxied request: its id, route and status, and the target
+    that served it; never its body (docs/gateway.md, "Logs")."""
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    fields: dict[str, Any] = {"request_id": request_id, "route": route, "status": status}
+    if completion is not None:
+        response = completion.response
+        upstream = response.upstream
+        if upstream is not None:
+            fields.update(provider=upstream.provider, connection=upstream.connection,
+                          model=upstream.model)
+        fields.update(attempts=len(response.attempts), latency_ms=response.latency_ms)
+    access_log.info("chat completion answered %d", status, extra=fields)
 
 
 async def _disconnected(request: Request) -> None:

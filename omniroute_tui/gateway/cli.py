@@ -14,11 +14,14 @@ from pathlib import Path
 from ..clock import SystemClock
 from ..config import ConfigError, load_router_config
 from ..config.token import TOKEN_ENV, TokenError, load_token
+from ..logs import add_log_arguments, configure_logging
 from ..store import Recovery, SqliteStore, StoreError
 from .app import Gateway
 from .server import GatewayServer, parse_listen
 
 __all__ = ["main"]
+
+log = logging.getLogger("omniroute.gateway")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--token-file", default=None,
                         help=f"the management API's bearer token (or ${TOKEN_ENV}); without "
                              "one the management API is not served")
+    add_log_arguments(parser)
     return parser
 
 
@@ -71,7 +75,7 @@ async def _serve(args: argparse.Namespace) -> int:
             db, recover=Recovery.SET_ASIDE if args.db_recover == "set-aside" else Recovery.FAIL,
             retention=config.store_retention)
         if store.set_aside_from is not None:
-            print(f"the bad database was kept as {store.set_aside_from}", file=sys.stderr)
+            log.warning("the bad database was kept as %s", store.set_aside_from)
         await store.attach(router.engine)
     gateway = Gateway(router, config.providers, token=token, store=store,
                       limits=config.gateway_limits, fleet=link, config=config)
@@ -113,15 +117,20 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_format, args.log_level)
     try:
         return asyncio.run(_serve(args))
-    except (ConfigError, StoreError, TokenError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ConfigError, StoreError, TokenError, ValueError, OSError) as exc:
+        _refused(args.log_format, exc)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _refused(log_format: str, exc: Exception) -> None:
+    """Why the gateway cannot start: `error: ...` on stderr, or with JSON logs one error
+    line (the whole list of a config's problems in its `msg`)."""
+    if log_format == "json":
+        log.error("%s", exc)
+    else:
+        print(f"error: {exc}", file=sys.stderr)

@@ -54,9 +54,11 @@ class ClientLog:
         self._last_client.clear()
         self._quiet.clear()
 
-    def note(self, reason: str, message: str, *args: object, client: str | None = None) -> None:
+    def note(self, reason: str, message: str, *args: object, client: str | None = None,
+             request_id: str | None = None) -> None:
         """Log `message % args` unless `reason`, or `client` (an address), had a line in
-        the last `every_s`; then it is counted, and said with the reason's next line."""
+        the last `every_s`; then it is counted, and said with the reason's next line.
+        `client` and `request_id` are the line's fields too."""
         now = self._clock()
         recent = now - self.every_s
         if self._last.get(reason, -math.inf) > recent or (
@@ -70,7 +72,7 @@ class ClientLog:
             self._last_client[client] = now
         quiet = self._quiet.pop(reason, 0)
         more = f" (and {quiet} more like it since the last line)" if quiet else ""
-        log.info(message + more, *args)
+        log.info(message + more, *args, extra={"client": client, "request_id": request_id})
 
 
 client_log = ClientLog()

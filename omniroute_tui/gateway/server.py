@@ -28,8 +28,11 @@ class GatewayServer:
     def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 4000) -> None:
         self.gateway = gateway
         limits = gateway.limits
+        # log_config=None: uvicorn's lines go to the handlers of the process
+        # (omniroute_tui/logs.py), not to a handler of its own on stderr
         config = uvicorn.Config(gateway.asgi(), host=host, port=port, log_level="warning",
-                                lifespan="off", access_log=False, timeout_graceful_shutdown=5,
+                                log_config=None, lifespan="off", access_log=False,
+                                timeout_graceful_shutdown=5,
                                 http=limited_protocol(limits),
                                 timeout_keep_alive=max(1, round(limits.keep_alive_s)))
         self.server = uvicorn.Server(config)

@@ -110,6 +110,8 @@ SORTS: dict[Pane, tuple[str, ...]] = {
 }
 AUDIT_ROWS = 500  # operator actions the audit pane keeps
 RECENT_REQUESTS = 200  # requests the "why" view keeps, each with its steps
+#: a request id's cell at most (a client's may be 128 characters); the detail has it whole
+REQUEST_ID_CELL = 24
 #: the layer that decided a skip, by its reason
 SKIP_LAYERS = {
     SkipReason.CIRCUIT_OPEN: "breaker", SkipReason.HALF_OPEN_BUSY: "breaker",
@@ -676,8 +678,10 @@ class ConsoleModel:
             why = ", ".join(trail.skipped[:2]) + ("…" if len(trail.skipped) > 2 else "")
             if trail.waited_ms:
                 why = f"{why}; waited" if why else "waited"
+            shown = trail.id if len(trail.id) <= REQUEST_ID_CELL else (
+                trail.id[:REQUEST_ID_CELL - 1] + "…")
             rows[trail.id] = (
-                trail.id, trail.route, "…" if trail.status is None else str(trail.status),
+                shown, trail.route, "…" if trail.status is None else str(trail.status),
                 str(trail.attempts), format_ms(trail.waited_ms) if trail.waited_ms else "–",
                 "…" if trail.latency_ms is None else format_ms(trail.latency_ms),
                 why or "–", trail.served_by or "–",

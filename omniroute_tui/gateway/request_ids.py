@@ -1,0 +1,47 @@
+"""A proxied request's id: the client's `x-request-id` when it is safe to repeat, else ours.
+
+The id is the request's id in the router's events, in the console's requests pane and in
+the log lines about it, and it comes back in the answer's `x-request-id`. A client's id
+is taken as it is when it is one header of 1 to 128 characters from `A-Z a-z 0-9 . _ : -`:
+nothing a log line, a terminal or a header could misread. Anything else (too long, empty,
+control characters, non-ASCII, the header twice) gets ours: a random prefix drawn when
+the gateway starts and a counter, unique across restarts and the replicas of a fleet
+(docs/design.md §13).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterable
+
+__all__ = ["MAX_ID_CHARS", "REQUEST_ID_HEADER", "RequestIds"]
+
+REQUEST_ID_HEADER = b"x-request-id"
+MAX_ID_CHARS = 128
+_SAFE = re.compile(rb"[A-Za-z0-9._:-]{1,%d}" % MAX_ID_CHARS)
+
+
+class RequestIds:
+    """Issues request ids: `new()` ours, `for_headers()` the client's or ours."""
+
+    def __init__(self, prefix: str | None = None) -> None:
+        # 8 hex digits: two gateways share a prefix once in about 65,000 pairs
+        self.prefix = prefix if prefix is not None else secrets.token_hex(4)
+        self._count = 0
+
+    def new(self) -> str:
+        self._count += 1
+        return f"{self.prefix}-{self._count}"
+
+    def for_headers(self, headers: Iterable[tuple[bytes, bytes]]) -> str:
+        """The id for a request with these raw ASGI headers (names in lower case)."""
+        found: bytes | None = None
+        for name, value in headers:
+            if name == REQUEST_ID_HEADER:
+                if found is not None:  # two ids: neither is the request's
+                    return self.new()
+                found = value
+        if found is not None and _SAFE.fullmatch(found):
+            return found.decode("ascii")
+        return self.new()
