@@ -17,6 +17,7 @@ from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
+from ..config.router_config import MetricsAccess
 from ..state_document import state_document
 from ..store import StoreError, StoreProblem
 from .actions import bindings
@@ -56,10 +57,12 @@ class ConsoleApp(OperatorActions, ReplayControls):
         autoplay: bool = True,
         listen: tuple[str, int] | None = None,
         token: str | None = None,
+        metrics: MetricsAccess = MetricsAccess.TOKEN,
     ) -> None:
         super().__init__()
         self.listen = listen
         self.token = token
+        self.metrics = metrics  # who may scrape the served gateway's /metrics
         self.gateway_server: Any = None
         self.backend = backend
         self.model = model
@@ -143,7 +146,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
             self.notify("this console has no router on real time to serve", severity="error")
             return
         gateway = Gateway(served.router, self.backend.providers, token=self.token,
-                          store=served.store)
+                          store=served.store, metrics=self.metrics)
         server = GatewayServer(gateway, host, port)
         try:
             await server.start()

@@ -123,7 +123,8 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
         model = ConsoleModel(config.providers, router_backend.now_ms)
         bus.subscribe(model.on_event)
         return ConsoleApp(router_backend, model, operator=operator,
-                          read_only=args.read_only, listen=listen, token=token)
+                          read_only=args.read_only, listen=listen, token=token,
+                          metrics=config.gateway_metrics)
     from simulator.scenario import load_scenario, resolve_scenario
 
     scenario = load_scenario(resolve_scenario(scenario_name or "demo"), config=args.config)

@@ -169,6 +169,8 @@ class FleetHealth(StoreHealth):
     last_dropped_at: int | None = None
     coalesced: int = 0
     pending_bytes: int = 0
+    #: other replicas' events read from the stream and applied here since start
+    applied: int = 0
 
 
 @dataclass
@@ -250,6 +252,10 @@ class RedisLink:
         #: told of every other replica's event as it arrives (replica id, the event's
         #: JSON object): a gateway streams them to its attached consoles
         self.on_remote: Callable[[str, dict[str, Any]], None] | None = None
+        self.applied = 0
+        #: told, for every other replica's event applied here, how late it was (ms from
+        #: when it happened there to now): the metrics' propagation lag
+        self._lag_listeners: list[Callable[[int], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -284,7 +290,13 @@ class RedisLink:
         return FleetHealth(self._failing_since is None and fault is None
                            and not self._outbox.dropping, self._failing_since,
                            fault or self._error, len(self._outbox), self.rejected,
-                           self._last_rejection, **outbox)
+                           self._last_rejection, **outbox, applied=self.applied)
+
+    def on_applied(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        """Tell `listener` the lag (ms) of every other replica's event applied from now
+        on; returns its removal."""
+        self._lag_listeners.append(listener)
+        return lambda: self._lag_listeners.remove(listener)
 
     @property
     def dropping(self) -> int:
@@ -521,6 +533,12 @@ class RedisLink:
                 self.peer.hear_state(read.event)
         except Exception as exc:  # one entry must not end the loop
             self._reject(where, f"applying it raised {type(exc).__name__}", str(exc)[:80])
+            return
+        if relay:
+            self.applied += 1
+            lag = max(0, _now_ms() - read.event.t)
+            for listener in self._lag_listeners:
+                listener(lag)
 
     def _reject(self, where: str, reason: str, detail: str) -> None:
         now = _now_ms()

@@ -7,6 +7,7 @@ console can serve it from its own in-process router.
 from __future__ import annotations
 
 import asyncio
+import logging
 import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -21,12 +22,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..config.durations import parse_duration_ms
 from ..config.hidden import visible
 from ..config.limits import GatewayLimits
-from ..config.router_config import ProviderConfig
+from ..config.router_config import MetricsAccess, ProviderConfig
+from ..config.status import ConfigStatus
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
 from ..engine.engine import UnknownTarget
 from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..fleet.redis_link import RedisLink
+from ..metrics import CONTENT_TYPE_LATEST, build_registry, exposition
 from ..router.core import Router, UnknownRoute
 from ..state_document import state_document
 from ..store import SqliteStore
@@ -44,6 +47,8 @@ HISTORY_LIMIT = 1000
 _FORWARDED_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
 OPERATOR_HEADER = "x-omniroute-operator"
 Handler = Callable[[Request], Awaitable[Response]]
+
+log = logging.getLogger("omniroute.gateway")
 
 
 def error_response(status: int, message: str, *, type_: str = "invalid_request_error",
@@ -70,6 +75,8 @@ class Gateway:
         client: UpstreamClient | None = None,
         limits: GatewayLimits | None = None,
         fleet: RedisLink | None = None,
+        metrics: MetricsAccess = MetricsAccess.TOKEN,
+        config_status: ConfigStatus | None = None,
     ) -> None:
         self.router = router
         self.limits = limits or GatewayLimits()
@@ -88,6 +95,13 @@ class Gateway:
         self._history: deque[Event] = deque(maxlen=HISTORY_LIMIT)
         if store is None:  # a store keeps both, from before this gateway started too
             router.engine.bus.subscribe(self._remember, *STATE_CHANGE_CLASSES)
+        #: who may scrape `/metrics`: with the token (none: not served), anyone, or no one
+        self.metrics_access = (MetricsAccess.OFF if metrics is MetricsAccess.TOKEN
+                               and token is None else metrics)
+        self.metrics = None if self.metrics_access is MetricsAccess.OFF else build_registry(
+            router, clock=router.engine.clock, store=store, fleet=fleet,
+            config_status=config_status)
+        self._scrape_failures = 0
 
     def _remote(self, replica: str, data: dict[str, Any]) -> None:
         """Another replica's event: streamed to attached consoles, and an operator's
@@ -114,6 +128,10 @@ class Gateway:
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
         ]
+        if self.metrics_access is MetricsAccess.PUBLIC:
+            routes.append(Route("/metrics", self.scrape, methods=["GET"]))
+        elif self.metrics_access is MetricsAccess.TOKEN:
+            routes.append(Route("/metrics", self._managed(self.scrape), methods=["GET"]))
         if self.token is not None:  # no token, no management API
             managed = self._managed
             routes += [
@@ -232,6 +250,22 @@ class Gateway:
             # a consumer of the events raised (isolated from routing, logged once a minute)
             body["subscriber_faults"] = dict(self.engine.bus.faults)
         return JSONResponse(body)
+
+    async def scrape(self, request: Request) -> Response:
+        """`GET /metrics`: the engine's state now and the traffic counted since start. A
+        scrape that fails is logged and answered 503: Prometheus marks the target down, and
+        routing goes on (docs/design.md §13)."""
+        assert self.metrics is not None
+        try:
+            body = exposition(self.metrics)
+        except Exception as exc:
+            self._scrape_failures += 1
+            # the first with its traceback (a bug to fix), the later ones a line each
+            log.error("a metrics scrape failed (%d in all): %s: %s", self._scrape_failures,
+                      type(exc).__name__, exc, exc_info=self._scrape_failures == 1)
+            return Response("metrics unavailable: the scrape failed; the gateway's log says "
+                            "why\n", 503, media_type="text/plain")
+        return Response(body, 200, headers={"content-type": CONTENT_TYPE_LATEST})
 
     # -- the management API ----------------------------------------------------------------
 

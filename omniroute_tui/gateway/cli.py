@@ -5,20 +5,36 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import logging
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..clock import SystemClock
-from ..config import ConfigError, load_router_config
+from ..config import ConfigError, MetricsAccess, load_router_config
+from ..config.status import ConfigStatus
 from ..config.token import TOKEN_ENV, TokenError, load_token
 from ..store import Recovery, SqliteStore, StoreError
 from .app import Gateway
 from .server import GatewayServer, parse_listen
 
 __all__ = ["main"]
+
+
+_METRICS_SERVED = {
+    MetricsAccess.TOKEN: "/metrics with the token",
+    MetricsAccess.PUBLIC: "/metrics without a token (gateway.metrics: public)",
+    MetricsAccess.OFF: "no /metrics",
+}
+
+
+def config_status(path: Path) -> ConfigStatus:
+    """The config in force: its file, the hash of its bytes, and when it was loaded."""
+    version = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return ConfigStatus(str(path), version, time.time_ns() // 1_000_000)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,7 +90,8 @@ async def _serve(args: argparse.Namespace) -> int:
             print(f"the bad database was kept as {store.set_aside_from}", file=sys.stderr)
         await store.attach(router.engine)
     gateway = Gateway(router, config.providers, token=token, store=store,
-                      limits=config.gateway_limits, fleet=link)
+                      limits=config.gateway_limits, fleet=link,
+                      metrics=config.gateway_metrics, config_status=config_status(args.config))
     server = GatewayServer(gateway, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -85,7 +102,8 @@ async def _serve(args: argparse.Namespace) -> int:
         await server.start()
         management = "with the management API" if token else (
             f"WITHOUT the management API (no token: give --token-file or ${TOKEN_ENV})")
-        print(f"omniroute-gateway on {server.url} {management}", flush=True)
+        print(f"omniroute-gateway on {server.url} {management}; "
+              f"{_METRICS_SERVED[gateway.metrics_access]}", flush=True)
         await stop.wait()
     finally:
         await server.stop()
