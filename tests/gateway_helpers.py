@@ -51,9 +51,10 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
                           limits: GatewayLimits | None = None, busy_timeout_ms: int = 2000,
                           redis: tuple[str, str] | None = None,
                           retention: StoreRetention | None = None,
-                          metrics: MetricsAccess = MetricsAccess.TOKEN,
+                          metrics: MetricsAccess = MetricsAccess.TOKEN, port: int = 0,
                           ) -> AsyncIterator[Running]:
-    """A gateway on its own fakes; `redis` (URL, key prefix) makes it a fleet replica."""
+    """A gateway on its own fakes; `redis` (URL, key prefix) makes it a fleet replica;
+    `port` is its port on 127.0.0.1 (0: any free one)."""
     loaded = load_scenario("gateway.yaml", text=scenario)
     fakes = await start_fakes(loaded)
     store = link = None
@@ -74,7 +75,7 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             await link.attach(router.engine, router.models)
         gateway = Gateway(router, config.providers, token=TOKEN, store=store, limits=limits,
                           fleet=link, metrics=metrics)
-        server = GatewayServer(gateway, "127.0.0.1", 0)
+        server = GatewayServer(gateway, "127.0.0.1", port)
         await server.start()
         yield Running(server.url, gateway, text, server)
     finally:
