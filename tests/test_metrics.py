@@ -3,12 +3,15 @@ clock, the exposition format, bounded labels, and nothing secret in it."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client import generate_latest
 
 from omniroute_tui.clock import ManualClock
@@ -400,3 +403,54 @@ def test_requests_that_never_answer_do_not_grow_the_table() -> None:
         s.engine.bus.emit(RequestEvent(T0, f"lost-{i}", "chat"))
     s.request("r1", "chat", OK)  # still counted
     assert value(s.scrape(), "omniroute_requests_total", route="chat", status_class="2xx") == 1
+
+
+# -- the manual's page is the code's ------------------------------------------------------
+
+DOCS = Path(__file__).parent.parent / "docs" / "metrics.md"
+
+
+def test_the_metric_table_is_what_a_scrape_exposes() -> None:
+    rows = re.findall(r"^\| `(omniroute_\w+)` \| (\w+) \|([^|]*)\|", DOCS.read_text(),
+                      re.MULTILINE)
+    documented = {name: kind for name, kind, _ in rows}
+    exposed = {f"{name}_total" if kind == "counter" else name: kind
+               for name, kind in CONTRACT.items()}
+    assert documented == exposed
+    s = Setup(store=FakeStore(), fleet=FakeFleet(), config_status=ConfigStatus(None, "a", T0))
+    s.request("r1", "chat", (500, FailureKind.SERVER_ERROR, None, 10), OK)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    labels: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(exposition(s.registry).decode()):
+        for sample in family.samples:
+            labels.setdefault(family.name if family.type != "counter"
+                              else f"{family.name}_total", set()).update(
+                k for k in sample.labels if k != "le")
+    for name, _, cells in rows:  # the label names, without the values in parentheses
+        assert set(re.findall(r"`(\w+)`", re.sub(r"\(.*?\)", "", cells))) == labels[name], name
+
+
+def test_the_config_example_loads() -> None:
+    from omniroute_tui.config import MetricsAccess, load_router_config
+
+    block = re.findall(r"```yaml\n(gateway:.*?)```", DOCS.read_text(), re.DOTALL)[0]
+    config = load_router_config("metrics.md", text="providers:\n  p:\n    models: [m]\n"
+                                "    connections: [k]\nroutes: {}\n" + block)
+    assert config.gateway_metrics is MetricsAccess.PUBLIC
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool is not installed (Debian's prometheus package: make test "
+                           "installs it as root)")
+def test_the_scrape_config_is_one_prometheus_takes(tmp_path: Path) -> None:
+    block = re.findall(r"```yaml\n(scrape_configs:.*?)```", DOCS.read_text(), re.DOTALL)[0]
+    token = tmp_path / "token.txt"
+    token.write_text("a-token-of-sixteen-or-more\n")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(block.replace("/etc/prometheus/omniroute-token.txt", str(token)))
+    done = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    assert yaml.safe_load(block)["scrape_configs"][0]["authorization"] == {
+        "type": "Bearer", "credentials_file": "/etc/prometheus/omniroute-token.txt"}

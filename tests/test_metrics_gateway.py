@@ -4,6 +4,7 @@ never holds, and a scrape that fails answering 503, never 500."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 from pathlib import Path
 
@@ -15,13 +16,17 @@ from omniroute_tui.clock import SystemClock
 from omniroute_tui.config import MetricsAccess, load_router_config
 from omniroute_tui.config.problems import ConfigError
 from omniroute_tui.console.cli import build_app
+from omniroute_tui.engine import BreakerState
 from omniroute_tui.gateway import Gateway, GatewayServer
 from omniroute_tui.metrics import CONTENT_TYPE_LATEST
+from omniroute_tui.router import Router
 from omniroute_tui.store.sqlite_store import StoreHealth
 
 from .console_helpers import settle
 from .gateway_helpers import TOKEN, running_gateway
 from .metrics_helpers import parse, value
+from .test_redis_link import prefix  # noqa: F401 - the fixture: a key prefix of its own
+from .waiting import eventually
 
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 CONTENT = "the-users-private-words-7f3a"
@@ -47,6 +52,14 @@ async def test_the_token_is_needed_unless_metrics_are_public(tmp_path: Path) -> 
         reply = await http.get("/metrics", headers=AUTH)
         assert reply.status_code == 200
         assert reply.headers["content-type"] == CONTENT_TYPE_LATEST
+        # what a scraper may add or get wrong: the same answer, or a clear 4xx
+        odd = await http.get("/metrics?name[]=x&format=%00", headers={
+            **AUTH, "accept": "application/openmetrics-text; version=1.0.0"})
+        assert odd.status_code == 200 and odd.content.startswith(b"# HELP")
+        for method in ("POST", "DELETE"):
+            refused = await http.request(method, "/metrics", headers=AUTH, content=b"x" * 10)
+            assert refused.status_code == 405
+            assert refused.json()["error"]["message"] == f"no {method} /metrics here"
         assert value(parse(reply.content), "omniroute_breaker_state", provider="healthy",
                      state="CLOSED") == 1
     async with running_gateway(tmp_path, metrics=MetricsAccess.PUBLIC) as gw, \
@@ -154,8 +167,10 @@ async def test_console_listen_serves_metrics(tmp_path: Path) -> None:
                         assert (await http.get("/metrics")).status_code == 401
                     reply = await http.get("/metrics", headers=headers)
             assert reply.status_code == 200
-            assert value(parse(reply.content), "omniroute_requests_total", route="chat",
-                         status_class="2xx") == 1
+            m = parse(reply.content)
+            assert value(m, "omniroute_requests_total", route="chat", status_class="2xx") == 1
+            version = hashlib.sha256(config.read_bytes()).hexdigest()[:12]
+            assert value(m, "omniroute_config_info", version=version) == 1
 
 
 @pytest.mark.parametrize("text", ["Public", "tokens", "1", "[public]", "{a: 1}", "''",
@@ -176,3 +191,34 @@ def test_gateway_metrics_values(text: str, access: MetricsAccess) -> None:
     loaded = load_router_config("router.yaml", text=CONFIG + f"gateway: {{metrics: {text}}}\n")
     assert loaded.gateway_metrics is access
     assert load_router_config("router.yaml", text=CONFIG).gateway_metrics is MetricsAccess.TOKEN
+
+
+async def test_a_fleet_replica_counts_what_it_applies_and_how_late(
+        prefix: str) -> None:  # noqa: F811 - the fixture
+    from omniroute_tui.clock import ManualClock
+    from omniroute_tui.metrics import build_registry, exposition
+
+    from .test_redis_link import fleet
+
+    async with fleet(prefix, 2) as (engines, links):  # type: ignore[arg-type]
+        first, second = engines
+        router = Router(second, {})
+        registry = build_registry(router, clock=ManualClock(0), fleet=links[1])
+
+        def applied_here() -> bool:
+            """Once the other replica follows the stream (what it read of the state at
+            its start is state, not events, and not counted), a force-open is one."""
+            if links[1].health().applied:
+                return True
+            first.force_open("p", 60_000, actor="ops")
+            return False
+
+        await eventually(applied_here, poll_s=0.2, what="an event applied on the other replica")
+        assert second.breaker_snapshot("p").state is BreakerState.OPEN
+        m = parse(exposition(registry))
+        applied = value(m, "omniroute_fleet_events_applied_total")
+        assert applied == links[1].health().applied >= 1
+        assert value(m, "omniroute_fleet_propagation_lag_seconds_count") == applied
+        assert value(m, "omniroute_fleet_propagation_lag_seconds_bucket", le="10.0") == applied
+        assert value(m, "omniroute_fleet_up") == 1
+        assert value(m, "omniroute_fleet_queued_changes") >= 0

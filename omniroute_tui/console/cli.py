@@ -122,9 +122,14 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
                                        recover=args.db_recover == "set-aside")
         model = ConsoleModel(config.providers, router_backend.now_ms)
         bus.subscribe(model.on_event)
+        status = None
+        if listen is not None:
+            from ..gateway.cli import config_status
+
+            status = config_status(Path(args.config))
         return ConsoleApp(router_backend, model, operator=operator,
                           read_only=args.read_only, listen=listen, token=token,
-                          metrics=config.gateway_metrics)
+                          metrics=config.gateway_metrics, config_status=status)
     from simulator.scenario import load_scenario, resolve_scenario
 
     scenario = load_scenario(resolve_scenario(scenario_name or "demo"), config=args.config)

@@ -19,7 +19,6 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.samples import Sample
 
 from ..clock import Clock
 from ..config.status import ConfigStatus
@@ -30,7 +29,7 @@ from ..engine.lockout import LockoutSnapshot
 from ..router.core import Router
 from .buckets import Buckets
 from .labels import LabelBounds
-from .text_format import Labels
+from .text_format import Labels, sample
 from .traffic import COOLING_REASONS, TrafficCounters, cooling_reason
 
 if TYPE_CHECKING:
@@ -154,14 +153,14 @@ class StateCollector:
             if left > 0:
                 reason = reasons.get(key) or cooling_reason(snap.last_error, None)
                 for word, reason_labels in zip(COOLING_REASONS, by_reason, strict=True):
-                    cooling_s(Sample(cooling_n, reason_labels, 1 if word == reason else 0))
-                remaining_s(Sample(remaining_n, both, left / 1000))
+                    cooling_s(sample(cooling_n, reason_labels, 1 if word == reason else 0))
+                remaining_s(sample(remaining_n, both, left / 1000))
             else:
                 for reason_labels in by_reason:
-                    cooling_s(Sample(cooling_n, reason_labels, 0))
-                remaining_s(Sample(remaining_n, both, 0))
-            level_s(Sample(level_n, both, snap.level))
-            disabled_s(Sample(disabled_n, both, 1 if snap.disabled else 0))
+                    cooling_s(sample(cooling_n, reason_labels, 0))
+                remaining_s(sample(remaining_n, both, 0))
+            level_s(sample(level_n, both, snap.level))
+            disabled_s(sample(disabled_n, both, 1 if snap.disabled else 0))
         yield cooling
         yield level
         yield disabled

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["render"]
+__all__ = ["Labels", "render", "sample"]
 
 _TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram"}
 _SMALL = {0: "0.0", 1: "1.0"}
@@ -32,6 +32,17 @@ class Labels(dict[str, str]):
     def __init__(self, pairs: dict[str, str]) -> None:
         super().__init__(pairs)
         self.text = _pairs(self)
+
+
+_PAD = (None,) * (len(Sample._fields) - 3)  # timestamp, exemplar (and native histogram)
+_new_tuple = tuple.__new__
+
+
+def sample(name: str, labels: dict[str, str], value: float) -> Sample:
+    """`Sample(name, labels, value)`, built without the named tuple's Python-level
+    `__new__` (a third of a scrape's reading time at thousands of series)."""
+    built: Sample = _new_tuple(Sample, (name, labels, value, *_PAD))
+    return built
 
 
 def render(registry: Collector) -> bytes:

@@ -31,6 +31,7 @@ from ..engine.events import (
 from ..engine.kinds import DedupWindow, FailureKind, SkipReason
 from .buckets import ATTEMPT_BUCKETS, DURATION_BUCKETS_MS, Buckets
 from .labels import LabelBounds, status_class
+from .text_format import Labels, sample
 
 __all__ = ["COOLING_REASONS", "TrafficCounters", "cooling_reason"]
 
@@ -70,6 +71,7 @@ class TrafficCounters:
         self.waits: dict[str, list[int]] = {}  # provider -> [count, ms waited]
         self.dedup: dict[tuple[str, str], int] = {}
         self.transitions: dict[tuple[str, str, str, str], int] = {}
+        self._labels_of: dict[tuple[str, str, str, FailureKind | None], Labels] = {}
         #: (provider, connection) -> the reason of its latest cooldown
         self.cooling: dict[tuple[str, str], str] = {}
         self._zeros(providers, routes)
@@ -199,8 +201,14 @@ class TrafficCounters:
         attempts = CounterMetricFamily(
             "omniroute_attempts", "Upstream attempts, by outcome (ok, or the failure kind).",
             labels=("provider", "connection", "model", "outcome"))
-        for (provider, connection, model, kind), count in self.attempts.items():
-            attempts.add_metric((provider, connection, model, kind or "ok"), count)
+        add, name, labels = attempts.samples.append, attempts.name + "_total", self._labels_of
+        for key, count in self.attempts.items():
+            pairs = labels.get(key)
+            if pairs is None:  # as bounded as the counts: one per key
+                provider, connection, model, kind = key
+                pairs = labels[key] = Labels({"provider": provider, "connection": connection,
+                                              "model": model, "outcome": kind or "ok"})
+            add(sample(name, pairs, count))
         yield attempts
         failures = CounterMetricFamily(
             "omniroute_upstream_failures", "Failed upstream attempts, by failure kind.",
