@@ -59,6 +59,15 @@ def test_each_rule_tells_on_call_what_to_do(rule: dict[str, Any]) -> None:
         assert re.search(r"pane [0-7] \(", annotations["description"])
 
 
+def test_every_metric_named_is_one_the_gateway_exposes() -> None:
+    from tests.test_grafana_dashboard import documented_metrics
+
+    named = {name for rule in rules()
+             for name in re.findall(r"\bomniroute_\w+", rule["expr"])}
+    assert len(named) == 9
+    assert named <= documented_metrics(), named - documented_metrics()
+
+
 def test_a_short_blip_never_pages() -> None:
     """No rule fires on its first bad sample: a scrape or two of trouble pages nobody."""
     def seconds(text: str) -> int:

@@ -85,6 +85,22 @@ def test_a_broken_expression_is_caught(tmp_path: Path) -> None:
     assert "omniroute_dashboard:expr_3" in result.stdout + result.stderr
 
 
+def documented_metrics() -> set[str]:
+    """The metric names of docs/metrics.md's table (a histogram's series: its name plus
+    `_bucket`, `_sum`, `_count`)."""
+    table = (ROOT / "docs" / "metrics.md").read_text()
+    names = set(re.findall(r"^\| `(omniroute_\w+)` \|", table, re.MULTILINE))
+    histograms = set(re.findall(r"^\| `(omniroute_\w+)` \| histogram", table, re.MULTILINE))
+    return names | {h + suffix for h in histograms for suffix in ("_bucket", "_sum", "_count")}
+
+
+def test_every_metric_named_is_one_the_gateway_exposes() -> None:
+    named = {name for expr in expressions(dashboard())
+             for name in re.findall(r"\bomniroute_\w+", expr)}
+    assert len(named) >= 15
+    assert named <= documented_metrics(), named - documented_metrics()
+
+
 def test_the_asked_for_panels_are_there() -> None:
     panels = {p["title"]: p for p in dashboard()["panels"]}
     wanted = {

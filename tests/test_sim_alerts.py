@@ -279,3 +279,26 @@ def test_a_finer_scrape_interval_sees_the_end_sooner(tmp_path: Path) -> None:
     assert alerts["interval_ms"] == 5000 and alerts["evaluations"] == 61
     breaker = next(f for f in alerts["firings"] if f["alert"] == "OmniRouteBreakerOpen")
     assert (breaker["fired"], breaker["resolved"]) == ("storm +1m15s", "storm end +5s")
+
+
+@needs_promtool
+def test_more_samples_than_the_limit_are_refused_before_running(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "long.yaml"
+    path.write_text(SCENARIO.replace("duration: 2m", "duration: 3h").replace("expect:\n", ""))
+    assert main(["run", str(path), "--alerts", str(RULES), "--scrape-interval", "1s"]) == 2
+    assert "10,801 samples at --scrape-interval 1s, over the limit of 10,000" \
+        in capsys.readouterr().err
+
+
+@needs_promtool
+def test_a_fleet_is_sampled_replica_by_replica(tmp_path: Path) -> None:
+    report = tmp_path / "fleet.json"
+    assert main(["run", "fleet-429-storm", "--policy", "resilient", "--alerts", str(RULES),
+                 "--report", str(report)]) == 0
+    firings = json.loads(report.read_text())["alerts"]["firings"]
+    breaker = [f for f in firings if f["alert"] == "OmniRouteBreakerOpen"]
+    assert [f["labels"]["instance"] for f in breaker] == ["replica-0", "replica-1",
+                                                          "replica-2"]
+    assert {(f["fired"], f["resolved"]) for f in breaker} == {("storm +1m15s",
+                                                               "storm end +15s")}
