@@ -51,6 +51,9 @@ _ALERT_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
 _GOT_HEADER = re.compile(r"^\s*alertname: (\S+), time: (\S+),\s*$")
 _GOT_LABELS = re.compile(r"^\s*Labels:\{(.*)\}\s*$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+#: the escapes of Go's quoted strings that a label value can hold (others are kept as is)
+_ESCAPE = re.compile(r"\\(.)")
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"'}
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s)")
 _UNIT_MS = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1, "us": 1e-3, "µs": 1e-3,
             "ns": 1e-6}
@@ -118,13 +121,10 @@ def _values_text(values: Sequence[float | None]) -> str:
     that goes away is marked `stale` once, as a scrape that no longer has it would be."""
     words: list[str] = []
     tokens: list[str] = []
-    seen = False
     for value in values:
-        if value is None:
-            tokens.append("stale" if seen and tokens and tokens[-1] not in ("_", "stale")
-                          else "_")
+        if value is None:  # stale right after a value, a gap after that
+            tokens.append("stale" if tokens and tokens[-1] not in ("_", "stale") else "_")
         else:
-            seen = True
             tokens.append(_number(value))
     start = 0
     while start < len(tokens):
@@ -233,7 +233,7 @@ def _parse_got(output: str) -> dict[tuple[str, int], list[dict[str, str]]]:
             current = (header.group(1), _go_duration_ms(header.group(2)))
             got.setdefault(current, [])
         elif current is not None and (labels := _GOT_LABELS.match(line)):
-            pairs = {k: bytes(v, "utf-8").decode("unicode_escape")
+            pairs = {k: _ESCAPE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(0)), v)
                      for k, v in _LABEL.findall(labels.group(1))}
             got[current].append(pairs)
     return got

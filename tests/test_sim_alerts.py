@@ -85,12 +85,14 @@ def test_promtool_says_when_an_alert_fired_and_resolved(tmp_path: Path) -> None:
     recorder = SeriesRecorder({(): registry})
     for value in (0, 1, 1, 1, 1, 0, 0, 1, 1, 1):  # one sample every 15 s
         gauge.labels("alpha").set(value)
+        gauge.labels('bé"ta\\').set(1)
         recorder.sample()
     run = evaluate_rules(rules, recorder, 15_000, PROMTOOL)
     assert run.alerts == ["Up", "Never"]
     assert run.eval_times == [i * 15_000 for i in range(10)]
     # pending at 15 s, firing at 45 s, quiet at 75 s; again pending at 105 s, firing at 135 s
     assert [(f.alert, f.labels, f.fired_ms, f.resolved_ms) for f in run.firings] == [
+        ("Up", {"provider": 'bé"ta\\'}, 30_000, None),  # names come back as they were
         ("Up", {"provider": "alpha"}, 45_000, 75_000),
         ("Up", {"provider": "alpha"}, 135_000, None),
     ]
