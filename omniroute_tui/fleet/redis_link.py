@@ -272,6 +272,9 @@ class RedisLink:
         self._config_versions: dict[str, str] | None = None
         self._config_refused: dict[bytes, bytes] = {}  # counted once, until they change
         self._config_wake = asyncio.Event()
+        #: told, for every other replica's event applied here, how late it was (ms from
+        #: when it happened there to now): the metrics' propagation lag
+        self._lag_listeners: list[Callable[[int], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -324,6 +327,12 @@ class RedisLink:
                            read_up_to=self.read_up_to,
                            config_versions=None if self._config_versions is None
                            else dict(self._config_versions))
+
+    def on_applied(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        """Tell `listener` the lag (ms) of every other replica's event applied from now
+        on; returns its removal."""
+        self._lag_listeners.append(listener)
+        return lambda: self._lag_listeners.remove(listener)
 
     @property
     def dropping(self) -> int:
@@ -604,8 +613,12 @@ class RedisLink:
                 self.peer.hear_state(read.event)
         except Exception as exc:  # one entry must not end the loop
             self._reject(where, f"applying it raised {type(exc).__name__}", str(exc)[:80])
-        else:
+            return
+        if relay:
             self.applied += 1
+            lag = max(0, _now_ms() - read.event.t)
+            for listener in self._lag_listeners:
+                listener(lag)
 
     def _reject(self, where: str, reason: str, detail: str) -> None:
         now = _now_ms()
