@@ -377,6 +377,7 @@ class RedisLink:
     async def _write_loop(self) -> None:
         failures = 0
         while True:
+            _end_if_cancelled()
             await self._wake.wait()
             self._wake.clear()
             try:
@@ -485,6 +486,7 @@ class RedisLink:
         failures = 0
         check_master_at = time.monotonic() + _MASTER_CHECK_S
         while True:
+            _end_if_cancelled()
             try:
                 if self._sentinel is not None and time.monotonic() >= check_master_at:
                     check_master_at = time.monotonic() + _MASTER_CHECK_S
@@ -521,6 +523,7 @@ class RedisLink:
         CONFIG_EVERY_S (at once after a reload). Redis away: the follow loop says so in
         `/health`; the versions known stay until it answers again."""
         while True:
+            _end_if_cancelled()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CONFIG_EVERY_S):
                     await self._config_wake.wait()
@@ -730,6 +733,16 @@ class RedisLink:
             log.warning("the fleet's Redis answers again; %d change(s) queued",
                         len(self._outbox))
             self._failing_since, self._error = None, None
+
+
+def _end_if_cancelled() -> None:
+    """End the loop that asks, if its task was cancelled: redis-py's read timeout can
+    swallow a cancellation that lands while a command waits (seen with redis-py 8.1 on
+    Python 3.11: the follow loop went on reading after `close` cancelled it, for as long as
+    `close` waited), so each loop turn checks for itself."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _change(item: Shared) -> Change:
