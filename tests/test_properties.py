@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from omniroute_tui.clock import ManualClock
 from omniroute_tui.engine import (
+    AttemptEvent,
+    BreakerEvent,
     BreakerState,
     Classification,
     CooldownEvent,
@@ -17,7 +19,8 @@ from omniroute_tui.engine import (
     ResilienceEngine,
     default_settings,
 )
-from omniroute_tui.engine.settings import AuthKind
+from omniroute_tui.engine.kinds import BreakerReason, CooldownReason
+from omniroute_tui.engine.settings import AuthKind, ResilienceSettings
 from omniroute_tui.router import Attempt, Response, Route, Router, Target, Wait
 
 from .helpers import settings as make_settings
@@ -39,32 +42,72 @@ step = st.tuples(
 )
 
 
-def build(auth: AuthKind, jitter: float) -> tuple[ResilienceEngine, Router, ManualClock]:
+#: the route's targets: the provider with three keys, a `per_model_quota` one, and the
+#: first again for another model
+TARGETS = (Target("p", "m"), Target("q", "m"), Target("p", "n"))
+
+
+def build(auth: AuthKind, jitter: float, targets: tuple[Target, ...] = TARGETS,
+          config: ResilienceSettings | None = None
+          ) -> tuple[ResilienceEngine, Router, ManualClock]:
     clock = ManualClock()
-    config = make_settings(auth, jitter=jitter) if jitter else default_settings(auth)
+    if config is None:
+        config = make_settings(auth, jitter=jitter) if jitter else default_settings(auth)
     engine = ResilienceEngine(
         [ProviderSpec("p", CONNS, config), ProviderSpec("q", ("x",), config,
                                                        per_model_quota=True)],
         clock, seed=11,
     )
-    routes = {"r": Route("r", (Target("p", "m"), Target("q", "m"), Target("p", "n")))}
+    routes = {"r": Route("r", targets)}
     return engine, Router(engine, routes), clock
 
 
-def run(ops: list[Any], auth: AuthKind, jitter: float) -> tuple[ResilienceEngine, ManualClock,
-                                                                  list[dict[str, Any]]]:
-    engine, router, clock = build(auth, jitter)
+def run(ops: list[Any], auth: AuthKind, jitter: float, targets: tuple[Target, ...] = TARGETS,
+        config: ResilienceSettings | None = None
+        ) -> tuple[ResilienceEngine, ManualClock, list[dict[str, Any]]]:
+    engine, router, clock = build(auth, jitter, targets, config)
     events: list[dict[str, Any]] = []
     deadlines: dict[tuple[str, str], int] = {}
     max_level = engine.spec("p").settings.cooldown.max_level
 
+    waits: dict[tuple[str, str], str] = {}  # what each cooldown waits for, by its events
+    last_close: list[Any] = []  # the latest breaker event, when a probe just closed it
+
     def check(event: Any) -> None:
         events.append(event.to_dict())
-        if isinstance(event, CooldownEvent) and event.kind is not None:
+        if isinstance(event, BreakerEvent):
+            closed = event.reason is BreakerReason.PROBE_SUCCEEDED
+            last_close[:] = [event] if closed else []
+        if isinstance(event, CooldownEvent):
             key = (event.provider, event.connection)
-            assert event.until >= deadlines.get(key, 0), "a cooldown deadline moved earlier"
-            deadlines[key] = event.until
-            assert 0 <= event.level <= max_level
+            if event.kind is not None:
+                # no deadline moves earlier ...
+                assert event.until >= deadlines.get(key, 0), "a cooldown deadline moved earlier"
+                deadlines[key] = event.until
+                assert 0 <= event.level <= max_level
+                waits[key] = ("quota" if event.kind is FailureKind.QUOTA_EXHAUSTED
+                              else "hinted" if event.hint_ms is not None else "backoff")
+            elif event.reason is CooldownReason.PROBE_FREED:
+                # ... except by the documented clearing: a probe of this provider has just
+                # succeeded, and what it frees is a backoff cooldown, never a quota or a
+                # server's hint (docs/design.md §3)
+                assert last_close and last_close[0].provider == event.provider
+                assert last_close[0].t == event.t
+                assert waits.get(key) == "backoff", (key, waits.get(key))
+                assert event.level == 0 and event.until <= event.t
+                deadlines[key] = event.until
+        if isinstance(event, AttemptEvent):
+            snap = engine.connection_snapshot(event.provider, event.connection)
+            assert not snap.disabled
+            locked = engine.layers(event.provider).lockouts.locked_until(
+                event.connection, event.model, event.t)
+            assert locked is None, "an attempt on a locked key"
+            if event.cooling_until is None:
+                assert not snap.cooling(event.t), "an ordinary attempt on a cooling key"
+            else:  # only the probe, on a key cooling for backoff alone
+                assert event.probe and snap.cooling(event.t)
+                assert snap.cooling_until == event.cooling_until
+                assert waits.get((event.provider, event.connection)) == "backoff"
 
     engine.bus.subscribe(check)
     for n, (jump, answers, abandon) in enumerate(ops):
@@ -110,6 +153,44 @@ def test_invariants_hold_for_any_history(ops: list[Any], auth: AuthKind, jitter:
         assert engine.admit(provider).allowed
 
 
+#: histories that open breakers and probe them: short jumps, mostly breaker failures, now
+#: and then a quota, a hint, a lockout, a revoked key or a success
+storm_step = st.tuples(
+    st.integers(min_value=0, max_value=4_000),
+    st.lists(
+        st.tuples(
+            st.sampled_from([FailureKind.SERVER_ERROR] * 4 + [FailureKind.RATE_LIMITED] * 2 + [
+                None, None, FailureKind.QUOTA_EXHAUSTED, FailureKind.MODEL_NOT_FOUND,
+                FailureKind.AUTH_FAILED, FailureKind.TIMEOUT]),
+            st.one_of(st.none(), st.none(), st.integers(min_value=1, max_value=15_000)),
+            st.integers(min_value=0, max_value=2_000),
+        ),
+        min_size=1, max_size=4,
+    ),
+    st.sampled_from([False] * 9 + [True]),  # now and then a request never answered
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(storm_step, min_size=10, max_size=80),
+       auth=st.sampled_from(list(AuthKind)))
+def test_probes_use_backoff_keys_only_and_leak_no_slot(ops: list[Any], auth: AuthKind
+                                                       ) -> None:
+    """Under storms the probe meets cooling keys: it takes only a backoff one (never a
+    quota, a hinted, a disabled or a locked key), only a successful probe frees keys,
+    and no slot leaks (the checks of `run`). The route stays on the one provider, whose
+    keys are what is being watched, and every failure counts (no dedup), so that its
+    breaker opens often."""
+    config = make_settings(auth, dedup={"connection_window_ms": 0, "network_window_ms": 0})
+    engine, clock, _ = run(ops, auth, 0.0, (Target("p", "m"), Target("p", "n")), config)
+    clock.advance(engine.spec("p").settings.request.timeout_ms)
+    for provider in ("p", "q"):
+        snap = engine.breaker_snapshot(provider)
+        assert snap.probes_in_flight == 0 or snap.state is not BreakerState.HALF_OPEN
+        clock.advance(engine.spec(provider).settings.breaker.reset_timeout_ms * 16)
+        assert engine.admit(provider).allowed
+
+
 @settings(max_examples=60, deadline=None)
 @given(ops=st.lists(step, max_size=30), jitter=st.sampled_from([0.0, 0.5]))
 def test_same_inputs_same_events(ops: list[Any], jitter: float) -> None:
@@ -129,6 +210,8 @@ def test_same_inputs_same_events(ops: list[Any], jitter: float) -> None:
     )
 )
 def test_cooldown_never_shortens(failures: list[tuple[int, int | None, FailureKind]]) -> None:
+    """Failures alone never shorten a cooldown; the one thing that does is a successful
+    probe's freeing of backoff cooldowns (checked in `run` above)."""
     clock = ManualClock()
     engine = ResilienceEngine([ProviderSpec("p", ("c",), default_settings())], clock)
     from .helpers import ADMIT
@@ -162,6 +245,8 @@ def test_to_json_is_exactly_json_dumps_of_to_dict(
 
     samples = [
         ev.RequestEvent(t, a, b), ev.AttemptEvent(t, a, n, b, c, a, flag),
+        ev.AttemptEvent(t, a, n, b, c, a, flag, maybe),
+        ev.CooldownEvent(t, a, b, kind, n, n, maybe, kind),  # type: ignore[arg-type]
         ev.ResultEvent(t, a, n, b, c, a, n, kind, n), ev.SkipEvent(t, a, b, c, a, maybe),
         ev.ResponseEvent(t, a, n, n, n, n, kind), ev.BreakerEvent(t, a, b, c, a, n, maybe),
         ev.CooldownEvent(t, a, b, kind, n, n, maybe), ev.DisabledEvent(t, a, b, c),
