@@ -257,3 +257,73 @@ def test_to_json_is_exactly_json_dumps_of_to_dict(
     for event in samples:
         expected = json.dumps(event.to_dict(), separators=(",", ":"), ensure_ascii=False)
         assert event.to_json() == expected
+
+
+#: what a key of the probed provider is doing when the probe comes (at 5 s)
+KEY_STATES = ("free", "backoff", "hinted", "quota", "disabled", "locked")
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.tuples(st.sampled_from(KEY_STATES),
+                               # how long before the probe it failed (0.1 to 4 s)
+                               st.integers(min_value=100, max_value=4_000),
+                               st.integers(min_value=1, max_value=9_000)),  # its hint
+                     min_size=1, max_size=6))
+def test_the_probe_picks_by_the_rule_and_its_success_frees_only_backoff(
+        keys: list[tuple[str, int, int]]) -> None:
+    """Any mix of keys: the probe takes a key that is not cooling if there is one, else the
+    backoff-only key (enabled, not locked) that ends first, else nothing; its success frees
+    exactly the backoff cooldowns and changes no other key (docs/design.md §3)."""
+    from omniroute_tui.engine.breaker import BreakerAdmission
+
+    names = tuple(f"k{i}" for i in range(len(keys)))
+    clock = ManualClock()
+    engine = ResilienceEngine([ProviderSpec("p", names, default_settings())], clock)
+    breaker = engine.layers("p").breaker
+    for _ in range(5):
+        breaker.record_failure(0, FailureKind.SERVER_ERROR, engine.admit("p"))  # OPEN to 5 s
+    stale = BreakerAdmission(True, 0)  # what the keys' failures carry: ignored by the breaker
+    for (state, ago, hint), name in sorted(zip(keys, names, strict=True),
+                                           key=lambda k: -k[0][1]):
+        clock.set(5_000 - ago)
+        outcome = {"backoff": Classification(FailureKind.SERVER_ERROR),
+                   "hinted": Classification(FailureKind.RATE_LIMITED, hint),
+                   "quota": Classification(FailureKind.QUOTA_EXHAUSTED, hint),
+                   "disabled": Classification(FailureKind.SERVER_ERROR),
+                   "locked": Classification(FailureKind.SERVER_ERROR)}.get(state)
+        if outcome is not None:
+            engine.record("p", name, "m", stale, outcome)
+        if state == "disabled":
+            engine.set_enabled("p", name, False, actor="ops")
+        if state == "locked":
+            engine.record("p", name, "m", stale, Classification(FailureKind.MODEL_NOT_FOUND))
+    clock.set(5_000)
+    before = {n: engine.connection_snapshot("p", n) for n in names}
+    lockouts = engine.layers("p").lockouts
+    usable = [n for n, (state, _, _) in zip(names, keys, strict=True)
+              if not before[n].disabled and lockouts.locked_until(n, "m", 5_000) is None]
+    free = [n for n in usable if not before[n].cooling(5_000)]
+    backoff = [n for n, (state, _, _) in zip(names, keys, strict=True)
+               if n in usable and state == "backoff" and before[n].cooling(5_000)]
+    routing = Router(engine, {"r": Route("r", (Target("p", "m"),))}).start("x", "r")
+    step_ = routing.next_step()
+    if free:
+        assert isinstance(step_, Attempt) and step_.probe and step_.connection == free[0]
+    elif backoff:
+        first = min(backoff, key=lambda n: (before[n].cooling_until, names.index(n)))
+        assert isinstance(step_, Attempt) and step_.probe and step_.connection == first
+    else:
+        assert isinstance(step_, Response | Wait)  # nothing to probe with: skipped, or a
+        assert engine.breaker_snapshot("p").probes_in_flight == 0  # wait; the slot is back
+        return
+    routing.record(200, Classification(None))
+    assert engine.breaker_snapshot("p").state is BreakerState.CLOSED
+    for n, (state, _, _) in zip(names, keys, strict=True):
+        after = engine.connection_snapshot("p", n)
+        if state in ("backoff", "disabled", "locked") or n == step_.connection:
+            if state in ("backoff", "disabled", "locked"):  # backoff cooldowns: freed
+                assert after.level == 0 and not after.cooling(5_000), (n, state)
+            assert after.disabled == before[n].disabled
+        else:  # quota, hinted, free: as they were (but the probe key's level)
+            assert after.cooling_until == before[n].cooling_until, (n, state)
+            assert after.level == before[n].level, (n, state)
