@@ -151,3 +151,16 @@ async def test_hostile_requests_to_a_room_get_a_4xx_and_no_traceback(caplog: Any
         replay = trainer.backend.replay
         assert replay is not None and replay.now_ms() == 40_000  # nothing drove the run
     assert not [r for r in caplog.records if r.exc_info], "a traceback in the log"
+
+
+def test_serve_room_refuses_what_is_not_a_replay(capsys: Any) -> None:
+    from omniroute_tui.console.cli import main
+
+    for argv, said in (
+            (["--scenario", "vpn-blip", "--live", "--serve-room", "127.0.0.1:0"],
+             "--serve-room serves a replay in virtual time"),
+            (["--attach", "http://127.0.0.1:9", "--serve-room", "127.0.0.1:0"],
+             "--serve-room serves this console's own replay: not with --attach"),
+            (["--scenario", "demo", "--serve-room", "4100"], "HOST:PORT")):
+        assert main(argv) == 2
+        assert said in capsys.readouterr().err

@@ -119,6 +119,8 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
     if getattr(args, "attach", None):
         if args.config is not None:
             raise ValueError("--attach shows a running gateway: it takes no --config")
+        if getattr(args, "serve_room", None):
+            raise ValueError("--serve-room serves this console's own replay: not with --attach")
         return _attach_app(args, attach_state, operator)
     scenario_name = getattr(args, "scenario", None)
     room = _room(args) if getattr(args, "serve_room", None) else None
