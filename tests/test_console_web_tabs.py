@@ -151,3 +151,42 @@ async def test_a_rooms_page_attaches_each_tab_to_the_room() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(page.pid, signal.SIGTERM)
             await asyncio.to_thread(page.wait, 10)
+
+
+async def test_a_silent_tab_ends_even_where_aiohttp_leaves_its_reader_waiting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Older aiohttp, on unanswered pings, marked the websocket closed without waking the
+    handler reading it, and a browser that vanished (a laptop lid: no reset, no ACK) never
+    lets the close finish: textual-serve's handler then waited for ever and the tab's
+    process ran on. The server here, in this process, with that behaviour put back."""
+    from aiohttp import web, web_ws
+
+    from omniroute_tui.console import web as console_web
+
+    def closed_but_reader_left_waiting(self: web_ws.WebSocketResponse,
+                                       exc: BaseException) -> None:
+        # the transport is not closed here: to a vanished peer, a close with data still
+        # to send waits for ever too, so the reader would not hear of it either
+        self._set_closed()
+        self._exception = exc
+
+    monkeypatch.setattr(web_ws.WebSocketResponse, "_handle_ping_pong_exception",
+                        closed_but_reader_left_waiting)
+    monkeypatch.setattr(console_web, "HEARTBEAT_S", 2.0)
+    command = f"{sys.executable} -m omniroute_tui.console --scenario 429-storm --read-only"
+    server = console_web.tab_server(command, host="127.0.0.1", port=0)
+    runner = web.AppRunner(await server._make_app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        tab = await asyncio.to_thread(open_tab, port, receive_buffer=2048)
+        await eventually(lambda: len(tabs(os.getpid())) == 1, what="the tab's console")
+        [(console, _)] = tabs(os.getpid())
+        # the tab reads and answers nothing from now on
+        await eventually(lambda: not alive(console), timeout_s=30, poll_s=0.2,
+                         what="the tab's console ending")
+        tab.close()
+    finally:
+        await runner.cleanup()

@@ -4,11 +4,14 @@ served by the console itself, so the page works with no internet.
 
 Each tab runs a console process of its own, and it must end with its tab, however the
 tab goes. textual-serve stops a tab's process by asking it to quit and waiting for it,
-unbounded: the wait could hang on the tab's own socket (a write to a browser that vanished
-without closing, a laptop lid, waits on a full send buffer), and the process ran on. Here a
-dead browser is noticed within `HEARTBEAT_S * 1.5` (pings unanswered), the process's
-output is read and dropped from then on (so it never blocks writing), and a process that
-has not quit `QUIT_WAIT_S` after being asked is terminated, then killed."""
+unbounded, once the tab's messages end: with a browser that vanished without closing (a
+laptop lid), they could never end (older aiohttp marks the websocket closed when its pings
+go unanswered, but leaves the reader waiting), and the wait could hang on a write to the
+vanished browser (a full send buffer); the process ran on, painting for nobody. Here a
+dead browser is noticed within `HEARTBEAT_S * 1.5` (pings unanswered) whatever aiohttp
+does with its reader, the process's output is read and dropped from then on (so it never
+blocks writing), and a process that has not quit `QUIT_WAIT_S` after being asked is
+terminated, then killed."""
 
 from __future__ import annotations
 
@@ -122,7 +125,7 @@ def tab_server(command: str, **options: Any) -> Any:
                                  close=websocket.close,  # type: ignore[arg-type]
                                  download_manager=self.download_manager, debug=self.debug)
                 await tab.start(min(max(width, 10), 500), min(max(height, 5), 200))
-                await self._process_messages(websocket, tab)
+                await _until_closed(self._process_messages(websocket, tab), websocket)
             except asyncio.CancelledError:
                 pass
             except Exception as error:  # a tab's bad message ends that tab alone
@@ -135,3 +138,16 @@ def tab_server(command: str, **options: Any) -> Any:
             return websocket
 
     return TabServer(f"exec {command}", **options)
+
+
+async def _until_closed(messages: Any, websocket: Any) -> None:
+    """Read the tab's messages until the tab closes or its websocket is closed under the
+    reader: older aiohttp versions marked a websocket whose pings went unanswered closed but
+    left its reader waiting, and with it the tab's process, for ever."""
+    reading = asyncio.ensure_future(messages)
+    try:
+        while not reading.done() and not websocket.closed:
+            await asyncio.wait({reading}, timeout=1.0)
+    finally:
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
