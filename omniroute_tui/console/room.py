@@ -5,7 +5,8 @@ its state the way a gateway's management API does, read-only, so that trainees a
 The room answers only GETs: the state document (the gateway's, plus a `replay` part), the
 event stream (the gateway's broadcaster, with a `replay` frame whenever pause, speed or the
 run change), the recent state changes, the audit and `/health`. A token, when given,
-guards all but `/health`; without one, anyone who can reach the address can watch.
+guards all but `/health`; without one, anyone who can reach the address can watch
+(docs/design.md §12).
 """
 
 from __future__ import annotations
