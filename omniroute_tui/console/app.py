@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import BindingType
@@ -33,6 +33,9 @@ from .screens.modals import ConfirmScreen, DetailScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable
 from .widgets.panels import EventLog, FaultBanner, PlainStatic, ScenarioTimeline, StatusBar
+
+if TYPE_CHECKING:
+    from .room import RoomServer
 
 __all__ = ["ConsoleApp"]
 
@@ -60,8 +63,10 @@ class ConsoleApp(OperatorActions, ReplayControls):
         token: str | None = None,
         metrics: MetricsAccess = MetricsAccess.TOKEN,
         config_status: ConfigStatus | None = None,
+        room: RoomServer | None = None,
     ) -> None:
         super().__init__()
+        self.room = room  # `--serve-room`: this console's replay, served to viewers
         self.listen = listen
         self.token = token
         self.metrics = metrics  # who may scrape the served gateway's /metrics
@@ -138,7 +143,24 @@ class ConsoleApp(OperatorActions, ReplayControls):
                                                   self.backend.providers))
         if self.listen is not None:
             await self._serve_gateway(*self.listen)
+        if self.room is not None:
+            await self._serve_room(self.room)
         self.refresh_view()
+
+    async def _serve_room(self, room: RoomServer) -> None:
+        try:
+            await room.start()
+        except OSError as exc:
+            self.room = None
+            self.notify(f"could not serve the room: {exc}", severity="error", timeout=30)
+            return
+        guard = "token required" if room.token else "read-only, open to anyone who can reach it"
+        self.notify(f"room on {room.url} ({guard})", timeout=10)
+
+    def refresh_view(self) -> None:
+        super().refresh_view()
+        if self.room is not None and self.backend.replay is not None:
+            self.room.follow(self.backend.replay)  # pause, speed and restarts reach viewers
 
     async def _serve_gateway(self, host: str, port: int) -> None:
         """Serve the gateway from this console's own router (`--listen`)."""
@@ -180,6 +202,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
             "beside it (yes), or quit (no)?"), answered)
 
     async def on_unmount(self) -> None:
+        if self.room is not None:
+            await self.room.stop()
         if self.gateway_server is not None:
             await self.gateway_server.stop()
         await self.backend.stop()  # flushes the state database

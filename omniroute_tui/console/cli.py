@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--listen", metavar="HOST:PORT",
                         help="also serve the gateway from this console's router (with "
                              "--config or --live)")
+    parser.add_argument("--serve-room", metavar="HOST:PORT",
+                        help="with a replay: serve it to a room, read-only; trainees "
+                             "--attach http://HOST:PORT and follow this console's run")
     parser.add_argument("--speed", type=float, default=2.0,
                         help="virtual seconds per wall second (default: 2)")
     parser.add_argument("--read-only", action="store_true",
@@ -116,8 +119,11 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
     if getattr(args, "attach", None):
         if args.config is not None:
             raise ValueError("--attach shows a running gateway: it takes no --config")
+        if getattr(args, "serve_room", None):
+            raise ValueError("--serve-room serves this console's own replay: not with --attach")
         return _attach_app(args, attach_state, operator)
     scenario_name = getattr(args, "scenario", None)
+    room = _room(args) if getattr(args, "serve_room", None) else None
     if args.db and (args.config is None or scenario_name):
         raise ValueError("--db keeps a router's state: it goes with --config (a scenario "
                          "always starts fresh)")
@@ -161,7 +167,21 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
         backend = SimulationBackend(scenario, speed=args.speed, subscribers=(model.on_event,))
     model.now = backend.now_ms
     return ConsoleApp(backend, model, operator=operator,
-                      read_only=args.read_only, listen=listen, token=token)
+                      read_only=args.read_only, listen=listen, token=token, room=room)
+
+
+def _room(args: argparse.Namespace) -> Any:
+    """The room server for `--serve-room` (a replay in virtual time only)."""
+    from ..config.token import load_token
+    from ..gateway import parse_listen
+    from .room import RoomServer
+
+    if args.live or getattr(args, "listen", None) or (
+            args.config is not None and not getattr(args, "scenario", None)):
+        raise ValueError("--serve-room serves a replay in virtual time: use it with "
+                         "--scenario (not --live, --listen or a --config alone)")
+    host, port = parse_listen(args.serve_room)
+    return RoomServer(host, port, token=load_token(getattr(args, "token_file", None)))
 
 
 def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None,
@@ -171,24 +191,22 @@ def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None,
     from .model.attach import AttachBackend, fetch_state
     from .model.console_model import ConsoleModel
 
-    token = load_token(args.token_file)
-    if token is None:
-        raise ValueError("--attach needs the management API token: --token-file FILE or "
-                         "$OMNIROUTE_TOKEN")
+    token = load_token(args.token_file)  # a room may want none; a gateway always does
     if state is None:
         state = fetch_state(args.attach, token)
     model = ConsoleModel({}, lambda: 0)
     model.load_state_document(state)
     backend = AttachBackend(args.attach, token, on_event=model.on_event,
                             on_state=model.load_state_document, on_history=model.backfill)
+    backend.follow_room(state.get("replay"))
     model.now = backend.now_ms
     return ConsoleApp(backend, model, operator=operator,  # type: ignore[arg-type]
-                      read_only=args.read_only)
+                      read_only=args.read_only or backend.room is not None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.web:
+    if args.web and not args.serve_room:
         return _serve_web(args, argv)
     try:
         _log_to_file(args)
@@ -202,8 +220,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AttachError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    app.run()  # type: ignore[attr-defined]
+    room = getattr(app, "room", None)
+    if room is None:
+        app.run()  # type: ignore[attr-defined]
+        return 0
+    print(f"serving the room on {room.url}: read-only, "
+          + ("viewers need the token" if room.token else
+             f"no token: anyone who can reach {room.host}:{room.port} can watch"), flush=True)
+    page = _room_page(args, room.url) if args.web else None
+    try:
+        app.run()  # type: ignore[attr-defined]
+    finally:
+        if page is not None:
+            page.terminate()
+            page.wait(timeout=10)
     return 0
+
+
+def _room_page(args: argparse.Namespace, url: str) -> Any:
+    """`--serve-room` with `--web`: the browser page, each tab a console attached to the
+    room (not a replay of its own), served by a child process."""
+    import subprocess
+
+    command = [sys.executable, "-m", "omniroute_tui.console", "--attach", url, "--web",
+               "--host", args.host, "--port", str(args.port)]
+    if args.token_file:
+        command += ["--token-file", args.token_file]
+    print(f"serving the room's browser page on http://{args.host}:{args.port}", flush=True)
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
 
 
 def web_command(argv: Sequence[str], *, writable: bool) -> list[str]:
@@ -225,14 +270,14 @@ def web_command(argv: Sequence[str], *, writable: bool) -> list[str]:
 
 def _serve_web(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     try:
-        from textual_serve.server import Server
+        import textual_serve.server  # noqa: F401
     except ImportError:
         print("error: --web needs textual-serve (pip install textual-serve)", file=sys.stderr)
         return 2
     import shlex
     import tempfile
 
-    from .web import offline_templates
+    from .web import offline_templates, tab_server
 
     command = web_command(argv if argv is not None else sys.argv[1:],
                           writable=args.web_write)
@@ -240,6 +285,7 @@ def _serve_web(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
           f"({'operator actions allowed' if args.web_write else 'read-only'}); the page "
           "needs no internet", flush=True)
     with tempfile.TemporaryDirectory(prefix="omniroute-web-") as folder:
-        Server(shlex.join(command), host=args.host, port=args.port, title="OmniRoute Console",
-               templates_path=offline_templates(Path(folder))).serve()
+        tab_server(shlex.join(command), host=args.host, port=args.port,
+                   title="OmniRoute Console",
+                   templates_path=offline_templates(Path(folder))).serve()
     return 0

@@ -17,7 +17,10 @@ class ReplayControls(PaneView):
     def _replay(self, what: str) -> SimulationBackend | None:
         """The replay controls, or None with a word to the user on real time."""
         replay = self.backend.replay
-        if replay is None:
+        if replay is None and getattr(self.backend, "room", None) is not None:
+            self.notify(f"this console follows a room: only the trainer can {what}",
+                        severity="warning")
+        elif replay is None:
             self.notify(f"this console runs on real time: nothing to {what}",
                         severity="warning")
         return replay

@@ -101,10 +101,14 @@ class EventBroadcaster:
     def relay(self, replica: str, data: dict[str, object]) -> None:
         """Another replica's event, from the fleet's stream: streamed with its id, so a
         console attached to any replica follows the fleet."""
+        self.send(str(data.get("type", "event")),
+                  json.dumps({**data, "replica": replica}, separators=(",", ":")))
+
+    def send(self, kind: str, data: str) -> None:
+        """A frame that is no event of this engine (another replica's, a room's replay
+        state), in order with the events."""
         if self._readers:
-            self._pending.append(encode_frame(
-                str(data.get("type", "event")),
-                json.dumps({**data, "replica": replica}, separators=(",", ":"))))
+            self._pending.append(encode_frame(kind, data))
             if self._flush_soon is None:
                 self._arm_flush()
 

@@ -1,10 +1,15 @@
 """Attaching the console to a running gateway: state and events over the management API,
-operator actions as HTTP calls, reconnection with backoff when the gateway goes away."""
+operator actions as HTTP calls, reconnection with backoff when the gateway goes away.
+
+Attached to a room (`--serve-room`), the console follows the trainer's replay: the state
+and the stream carry its `replay` part (virtual time, speed, paused), and the console's
+clock is the replay's, run on between frames at the trainer's speed."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,14 +29,21 @@ class AttachError(Exception):
     """The gateway cannot be attached to; the message says why."""
 
 
-def fetch_state(url: str, token: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    """The gateway's state, synchronously: the console needs it before it can draw."""
+def _auth(token: str | None) -> dict[str, str]:
+    return {} if token is None else {"authorization": f"Bearer {token}"}
+
+
+def fetch_state(url: str, token: str | None, timeout_s: float = 5.0) -> dict[str, Any]:
+    """The gateway's state, synchronously: the console needs it before it can draw.
+    Without a token, only a room that asks for none answers."""
     try:
         reply = httpx.get(f"{url.rstrip('/')}/api/resilience/state",
-                          headers={"authorization": f"Bearer {token}"}, timeout=timeout_s)
+                          headers=_auth(token), timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise AttachError(f"cannot reach {url}: {exc}") from None
     if reply.status_code == 401:
+        if token is None:
+            raise AttachError(f"{url} wants a token: --token-file FILE or $OMNIROUTE_TOKEN")
         raise AttachError(f"{url} refused the token (401)")
     if reply.status_code == 404:
         raise AttachError(f"{url} serves no management API (was it started with a token?)")
@@ -94,15 +106,14 @@ class AttachBackend(RealTimeBackend):
 
     mode = "attached"
 
-    def __init__(self, url: str, token: str, *, on_event: Callable[[Event], None],
+    def __init__(self, url: str, token: str | None, *, on_event: Callable[[Event], None],
                  on_state: Callable[[dict[str, Any]], None],
                  on_history: Callable[[list[Event], list[dict[str, Any]]], None] | None = None,
                  ) -> None:
         self.url = url.rstrip("/")
         self.title = self.url
         self.providers: dict[str, Any] = {}
-        self._client = httpx.AsyncClient(base_url=self.url, timeout=10,
-                                         headers={"authorization": f"Bearer {token}"})
+        self._client = httpx.AsyncClient(base_url=self.url, timeout=10, headers=_auth(token))
         self.operator = RemoteOperator(self._client)
         self._on_event = on_event
         self._on_state = on_state
@@ -113,11 +124,35 @@ class AttachBackend(RealTimeBackend):
         self.connected = False
         self.retry_in_s: float | None = None
         self._failing_since: int | None = None  # the gateway's store or fleet store
+        #: a room's replay as it said last (None for a gateway), and when (monotonic s)
+        self.room: dict[str, Any] | None = None
+        self._room_at = 0.0
+
+    def follow_room(self, replay: object) -> None:
+        """Take a room's `replay` part (from its state or its stream); anything else is
+        ignored: a gateway sends none."""
+        if (isinstance(replay, dict) and isinstance(replay.get("now"), int)
+                and isinstance(replay.get("speed"), int | float)):
+            self.room, self._room_at = replay, time.monotonic()
+            self.title = f"room {self.url} {replay.get('scenario', '')}".rstrip()
 
     def now_ms(self) -> int:
-        return self._clock.now_ms()
+        room = self.room
+        if room is None:
+            return self._clock.now_ms()
+        if room.get("paused") or room.get("finished") or not self.connected:
+            return int(room["now"])
+        ran = (time.monotonic() - self._room_at) * float(room["speed"]) * 1000
+        return int(room["now"]) + round(min(ran, 5000 * float(room["speed"])))
 
     def status(self) -> str:
+        if self.connected and self.room is not None:
+            from .console_model import clock_text
+
+            if self.room.get("finished"):
+                return f"room sim {clock_text(self.now_ms())} finished"
+            state = "paused" if self.room.get("paused") else f"×{self.room['speed']:g}"
+            return f"room sim {clock_text(self.now_ms())} {state}"
         if self.connected:
             return "attached"
         return f"DISCONNECTED, retry in {self.retry_in_s:g}s" if self.retry_in_s else "connecting"
@@ -176,15 +211,24 @@ class AttachBackend(RealTimeBackend):
                 state.raise_for_status()
                 if self._on_history is not None:
                     await self._backfill()
-                self._on_state(state.json())
+                document = state.json()
+                self.follow_room(document.get("replay"))
+                self._on_state(document)
                 async with self._client.stream("GET", "/api/resilience/events",
                                                timeout=httpx.Timeout(10, read=60)) as stream:
                     stream.raise_for_status()
                     self.connected, self.retry_in_s, failures = True, None, 0
+                    kind = ""
                     async for line in stream.aiter_lines():
-                        if line.startswith("data: "):
+                        if line.startswith("event: "):
+                            kind = line[7:]
+                        elif line.startswith("data: "):
                             try:
-                                self._on_event(event_from_dict(json.loads(line[6:])))
+                                data = json.loads(line[6:])
+                                if kind == "replay":
+                                    self.follow_room(data)
+                                else:
+                                    self._on_event(event_from_dict(data))
                             except ValueError:
                                 continue  # a frame from a newer gateway: skip it
             except (httpx.HTTPError, ValueError):

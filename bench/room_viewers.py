@@ -1,0 +1,250 @@
+"""What a room costs: one trainer's replay (`--serve-room`) followed by N viewers, in a
+terminal (`--attach`, each a console process of its own, headless here) and in a browser
+(`--attach URL --web`: one page server, a console process per tab; the tabs are websockets
+opened by hand that read everything sent). Prints, for each kind, the memory (RSS) and CPU
+(cores, over a window of play) of the trainer, of the viewers one by one and together, and
+the machine's speed, so figures from two machines can be compared.
+
+    .venv/bin/python bench/room_viewers.py [--viewers 20] [--seconds 20] [--speed 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+TRAINER = """
+import sys
+from omniroute_tui.console.cli import _parser, build_app
+args = _parser().parse_args(["--scenario", sys.argv[1], "--speed", sys.argv[2],
+                             "--serve-room", sys.argv[3], "--operator", "trainer"])
+app = build_app(args)
+app.run(headless=True, size=(120, 40))
+"""
+VIEWER = """
+import sys
+from omniroute_tui.console.cli import _parser, build_app
+app = build_app(_parser().parse_args(["--attach", sys.argv[1], "--operator", "trainee"]))
+app.run(headless=True, size=(120, 40))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mib(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rpartition(")")[2].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def wait_for(check: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not happen within {timeout_s:g} s")
+        time.sleep(0.1)
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def spawned(*argv: str) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def measure(pids: list[int], seconds: float) -> tuple[list[float], list[float]]:
+    """Each process's CPU (cores) over `seconds`, and its RSS (MiB) at the end."""
+    before = [cpu_s(p) for p in pids]
+    start = time.monotonic()
+    time.sleep(seconds)
+    wall = time.monotonic() - start
+    cores = [(cpu_s(p) - b) / wall for p, b in zip(pids, before, strict=True)]
+    return cores, [rss_mib(p) for p in pids]
+
+
+def report(kind: str, cores: list[float], rss: list[float]) -> None:
+    print(f"  {kind:<22} {len(cores):>3} process(es): CPU {sum(cores):5.2f} cores in all "
+          f"(median {statistics.median(cores):.3f}, max {max(cores):.3f}); RSS "
+          f"{sum(rss):7.1f} MiB in all (median {statistics.median(rss):.1f}, "
+          f"max {max(rss):.1f})")
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    start = time.perf_counter()
+    total = 0
+    for i in range(5_000_000):
+        total += i
+    rate = 5 / (time.perf_counter() - start)
+    return (f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}: "
+            f"{rate:.1f} M loop iterations/s (a pure-Python loop, for comparing machines)")
+
+
+class Tab(threading.Thread):
+    """A browser tab's websocket that reads and drops all its console sends."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(f"GET /ws?width=120&height=40 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: "
+                          f"{key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        self.received = 0
+        self.start()
+
+    def run(self) -> None:
+        """Read frames; answer each ping with its pong, as a browser does (a tab that
+        answers none is taken for gone within 15 s)."""
+        buffer = b""
+        with contextlib.suppress(OSError):
+            _, _, buffer = self._read_until(b"\r\n\r\n", buffer).partition(b"\r\n\r\n")
+            while True:
+                while (frame := _frame(buffer)) is not None:
+                    opcode, payload, buffer = frame
+                    if opcode == 0x9:
+                        mask = os.urandom(4)
+                        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+                        self.sock.sendall(bytes([0x8A, 0x80 | len(payload)]) + mask + masked)
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return
+                self.received += len(chunk)
+                buffer += chunk
+
+    def _read_until(self, marker: bytes, buffer: bytes) -> bytes:
+        while marker not in buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise OSError("closed")
+            buffer += chunk
+        return buffer
+
+
+def _frame(buffer: bytes) -> tuple[int, bytes, bytes] | None:
+    """The first whole websocket frame from the server (never masked): opcode, payload,
+    what follows; None while it is not whole."""
+    if len(buffer) < 2:
+        return None
+    size, at = buffer[1] & 0x7F, 2
+    if size == 126:
+        if len(buffer) < 4:
+            return None
+        size, at = int.from_bytes(buffer[2:4], "big"), 4
+    elif size == 127:
+        if len(buffer) < 10:
+            return None
+        size, at = int.from_bytes(buffer[2:10], "big"), 10
+    if len(buffer) < at + size:
+        return None
+    return buffer[0] & 0x0F, buffer[at:at + size], buffer[at + size:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--viewers", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--speed", default="5")
+    parser.add_argument("--scenario", default="429-storm")
+    args = parser.parse_args()
+    print(machine())
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with spawned("-c", TRAINER, args.scenario, args.speed, f"127.0.0.1:{port}") as trainer:
+        wait_for(lambda: listening(port), 30, "the room")
+        cores, rss = measure([trainer.pid], args.seconds / 2)
+        print(f"the trainer's replay of {args.scenario} at x{args.speed}, "
+              f"{args.seconds:g} s windows:")
+        report("trainer, alone", cores, rss)
+
+        with contextlib.ExitStack() as stack:
+            viewers = [stack.enter_context(spawned("-c", VIEWER, url))
+                       for _ in range(args.viewers)]
+            time.sleep(5)  # started and attached
+            alive = [v for v in viewers if v.poll() is None]
+            if len(alive) < len(viewers):
+                raise SystemExit(f"{len(viewers) - len(alive)} terminal viewers exited")
+            cores, rss = measure([trainer.pid, *(v.pid for v in viewers)], args.seconds)
+            print(f"{args.viewers} terminal viewers (--attach, headless):")
+            report("trainer", cores[:1], rss[:1])
+            report("terminal viewers", cores[1:], rss[1:])
+
+        web_port = free_port()
+        with spawned("-m", "omniroute_tui.console", "--attach", url, "--web",
+                     "--port", str(web_port)) as page:
+            wait_for(lambda: listening(web_port), 30, "the room's page")
+            tabs = [Tab(web_port) for _ in range(args.viewers)]
+            wait_for(lambda: len(children(page.pid)) == args.viewers, 60, "every tab's console")
+            time.sleep(5)
+            consoles = children(page.pid)
+            cores, rss = measure([trainer.pid, page.pid, *consoles], args.seconds)
+            print(f"{args.viewers} browser viewers (--attach URL --web, a websocket each):")
+            report("trainer", cores[:1], rss[:1])
+            report("page server", cores[1:2], rss[1:2])
+            report("tab consoles", cores[2:], rss[2:])
+            sent = sum(t.received for t in tabs) / 2**20
+            print(f"  sent to the tabs: {sent:.1f} MiB in all")
+            for tab in tabs:
+                tab.sock.close()
+            start = time.monotonic()
+            wait_for(lambda: children(page.pid) == [], 60, "the tab consoles ending")
+            print(f"  after the tabs dropped their connections: every tab console ended in "
+                  f"{time.monotonic() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""One replay for a training room (`--serve-room`): the trainer's console runs it and serves
+its state the way a gateway's management API does, read-only, so that trainees attach
+(`--attach URL`, in a terminal or a browser) and follow the trainer's run.
+
+The room answers only GETs: the state document (the gateway's, plus a `replay` part), the
+event stream (the gateway's broadcaster, with a `replay` frame whenever pause, speed or the
+run change), the recent state changes, the audit and `/health`. A token, when given,
+guards all but `/health`; without one, anyone who can reach the address can watch
+(docs/design.md §12).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import deque
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..config.limits import GatewayLimits
+from ..engine.bus import EventBus
+from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
+from ..gateway.app import error_response
+from ..gateway.auth import bearer_matches
+from ..gateway.events_stream import EventBroadcaster, EventStreamResponse
+from ..gateway.protocol import limited_protocol
+from ..state_document import state_document
+from .model.backends import SimulationBackend
+
+__all__ = ["RoomServer", "replay_document"]
+
+HISTORY_LIMIT = 1000
+#: a playing replay says where it is this often (wall seconds), so viewers' clocks keep up
+RESYNC_S = 1.0
+
+
+def replay_document(replay: SimulationBackend, run: int) -> dict[str, Any]:
+    """Where the trainer's replay is: what viewers need to show its clock and state."""
+    return {"scenario": replay.title, "now": replay.now_ms(), "speed": replay.speed,
+            "paused": replay.paused, "finished": replay.finished,
+            "duration_ms": replay.duration_ms, "run": run}
+
+
+class RoomServer:
+    """Serves the replay the trainer's console runs; `follow()` is told of every paint,
+    so a pause, a speed change or a replay from the start reaches the viewers at once."""
+
+    def __init__(self, host: str, port: int, *, token: str | None = None) -> None:
+        self.host = host
+        self.port = port
+        self.token = token
+        self.bus = EventBus()
+        self.events = EventBroadcaster(self.bus)
+        self._replay: SimulationBackend | None = None
+        self._run = 0
+        self._last: tuple[object, ...] = ()
+        self._last_sent = 0.0
+        self._history: deque[Event] = deque(maxlen=HISTORY_LIMIT)
+        self._audit: deque[OperatorEvent] = deque(maxlen=HISTORY_LIMIT)
+        self.bus.subscribe(self._history.append, *STATE_CHANGE_CLASSES)
+        self.bus.subscribe(self._audit.append, OperatorEvent)  # type: ignore[arg-type]
+        limits = GatewayLimits()
+        config = uvicorn.Config(self.asgi(), host=host, port=port, log_level="warning",
+                                log_config=None, lifespan="off", access_log=False,
+                                timeout_graceful_shutdown=2, http=limited_protocol(limits),
+                                timeout_keep_alive=round(limits.keep_alive_s))
+        self.server = uvicorn.Server(config)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # -- following the trainer's replay -----------------------------------------------------
+
+    def follow(self, replay: SimulationBackend) -> None:
+        """Called on every paint of the trainer's console with its replay: a new replay
+        (from the start) ends every stream, so viewers reconnect and read its state; a
+        change of pause or speed, a step, or a second of play is a `replay` frame."""
+        if replay is not self._replay:
+            if self._replay is not None:
+                self._run += 1
+                self._history.clear()
+                self._audit.clear()
+                self.events.close()
+            self._replay = replay
+            replay.run.bus.subscribe(self._relay(replay))
+        doc = replay_document(replay, self._run)
+        # while paused, a step moves the clock: that is news too
+        changed = (doc["paused"], doc["speed"], doc["finished"], doc["run"],
+                   doc["now"] if doc["paused"] else None)
+        now = time.monotonic()
+        if changed != self._last or (not doc["paused"] and now - self._last_sent >= RESYNC_S):
+            self._last, self._last_sent = changed, now
+            self.events.send("replay", json.dumps(doc, separators=(",", ":")))
+
+    def _relay(self, replay: SimulationBackend) -> Any:
+        def relay(event: Event) -> None:
+            if replay is self._replay:  # a replaced run's last events are not the room's
+                self.bus.emit(event)
+        return relay
+
+    # -- serving -----------------------------------------------------------------------------
+
+    async def start(self, timeout_s: float = 10.0) -> None:
+        """Listen; returns once listening (port 0 picks one). OSError if it cannot."""
+        self._task = asyncio.create_task(self._serve(), name="omniroute-room")
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if self._task.done():
+                raise OSError(f"the room could not listen on {self.host}:{self.port} "
+                              "(is the port taken?)")
+            if time.monotonic() > deadline:
+                raise OSError(f"the room did not start within {timeout_s:g} s")
+            await asyncio.sleep(0.01)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+
+    async def _serve(self) -> None:
+        with contextlib.suppress(SystemExit):  # uvicorn's way of saying it cannot listen
+            await self.server.serve()
+
+    async def stop(self) -> None:
+        self.events.close()
+        if self._task is None or self._task.done():
+            return
+        self.server.should_exit = True
+        try:
+            await asyncio.wait_for(self._task, timeout=5)
+        except (TimeoutError, asyncio.CancelledError):
+            self._task.cancel()
+
+    def asgi(self) -> Starlette:
+        guarded = self._guarded
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/api/resilience/state", guarded(self.state), methods=["GET"]),
+            Route("/api/resilience/events", guarded(self.event_stream), methods=["GET"]),
+            Route("/api/resilience/history", guarded(self.history), methods=["GET"]),
+            Route("/api/resilience/audit", guarded(self.audit), methods=["GET"]),
+        ]
+        return Starlette(routes=routes, exception_handlers={404: _refused, 405: _refused})
+
+    def _guarded(self, handler: Any) -> Any:
+        async def guarded(request: Request) -> Response:
+            if self.token is not None and not bearer_matches(
+                    request.headers.get("authorization"), self.token):
+                return error_response(
+                    401, "this room needs `Authorization: Bearer <token>` (--token-file)",
+                    type_="authentication_error", headers={"WWW-Authenticate": "Bearer"})
+            if self._replay is None:
+                return error_response(503, "the room's replay has not started yet")
+            response: Response = await handler(request, self._replay)
+            return response
+        return guarded
+
+    async def health(self, request: Request) -> Response:
+        replay = self._replay
+        body: dict[str, Any] = {"status": "ok", "room": True, "store": None}
+        if replay is not None:
+            body["providers"] = {b.provider: b.state.value
+                                 for b in replay.engine.snapshot().breakers}
+            body["replay"] = replay_document(replay, self._run)
+        return JSONResponse(body)
+
+    async def state(self, request: Request, replay: SimulationBackend) -> Response:
+        return JSONResponse({**state_document(replay.engine, replay.providers),
+                             "store": None, "config": None,
+                             "replay": replay_document(replay, self._run)})
+
+    async def event_stream(self, request: Request, replay: SimulationBackend) -> Response:
+        response = EventStreamResponse(self.events.stream())
+        self._last = ()  # the new viewer gets the replay's state in its first frames
+        return response
+
+    async def history(self, request: Request, replay: SimulationBackend) -> Response:
+        return JSONResponse({"events": [e.to_dict() for e in self._history]})
+
+    async def audit(self, request: Request, replay: SimulationBackend) -> Response:
+        return JSONResponse({"entries": [
+            {"t": e.t, "actor": e.actor, "action": e.action, "target": e.target,
+             "result": e.result} for e in self._audit]})
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    """Anything but the GETs above: the room is watched, never driven over HTTP."""
+    status = getattr(exc, "status_code", 404)
+    message = (f"a room is read-only: no {request.method} here" if status == 405 else
+               "nothing here: a room serves /health and GET /api/resilience/state, "
+               "/events, /history and /audit")
+    return error_response(status, message, code="not_found" if status == 404 else None)

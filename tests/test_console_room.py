@@ -1,0 +1,166 @@
+"""A room (`--serve-room`): one replay in the trainer's console, followed by attached
+consoles that show its clock, pause and speed, and cannot drive it; the room's port answers
+GETs only."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from omniroute_tui.console.app import ConsoleApp
+from omniroute_tui.console.cli import build_app
+from omniroute_tui.console.model.attach import AttachBackend, fetch_state
+from omniroute_tui.console.room import RoomServer
+
+from .console_helpers import console_app, settle
+from .waiting import eventually
+
+
+def viewer_args(url: str) -> argparse.Namespace:
+    return argparse.Namespace(
+        attach=url, token_file=None, scenario=None, config=None, live=False, db=None,
+        db_recover="ask", speed=2.0, read_only=False, operator="trainee", web=False,
+        listen=None)
+
+
+@asynccontextmanager
+async def room(token: str | None = None) -> AsyncIterator[tuple[ConsoleApp, Any, str]]:
+    """The trainer's console (paused at 40 s of the demo) serving a room on a free port."""
+    app, _ = console_app("demo", 40_000)
+    app.room = RoomServer("127.0.0.1", 0, token=token)
+    async with app.run_test() as pilot:
+        await settle(pilot, lambda: app.room.server.started)  # type: ignore[union-attr]
+        assert app.room is not None and app.room.server.started
+        yield app, pilot, app.room.url
+
+
+async def test_two_viewers_follow_the_trainers_pause_and_speed() -> None:
+    async with room() as (trainer, pilot, url):
+        viewers = []
+        for _ in range(2):
+            state = await asyncio.to_thread(fetch_state, url, None)
+            assert state["replay"]["paused"] is True and state["replay"]["now"] == 40_000
+            viewers.append(build_app(viewer_args(url), attach_state=state))
+        async with viewers[0].run_test() as one, viewers[1].run_test() as two:  # type: ignore[attr-defined]
+            backends: list[AttachBackend] = [v.backend for v in viewers]  # type: ignore[attr-defined]
+            await eventually(lambda: all(b.connected for b in backends), what="attached")
+            assert [b.status() for b in backends] == ["room sim 00:40.0 paused"] * 2
+            assert all(v.read_only for v in viewers)  # type: ignore[attr-defined]
+
+            await pilot.press("space")  # the trainer plays on...
+            await pilot.press("plus")  # ...and speeds up: 2 -> 5
+            assert trainer.backend.replay is not None
+            assert (trainer.backend.replay.paused, trainer.backend.replay.speed) == (False, 5.0)
+            await eventually(lambda: all(b.room is not None and not b.room["paused"]
+                                         and b.room["speed"] == 5.0 for b in backends),
+                             what="the viewers see the replay playing at x5")
+            assert all(b.status().endswith(" ×5") for b in backends)
+
+            await pilot.press("space", "n", "n")  # paused again, and two steps of 1 s
+            stopped_at = trainer.backend.now_ms()
+            assert stopped_at == 42_000
+            await eventually(lambda: all(b.room is not None and b.room["paused"]
+                                         for b in backends), what="the viewers see the pause")
+            assert [b.now_ms() for b in backends] == [stopped_at] * 2
+            # what the trainer's run did reaches the viewers' models as it happened
+            assert {p: v.state for p, v in trainer.model.providers.items()} == {
+                p: v.state for p, v in viewers[0].model.providers.items()}  # type: ignore[attr-defined]
+            await one.pause()
+            await two.pause()
+
+
+async def test_viewers_cannot_drive_and_say_why() -> None:
+    async with room() as (trainer, _pilot, url):
+        state = await asyncio.to_thread(fetch_state, url, None)
+        viewer = build_app(viewer_args(url), attach_state=state)
+        async with viewer.run_test() as pilot:  # type: ignore[attr-defined]
+            backend: AttachBackend = viewer.backend  # type: ignore[attr-defined]
+            await eventually(lambda: backend.connected, what="attached")
+            for key in ("space", "plus", "minus", "n"):
+                await pilot.press(key)
+            await pilot.press("R", "y", "1", "r", "y")  # a restart, a breaker reset
+            await pilot.pause()
+            messages = [n.message for n in viewer._notifications]  # type: ignore[attr-defined]
+            assert messages == [
+                "this console follows a room: only the trainer can pause",
+                "this console follows a room: only the trainer can speed up",
+                "this console follows a room: only the trainer can slow down",
+                "this console follows a room: only the trainer can step",
+                *["read-only console: operator actions are disabled"] * 2]
+            replay = trainer.backend.replay
+            assert replay is not None
+            assert (replay.paused, replay.speed, replay.now_ms()) == (True, 2.0, 40_000)
+
+
+async def test_a_replay_from_the_start_reconnects_the_viewers_to_the_new_run() -> None:
+    async with room() as (trainer, pilot, url):
+        state = await asyncio.to_thread(fetch_state, url, None)
+        viewer = build_app(viewer_args(url), attach_state=state)
+        async with viewer.run_test():  # type: ignore[attr-defined]
+            backend: AttachBackend = viewer.backend  # type: ignore[attr-defined]
+            await eventually(lambda: backend.connected, what="attached")
+            await pilot.press("R", "y")
+            await eventually(lambda: backend.connected and backend.room is not None
+                             and backend.room["run"] == 1, timeout_s=15,
+                             what="the viewer on the new run")
+            assert backend.now_ms() == 0 and backend.room["paused"] is True
+
+
+async def test_a_room_with_a_token_refuses_viewers_without_it() -> None:
+    token = "room-token-0123456789abcdef"
+    async with room(token) as (_trainer, _pilot, url), httpx.AsyncClient(
+            base_url=url, timeout=5) as http:
+        refused = await http.get("/api/resilience/state")
+        assert refused.status_code == 401
+        assert "Bearer" in refused.json()["error"]["message"]
+        taken = await http.get("/api/resilience/state",
+                               headers={"authorization": f"Bearer {token}"})
+        assert taken.status_code == 200 and taken.json()["replay"]["now"] == 40_000
+        assert (await http.get("/health")).json()["room"] is True
+
+
+async def test_hostile_requests_to_a_room_get_a_4xx_and_no_traceback(caplog: Any) -> None:
+    async with room() as (trainer, _pilot, url), httpx.AsyncClient(
+            base_url=url, timeout=5) as http:
+        for method, path in (("POST", "/api/resilience/breakers/alpha/reset"),
+                             ("POST", "/api/resilience/state"),
+                             ("DELETE", "/api/resilience/lockouts"),
+                             ("PUT", "/api/resilience/events"),
+                             ("POST", "/v1/chat/completions")):
+            reply = await http.request(method, path, json={"all": True})
+            assert reply.status_code in (404, 405), (method, path)
+            assert "error" in reply.json()
+        for path in ("/nope", "/api/resilience/../../etc/passwd", "/api/resilience/state/x",
+                     "/%00", "/" + "a" * 5000):
+            reply = await http.get(path)
+            assert reply.status_code == 404, path
+        reply = await http.get("/api/resilience/state", headers={"x-big": "b" * 40_000})
+        assert reply.status_code == 431
+        # a request line of garbage (a TLS hello on the plain port): refused, not crashed
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"\x16\x03\x01 garbage \r\n\r\n")
+        assert (await asyncio.wait_for(reader.read(100), 5)).startswith(b"HTTP/1.1 400")
+        writer.close()
+        assert (await http.get("/health")).status_code == 200
+        replay = trainer.backend.replay
+        assert replay is not None and replay.now_ms() == 40_000  # nothing drove the run
+    assert not [r for r in caplog.records if r.exc_info], "a traceback in the log"
+
+
+def test_serve_room_refuses_what_is_not_a_replay(capsys: Any) -> None:
+    from omniroute_tui.console.cli import main
+
+    for argv, said in (
+            (["--scenario", "vpn-blip", "--live", "--serve-room", "127.0.0.1:0"],
+             "--serve-room serves a replay in virtual time"),
+            (["--attach", "http://127.0.0.1:9", "--serve-room", "127.0.0.1:0"],
+             "--serve-room serves this console's own replay: not with --attach"),
+            (["--scenario", "demo", "--serve-room", "4100"], "HOST:PORT")):
+        assert main(argv) == 2
+        assert said in capsys.readouterr().err

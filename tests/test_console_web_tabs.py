@@ -1,0 +1,192 @@
+"""A browser tab's console process (`--web`) ends with its tab, however the tab goes: a
+connection dropped without a websocket close, or one that stops answering as a closed laptop
+does; and a room's page runs, per tab, a console attached to the room, not a replay of its
+own. The tab is a websocket opened by hand on a raw socket: no browser needed."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from omniroute_tui.console.web import HEARTBEAT_S, QUIT_WAIT_S
+
+from .console_helpers import console_app, settle
+from .gateway_helpers import free_port
+from .waiting import eventually, eventually_sync
+
+pytest.importorskip("textual_serve", reason="--web needs textual-serve")
+
+
+@contextlib.contextmanager
+def web_server(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "omniroute_tui.console", "--web", "--port", str(port), *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        def up() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return proc.poll() is not None
+        eventually_sync(up, timeout_s=20, what="the web server")
+        assert proc.poll() is None, "the web server exited"
+        yield proc, port
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def tabs(server_pid: int) -> list[tuple[int, str]]:
+    """The server's child processes (one per open tab) and their command lines."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == server_pid:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting to be reaped has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def open_tab(port: int, *, receive_buffer: int | None = None) -> socket.socket:
+    """A websocket to the page's `/ws`, its console's first screen read."""
+    tab = socket.socket()
+    if receive_buffer is not None:
+        tab.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    tab.settimeout(20)
+    tab.connect(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    tab.sendall(f"GET /ws?width=120&height=40 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    received = b""
+    while b"101 Switching Protocols" not in received or len(received) < 20_000:
+        chunk = tab.recv(65536)
+        assert chunk, "the server closed the tab"
+        received += chunk
+    return tab
+
+
+@pytest.mark.parametrize("how", ["dropped", "silent"])
+def test_a_tab_that_goes_without_a_close_frees_its_process_within_30s(how: str) -> None:
+    with web_server("--scenario", "429-storm", "--speed", "20") as (server, port):
+        tab = open_tab(port, receive_buffer=2048 if how == "silent" else None)
+        eventually_sync(lambda: len(tabs(server.pid)) == 1, what="the tab's console")
+        [(console, cmdline)] = tabs(server.pid)
+        assert "--read-only" in cmdline and "--scenario 429-storm" in cmdline
+        if how == "dropped":
+            tab.close()  # no websocket close: the TCP connection just ends
+        # "silent": the socket stays open and nothing more is read, pongs included, as
+        # from a laptop whose lid was closed
+        try:
+            eventually_sync(lambda: not alive(console), timeout_s=30, poll_s=0.2,
+                            what="the tab's console ending")
+        finally:
+            tab.close()
+        assert tabs(server.pid) == []
+        assert server.poll() is None  # the server serves on
+    assert HEARTBEAT_S * 1.5 + QUIT_WAIT_S + 3 < 30  # the bound the design promises
+
+
+async def test_a_rooms_page_attaches_each_tab_to_the_room() -> None:
+    app, _ = console_app("demo", 40_000)
+    from omniroute_tui.console.room import RoomServer
+
+    app.room = room = RoomServer("127.0.0.1", 0)
+    async with app.run_test() as pilot:
+        await settle(pilot, lambda: room.server.started)
+        port = free_port()
+        page = subprocess.Popen(
+            [sys.executable, "-m", "omniroute_tui.console", "--attach", room.url, "--web",
+             "--port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            async def up() -> bool:
+                try:
+                    async with httpx.AsyncClient() as http:
+                        return (await http.get(f"http://127.0.0.1:{port}")).status_code == 200
+                except httpx.HTTPError:
+                    return page.poll() is not None
+            await eventually(up, timeout_s=20, what="the room's page")
+            tab = await asyncio.to_thread(open_tab, port)
+            [(_, cmdline)] = tabs(page.pid)
+            assert f"--attach {room.url}" in cmdline and "--read-only" in cmdline
+            assert "--scenario" not in cmdline  # no replay of its own
+            await eventually(lambda: room.events.subscribers == 1, timeout_s=20,
+                             what="the tab's console on the room's stream")
+            tab.close()
+            await eventually(lambda: tabs(page.pid) == [], timeout_s=30,
+                             what="the tab's console ending")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(page.pid, signal.SIGTERM)
+            await asyncio.to_thread(page.wait, 10)
+
+
+async def test_a_silent_tab_ends_even_where_aiohttp_leaves_its_reader_waiting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Older aiohttp, on unanswered pings, marked the websocket closed without waking the
+    handler reading it, and a browser that vanished (a laptop lid: no reset, no ACK) never
+    lets the close finish: textual-serve's handler then waited for ever and the tab's
+    process ran on. The server here, in this process, with that behaviour put back."""
+    from aiohttp import web, web_ws
+
+    from omniroute_tui.console import web as console_web
+
+    def closed_but_reader_left_waiting(self: web_ws.WebSocketResponse,
+                                       exc: BaseException) -> None:
+        # the transport is not closed here: to a vanished peer, a close with data still
+        # to send waits for ever too, so the reader would not hear of it either
+        self._set_closed()
+        self._exception = exc
+
+    monkeypatch.setattr(web_ws.WebSocketResponse, "_handle_ping_pong_exception",
+                        closed_but_reader_left_waiting)
+    monkeypatch.setattr(console_web, "HEARTBEAT_S", 2.0)
+    command = f"{sys.executable} -m omniroute_tui.console --scenario 429-storm --read-only"
+    server = console_web.tab_server(command, host="127.0.0.1", port=0)
+    runner = web.AppRunner(await server._make_app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        tab = await asyncio.to_thread(open_tab, port, receive_buffer=2048)
+        await eventually(lambda: len(tabs(os.getpid())) == 1, what="the tab's console")
+        [(console, _)] = tabs(os.getpid())
+        # the tab reads and answers nothing from now on
+        await eventually(lambda: not alive(console), timeout_s=30, poll_s=0.2,
+                         what="the tab's console ending")
+        tab.close()
+    finally:
+        await runner.cleanup()
