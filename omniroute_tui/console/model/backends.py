@@ -145,6 +145,19 @@ class SimulationBackend:
         self._naive = VirtualRun(scenario, Policy.NAIVE)
         self._naive.bus.subscribe(self.comparison.on_event, AttemptEvent)
 
+    def compare_with(self, policy: str) -> None:
+        """Draw the herd chart against `policy` (a lesson's step chooses it): its replay
+        starts again and catches up with this one."""
+        from simulator.scenario import Policy
+        from simulator.virtual import VirtualRun
+
+        if self.comparison is not None and self.comparison.policy == policy:
+            return
+        self.comparison = AttemptSeries(policy=policy)
+        self._naive = VirtualRun(self._scenario, Policy(policy))
+        self._naive.bus.subscribe(self.comparison.on_event, AttemptEvent)
+        self._naive.advance_to(self.run.now_ms)
+
     @property
     def duration_ms(self) -> int:
         return self._scenario.duration_ms
