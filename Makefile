@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint browser bench clean
+.PHONY: demo test lint browser prometheus bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,12 @@ lint: $(STAMP)
 browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || echo "no Chromium, and no way to install it here: the browser test will be skipped"
 
-test: lint browser
+# The metrics tests check the exposition with Debian's promtool (and the alert rules with
+# its server): installed the same way; elsewhere those tests say why they are skipped.
+prometheus:
+	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { apt-get install -y -q prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q prometheus >/dev/null 2>&1; }; }; } || echo "no promtool, and no way to install it here: the tests that need Prometheus will be skipped"
+
+test: lint browser prometheus
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
@@ -32,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/sim_throughput.py
 	$(BIN)/python bench/console_refresh.py
 	$(BIN)/python bench/gateway_overhead.py
+	$(BIN)/python bench/metrics_scrape.py
 	$(BIN)/python bench/fleet.py
 	$(BIN)/python bench/reports.py
 	$(BIN)/python bench/reload.py

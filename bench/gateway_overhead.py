@@ -2,7 +2,11 @@
 gateway, alternating request by request (the direct call is the baseline), then the
 gateway's throughput with 32 concurrent clients. Target: <= 0.6 ms median overhead.
 
-A second gateway, the same but with aiohttp's client for its upstream calls
+The same gateway with its metrics on (`gateway: {metrics: public}`: every request counted
+from the events for `GET /metrics`) runs in the same rounds: its CPU per request against the
+one without metrics is what counting costs (target: within 5 %).
+
+A further gateway, the same but with aiohttp's client for its upstream calls
 (`aiohttp_upstream.py`), is measured in the same rounds: docs/gateway.md says why the gateway
 keeps its own client, with these numbers. With `--baseline TREE`, a third one runs from
 another checkout of the source (say `git worktree add /tmp/base main`), in the same
@@ -109,6 +113,13 @@ async def latencies(direct: str, gateways: dict[str, str], count: int
     return result
 
 
+def scraped_requests(gateway: str) -> int:
+    """The answered requests a gateway's `/metrics` counted (all routes, all classes)."""
+    text = httpx.get(f"{gateway}/metrics", timeout=10).text
+    return round(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                     if line.startswith("omniroute_requests_total{")))
+
+
 async def serve_with_aiohttp(config_path: str, port: int) -> None:
     """A gateway like `omniroute-gateway`'s, its upstream calls made with aiohttp."""
     sys.path.insert(0, str(Path(__file__).parent))
@@ -175,18 +186,22 @@ def main() -> None:
         try:
             wait_for_file(config)
             direct = yaml.safe_load(config.read_text())["providers"]["fake"]["base_url"]
-            ports = {"gateway": free_port(), "aiohttp": free_port()}
+            with_metrics = Path(folder) / "router-metrics.yaml"
+            data = yaml.safe_load(config.read_text())
+            data["gateway"] = {**(data.get("gateway") or {}), "metrics": "public"}
+            with_metrics.write_text(yaml.safe_dump(data))
+            ports = {"gateway": free_port(), "metrics": free_port(), "aiohttp": free_port()}
             env = {**os.environ, "OMNIROUTE_TOKEN": ""}
-            procs.append(subprocess.Popen(
-                [str(bin_dir / "omniroute-gateway"), "--config", str(config), "--listen",
-                 f"127.0.0.1:{ports['gateway']}", "--log-format", args.log_format],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, env=env))
+            for name, path in (("gateway", config), ("metrics", with_metrics)):
+                procs.append(subprocess.Popen(
+                    [str(bin_dir / "omniroute-gateway"), "--config", str(path), "--listen",
+                     f"127.0.0.1:{ports[name]}", "--log-format", args.log_format],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
             procs.append(subprocess.Popen(
                 [sys.executable, __file__, "--serve-aiohttp", str(config),
                  str(ports["aiohttp"])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 env=env))
-            pids = {"gateway": procs[1].pid, "aiohttp": procs[2].pid}
+            pids = {"gateway": procs[1].pid, "metrics": procs[2].pid, "aiohttp": procs[3].pid}
             if args.baseline is not None:
                 ports["baseline"] = free_port()
                 procs.append(subprocess.Popen(
@@ -195,7 +210,7 @@ def main() -> None:
                      f"127.0.0.1:{ports['baseline']}"], stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     env={**env, "PYTHONPATH": str(args.baseline.resolve())}))
-                pids["baseline"] = procs[3].pid
+                pids["baseline"] = procs[4].pid
             gateways = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
             for url in gateways.values():
                 wait_until_up(f"{url}/health")
@@ -203,6 +218,7 @@ def main() -> None:
             ms = asyncio.run(latencies(direct, gateways, args.requests))
             cpu_us = {name: (cpu_s(pid) - before[name]) / (args.requests + 50) * 1e6
                       for name, pid in pids.items()}
+            counted = scraped_requests(gateways["metrics"])
             done, errors = asyncio.run(throughput(gateways["gateway"], args.clients,
                                                   args.seconds))
         finally:
@@ -210,7 +226,8 @@ def main() -> None:
     d50, d99 = statistics.median(ms["direct"]), percentile(ms["direct"], 0.99)
     print(f"{args.requests} sequential requests, in turn direct / through each gateway:")
     print(f"  direct:             median {d50:6.2f} ms   p99 {d99:6.2f} ms")
-    labels = [("gateway", "gateway"), ("aiohttp", "gateway, aiohttp")]
+    labels = [("gateway", "gateway"), ("metrics", "gateway, metrics"),
+              ("aiohttp", "gateway, aiohttp")]
     if "baseline" in ms:
         labels.append(("baseline", "gateway, baseline"))
     for name, label in labels:
@@ -218,6 +235,10 @@ def main() -> None:
         print(f"  {label + ':':18s}  median {t50:6.2f} ms   p99 {t99:6.2f} ms   "
               f"overhead {t50 - d50:5.2f} ms (p99 {t99 - d99:+.2f})   ratio {t50 / d50:.2f}   "
               f"CPU {cpu_us[name]:,.0f} µs a request")
+    print(f"  metrics on against off: CPU {cpu_us['metrics']:,.0f} against "
+          f"{cpu_us['gateway']:,.0f} µs a request "
+          f"({cpu_us['metrics'] / cpu_us['gateway'] - 1:+.1%}; target within 5 %); "
+          f"/metrics counted {counted:,} of the {args.requests + 50:,} requests sent")
     own, other = statistics.median(ms["gateway"]), statistics.median(ms["aiohttp"])
     print(f"  aiohttp's client costs {other - own:+.2f} ms a request more than ours")
     if "baseline" in ms:

@@ -22,15 +22,26 @@ from rich.table import Table
 from rich.text import Text
 
 from omniroute_tui.config import ConfigError, parse_duration_ms
+from omniroute_tui.config.durations import format_ms
 from omniroute_tui.config.hidden import visible
 from omniroute_tui.config.problems import Problem
 
+from .alerts import (
+    MAX_SAMPLES,
+    AlertRun,
+    alert_names,
+    find_promtool,
+    relative,
+    report_entries,
+    run_with_alerts,
+)
 from .html_report import write_html
 from .junit import ScenarioOutcome, write_junit
 from .report import build_report, evaluate, format_value, render
 from .scenario import (
     POLICIES,
     SCENARIOS_DIR,
+    AlertExpect,
     Policy,
     Scenario,
     load_scenario,
@@ -82,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="write the expectations as JUnit XML test cases here")
     run.add_argument("--check", action="store_true",
                      help="exit 1 if an expectation of a scenario fails")
+    run.add_argument("--alerts", type=Path, metavar="RULES",
+                     help="evaluate these Prometheus alert rules (with promtool) over the "
+                          "resilient run's metrics and report when each fired and resolved")
+    run.add_argument("--scrape-interval", default="15s", metavar="DURATION",
+                     help="with --alerts: how often the metrics are sampled and the rules "
+                          "evaluated, in virtual time (default 15s)")
     validate = sub.add_parser("validate", help="check scenario files and exit")
     validate.add_argument("scenario", nargs="+")
     validate.add_argument("--config", type=Path, metavar="FILE",
@@ -296,8 +313,40 @@ def _output(given: str | None, scenario: Scenario, suffix: str, many: bool) -> P
     return path
 
 
+def _alerts_setup(args: argparse.Namespace, scenarios: Sequence[Scenario]
+                  ) -> tuple[str, int] | None:
+    """With --alerts: promtool's path and the scrape interval, once every scenario's alert
+    expectations name a rule of the file; nothing runs otherwise."""
+    if args.alerts is None:
+        return None
+    promtool = find_promtool()
+    if promtool is None:
+        raise ValueError("--alerts evaluates the rules with promtool, which is not installed "
+                         "(it comes with Prometheus: `apt-get install prometheus` on Debian "
+                         "and Ubuntu)")
+    interval = parse_duration_ms(args.scrape_interval)
+    if not 1000 <= interval <= 600_000:
+        raise ValueError(f"--scrape-interval {args.scrape_interval}: between 1s and 10m")
+    names = alert_names(args.alerts)
+    for scenario in scenarios:
+        if scenario.live:
+            raise ValueError(f"{scenario.source}: runs live; alerts are evaluated in virtual "
+                             "time only")
+        if scenario.duration_ms // interval + 1 > MAX_SAMPLES:
+            raise ValueError(f"{scenario.source}: {scenario.duration_ms // interval + 1:,} "
+                             f"samples at --scrape-interval {args.scrape_interval}, over the "
+                             f"limit of {MAX_SAMPLES:,}: sample less often")
+        for expect in scenario.expect:
+            if isinstance(expect, AlertExpect) and expect.alert not in names:
+                raise ValueError(f"{scenario.source}:{expect.line}: expect: no rule in "
+                                 f"{args.alerts} is named {expect.alert!r} (its alerts: "
+                                 f"{', '.join(names)})")
+    return promtool, interval
+
+
 def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, many: bool,
-             charts: str | None) -> tuple[ScenarioOutcome, dict[str, Timeline]]:
+             charts: str | None, alerting: tuple[str, int] | None = None,
+             ) -> tuple[ScenarioOutcome, dict[str, Timeline]]:
     """Run the scenario's policies; `charts` says whose timelines to keep: "all" (the HTML
     page), "herd" (resilient and naive, for the terminal chart) or None."""
     if args.seed is not None:
@@ -305,6 +354,8 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
     policies = list(scenario.policies) if args.policy == "all" else [Policy(args.policy)]
     if args.check or args.junit:
         policies += [e.policy for e in scenario.expect if e.policy not in policies]
+    if alerting is not None and Policy.RESILIENT not in policies:
+        policies.append(Policy.RESILIENT)
     if scenario.live:
         from .live import LIVE_POLICIES
 
@@ -315,6 +366,7 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
     traced = Policy.RESILIENT if Policy.RESILIENT in policies else policies[0]
     trace_path = _output(args.trace, scenario, REPORT_OPTIONS["trace"], many)
     results, timelines = {}, {}
+    alerts = None
     for policy in policies:
         progress = RunProgress(console, scenario.duration_ms, f"{scenario.name} [{policy}]")
         trace = trace_path.open("w") if trace_path and policy == traced else None
@@ -329,6 +381,10 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
 
                 results[policy] = asyncio.run(run_live(scenario, policy, trace=trace,
                                                        timeline=timeline))
+            elif alerting is not None and policy == Policy.RESILIENT:
+                results[policy], alerts = run_with_alerts(
+                    scenario, args.alerts, alerting[1], alerting[0], trace=trace,
+                    progress=progress.update, timeline=timeline)
             else:
                 results[policy] = run_virtual(scenario, policy, trace=trace,
                                               progress=progress.update, timeline=timeline)
@@ -336,7 +392,7 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
             progress.done()
             if trace is not None:
                 trace.close()
-    outcome = ScenarioOutcome(scenario, results, evaluate(scenario, results))
+    outcome = ScenarioOutcome(scenario, results, evaluate(scenario, results, alerts), alerts)
     return outcome, {p: t for p, t in timelines.items() if t is not None}
 
 
@@ -344,18 +400,24 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     scenarios = load_scenarios(args.scenario, args.config)
     many = len(scenarios) > 1
     _check_outputs(args, scenarios)
+    alerting = _alerts_setup(args, scenarios)
     outcomes = []
     charts = "all" if args.html is not None else "herd" if console.is_terminal else None
     for scenario in scenarios:
-        outcome, timelines = _run_one(scenario, args, console, many, charts)
+        outcome, timelines = _run_one(scenario, args, console, many, charts, alerting)
         outcomes.append(outcome)
         render(console, outcome.scenario, outcome.results, outcome.checks)
+        if outcome.alerts is not None:
+            console.print(alerts_table(outcome.alerts, outcome.scenario))
         if console.is_terminal and (chart := herd_chart(
                 outcome.scenario, timelines, width=min(console.width, 100))) is not None:
             console.print(chart)
         if report := _output(args.report, scenario, REPORT_OPTIONS["report"], many):
+            alert_report = None if outcome.alerts is None else report_entries(
+                outcome.alerts, outcome.scenario)
             report.write_text(json.dumps(build_report(outcome.scenario, outcome.results,
-                                                      outcome.checks), indent=2) + "\n")
+                                                      outcome.checks, alert_report),
+                                         indent=2) + "\n")
         if html := _output(args.html, scenario, REPORT_OPTIONS["html"], many):
             write_html(html, outcome, timelines)
             console.print(f"HTML report: {escape(str(html))} ({html.stat().st_size:,} bytes)",
@@ -374,6 +436,35 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                           f"(observed {format_value(check['value'])})", soft_wrap=True)
         return 1
     return 0
+
+
+def alerts_table(run: AlertRun, scenario: Scenario) -> Table | Text:
+    """When each alert fired and resolved over the resilient run, against the faults."""
+    every = format_ms(run.interval_ms)
+    if not run.firings:
+        return Text(visible(f"alerts over {scenario.name} (resilient, evaluated every "
+                            f"{every}): none of the {len(run.alerts)} fired"))
+    table = Table(title=Text(visible(f"alerts over {scenario.name} (resilient, evaluated "
+                                     f"every {every})")),
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("alert", no_wrap=True, overflow="ellipsis", max_width=30)
+    table.add_column("on", min_width=8)
+    table.add_column("fired", no_wrap=True)
+    table.add_column("resolved", no_wrap=True)
+
+    def when(t_ms: int | None) -> str:
+        return "–" if t_ms is None else relative(t_ms, scenario)
+
+    for firing in run.firings:
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(firing.labels.items())
+                           if k != "severity")
+        table.add_row(firing.alert, Text(visible(labels)), Text(visible(when(firing.fired_ms))),
+                      Text(visible(when(firing.resolved_ms))))
+    quiet = [name for name in run.alerts if not any(f.alert == name for f in run.firings)]
+    if quiet:
+        table.caption = Text("never fired: " + ", ".join(quiet))
+        table.caption_justify = "left"
+    return table
 
 
 def _summary(outcomes: list[ScenarioOutcome]) -> Table:

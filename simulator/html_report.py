@@ -125,7 +125,8 @@ def _expectations(outcome: ScenarioOutcome) -> str:
     for expect, check in zip(outcome.scenario.expect, outcome.checks, strict=True):
         state, word = ({None: ("skip", "not run"), True: ("pass", "PASS"),
                         False: ("fail", "FAIL")}[check["ok"]])
-        observed = "–" if check["value"] is None else f"{check['value']:g}"
+        observed = check.get("observed") or (
+            "–" if check["value"] is None else f"{check['value']:g}")
         rows.append(f"<tr><td>{_text(expect.label)}</td><td>{expect.policy}</td>"
                     f"<td>{observed}</td><td>{_text(expect.bound)}</td>"
                     f'<td class="{state}">{word}</td></tr>')

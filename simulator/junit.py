@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from omniroute_tui.config.hidden import visible
 
-from .scenario import Expect, Policy, Scenario
+from .scenario import AlertExpect, Expect, Policy, Scenario
+
+if TYPE_CHECKING:
+    from .alerts import AlertRun
 
 __all__ = ["ScenarioOutcome", "write_junit"]
 
@@ -23,6 +26,7 @@ class ScenarioOutcome:
     scenario: Scenario
     results: dict[Policy, dict[str, Any]]
     checks: list[dict[str, Any]]
+    alerts: AlertRun | None = None  # with --alerts: what the rules did over the run
 
     @property
     def failed(self) -> int:
@@ -33,18 +37,20 @@ class ScenarioOutcome:
         return sum(1 for c in self.checks if c["ok"] is True)
 
 
-def _case(outcome: ScenarioOutcome, expect: Expect, check: dict[str, Any]) -> TestCase:
+def _case(outcome: ScenarioOutcome, expect: Expect | AlertExpect, check: dict[str, Any]
+          ) -> TestCase:
     scenario = outcome.scenario
     case = TestCase(visible(expect.label), classname=visible(f"{scenario.name}.{expect.policy}"),
                     time=0.0)
     where = visible(f"{scenario.source}:{expect.line}" if expect.line else scenario.source)
     if check["ok"] is None:
         skipped = Skipped()  # the reason as text: the JUnit schema gives <skipped> no message
-        skipped.text = f"the {expect.policy} policy was not run"
+        skipped.text = check.get("skipped") or f"the {expect.policy} policy was not run"
         case.result = [skipped]
     else:
-        observed = f"observed {check['value']:g}" if check["value"] is not None \
-            else "nothing observed"
+        observed = check.get("observed") or (
+            f"observed {check['value']:g}" if check["value"] is not None
+            else "nothing observed")
         if check["ok"] is False:
             case.result = [Failure(f"{observed}, expected {expect.bound}", "expectation")]
         case.system_out = f"{observed} (bound {expect.bound}) · {where}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
@@ -14,7 +14,10 @@ from rich.text import Text
 from omniroute_tui.config.durations import format_ms
 from omniroute_tui.config.hidden import visible
 
-from .scenario import Expect, Policy, Scenario
+from .scenario import AlertExpect, Expect, Policy, Scenario
+
+if TYPE_CHECKING:
+    from .alerts import AlertRun
 
 __all__ = [
     "build_report",
@@ -40,10 +43,23 @@ def metric_value(metrics: dict[str, Any], expect: Expect) -> float | None:
     return None if value is None else float(value)
 
 
-def evaluate(scenario: Scenario, results: dict[Policy, dict[str, Any]]
-             ) -> list[dict[str, Any]]:
+def evaluate(scenario: Scenario, results: dict[Policy, dict[str, Any]],
+             alerts: AlertRun | None = None) -> list[dict[str, Any]]:
+    """Every expectation in file order; one whose run did not happen (a policy not run, an
+    alert without `--alerts`) is neither passed nor failed, and says why."""
+    from .alerts import alert_value
+
     checks: list[dict[str, Any]] = []
     for expect in scenario.expect:
+        if isinstance(expect, AlertExpect):
+            if alerts is None:
+                checks.append({"expect": str(expect), "policy": expect.policy, "value": None,
+                               "ok": None, "skipped": "alerts were not evaluated (--alerts)"})
+                continue
+            value = alert_value(expect, alerts, scenario.faults)
+            checks.append({"expect": str(expect), "policy": expect.policy, "value": value,
+                           "ok": expect.holds(value), "observed": expect.observed(value)})
+            continue
         metrics = results.get(expect.policy)
         if metrics is None:  # that policy was not run: neither pass nor fail
             checks.append({"expect": str(expect), "policy": expect.policy, "value": None,
@@ -56,10 +72,14 @@ def evaluate(scenario: Scenario, results: dict[Policy, dict[str, Any]]
 
 
 def build_report(
-    scenario: Scenario, results: dict[Policy, dict[str, Any]], checks: list[dict[str, Any]]
+    scenario: Scenario, results: dict[Policy, dict[str, Any]], checks: list[dict[str, Any]],
+    alerts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {"scenario": scenario.name, "seed": scenario.seed, "policies": results,
-            "checks": checks}
+    report = {"scenario": scenario.name, "seed": scenario.seed, "policies": results,
+              "checks": checks}
+    if alerts is not None:
+        report["alerts"] = alerts
+    return report
 
 
 def format_value(value: Any) -> str:
@@ -151,9 +171,9 @@ def render(console: Console, scenario: Scenario, results: dict[Policy, dict[str,
     for check in checks:
         expect = escape(visible(check["expect"]))
         if check["ok"] is None:
-            console.print(f"[dim]SKIP {expect}: {check['policy']} was not "
-                          "run[/]")
+            why = check.get("skipped") or f"{check['policy']} was not run"
+            console.print(f"[dim]SKIP {expect}: {escape(why)}[/]")
             continue
         mark = "[green]PASS[/]" if check["ok"] else "[red]FAIL[/]"
-        console.print(f"{mark} {expect}: observed "
-                      f"{format_value(check['value'])}")
+        observed = check.get("observed") or f"observed {format_value(check['value'])}"
+        console.print(f"{mark} {expect}: {escape(observed)}")

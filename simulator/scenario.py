@@ -18,7 +18,7 @@ from pathlib import Path as FsPath
 from statistics import NormalDist
 from typing import Any
 
-from omniroute_tui.config.durations import parse_rate_per_s
+from omniroute_tui.config.durations import format_ms, parse_rate_per_s
 from omniroute_tui.config.hidden import DESCRIPTION_KEEPS, hidden_reason
 from omniroute_tui.config.overrides import parse_overrides, validate_settings
 from omniroute_tui.config.problems import ConfigError, Path, Problem
@@ -43,6 +43,7 @@ from omniroute_tui.engine.settings import default_settings
 
 __all__ = [
     "POLICIES",
+    "AlertExpect",
     "Expect",
     "Fault",
     "FaultAction",
@@ -250,6 +251,64 @@ class Expect:
 
 
 @dataclass(frozen=True)
+class AlertExpect:
+    """When an alert rule fires over the resilient run (`omniroute-sim run --alerts`):
+    within `fires_within` of the fault's start (of the run's, without `during`), never (in
+    the fault's window, with `during`), or quiet again within `resolves_within` of the
+    fault's end."""
+
+    alert: str
+    during: str | None = None
+    fires_within_ms: int | None = None
+    resolves_within_ms: int | None = None
+    never: bool = False
+    line: int | None = None
+    policy: Policy = Policy.RESILIENT
+
+    def holds(self, observed: float | None) -> bool:
+        if observed is None:
+            return False
+        if self.never:
+            return observed == 0
+        bound = self.fires_within_ms if self.fires_within_ms is not None \
+            else self.resolves_within_ms
+        assert bound is not None
+        return observed * 1000 <= bound
+
+    @property
+    def bound(self) -> str:
+        """`fires within 2m`, `never fires`: the expectation as written."""
+        if self.never:
+            return "never fires"
+        if self.fires_within_ms is not None:
+            return f"fires within {format_ms(self.fires_within_ms)}"
+        assert self.resolves_within_ms is not None
+        return f"resolves within {format_ms(self.resolves_within_ms)}"
+
+    @property
+    def label(self) -> str:
+        """`OmniRouteBreakerOpen fires within 2m of storm`."""
+        if self.during is None:
+            scope = "" if self.never else " of the start"
+        else:
+            scope = f" during {self.during}" if self.never else \
+                f" of {self.during}{' ending' if self.resolves_within_ms is not None else ''}"
+        return f"{self.alert} {self.bound}{scope}"
+
+    def observed(self, value: float | None) -> str:
+        """What the run showed, in words: `fired after 75 s`, `fired at 3 evaluations`."""
+        if value is None:
+            return "never fired" if self.resolves_within_ms is None else "never resolved"
+        if self.never:
+            return "never fired" if value == 0 else f"fired at {value:g} evaluation(s)"
+        verb = "fired" if self.fires_within_ms is not None else "resolved"
+        return f"{verb} after {value:g} s"
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.policy})"
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -259,7 +318,7 @@ class Scenario:
     latencies: Mapping[str, Latency]
     traffic: tuple[Traffic, ...]
     faults: tuple[Fault, ...]
-    expect: tuple[Expect, ...]
+    expect: tuple[Expect | AlertExpect, ...]
     live: bool = False
     source: str = "<memory>"
     #: a fleet of routers (the traffic spread over them in turn); its replicas share
@@ -460,13 +519,57 @@ def _read_traffic(
                    stream=stream)
 
 
+_ALERT_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
+
+
+def _read_alert_expect(src: Source, body: dict[str, Any], path: Path, faults: set[str]
+                       ) -> AlertExpect | None:
+    """`{alert, fires_within | resolves_within | never: true, during}` (docs/alerts.md)."""
+    reject_unknown(src, body, path, ("alert", "during", "fires_within", "resolves_within",
+                                     "never", "policy"))
+    alert = read_str(src, body.get("alert"), path + ("alert",))
+    ok = alert is not None
+    if alert is not None and not _ALERT_NAME.match(alert):
+        src.problem(path + ("alert",), f"not an alert rule's name: {alert!r}")
+        ok = False
+    if body.get("policy", "resilient") != "resilient":
+        src.problem(path + ("policy",), "alerts are evaluated over the resilient run only")
+        ok = False
+    during = body.get("during")
+    if during is not None and during not in faults:
+        src.problem(path + ("during",), f"no fault named {during!r}")
+        ok = False
+    forms = [key for key in ("fires_within", "resolves_within", "never") if key in body]
+    if len(forms) != 1:
+        src.problem(path, "give exactly one of fires_within (2m), resolves_within (1m) or "
+                          "never: true")
+        return None
+    within: dict[str, int | None] = {"fires_within": None, "resolves_within": None}
+    if forms[0] == "never":
+        if body["never"] is not True:
+            src.problem(path + ("never",), f"expected true, got {body['never']!r}")
+            ok = False
+    else:
+        within[forms[0]] = read_duration(src, body[forms[0]], path + (forms[0],))
+        ok = ok and within[forms[0]] is not None
+        if forms[0] == "resolves_within" and during is None:
+            src.problem(path + ("during",), "resolves_within needs the fault it counts from")
+            ok = False
+    if not ok or alert is None:
+        return None
+    return AlertExpect(alert, during, within["fires_within"], within["resolves_within"],
+                       forms[0] == "never", src.line(path))
+
+
 def _read_expect(
     src: Source, value: Any, path: Path, faults: set[str], providers: Mapping[str, Any],
     origin: str,
-) -> Expect | None:
+) -> Expect | AlertExpect | None:
     body = read_mapping(src, value, path)
     if body is None:
         return None
+    if "alert" in body:
+        return _read_alert_expect(src, body, path, faults)
     reject_unknown(src, body, path, ("metric", "check", "policy", "during", "provider"))
     metric = read_str(src, body.get("metric"), path + ("metric",))
     check = read_str(src, body.get("check"), path + ("check",))

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from omniroute_tui.clock import SystemClock
-from omniroute_tui.config import load_router_config
+from omniroute_tui.config import MetricsAccess, load_router_config
 from omniroute_tui.config.limits import GatewayLimits, StoreRetention
 from omniroute_tui.gateway import Gateway, GatewayServer
 from omniroute_tui.store import SqliteStore
@@ -51,8 +51,10 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
                           limits: GatewayLimits | None = None, busy_timeout_ms: int = 2000,
                           redis: tuple[str, str] | None = None,
                           retention: StoreRetention | None = None,
+                          metrics: MetricsAccess = MetricsAccess.TOKEN, port: int = 0,
                           ) -> AsyncIterator[Running]:
-    """A gateway on its own fakes; `redis` (URL, key prefix) makes it a fleet replica."""
+    """A gateway on its own fakes; `redis` (URL, key prefix) makes it a fleet replica;
+    `port` is its port on 127.0.0.1 (0: any free one)."""
     loaded = load_scenario("gateway.yaml", text=scenario)
     fakes = await start_fakes(loaded)
     store = link = None
@@ -72,8 +74,8 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             link = RedisLink(redis[0], prefix=redis[1])
             await link.attach(router.engine, router.models)
         gateway = Gateway(router, config.providers, token=TOKEN, store=store, limits=limits,
-                          fleet=link)
-        server = GatewayServer(gateway, "127.0.0.1", 0)
+                          fleet=link, metrics=metrics)
+        server = GatewayServer(gateway, "127.0.0.1", port)
         await server.start()
         yield Running(server.url, gateway, text, server)
     finally:

@@ -7,6 +7,7 @@ import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -44,6 +45,7 @@ from .yaml_source import Source, load_source
 
 __all__ = [
     "ConnectionConfig",
+    "MetricsAccess",
     "ProviderConfig",
     "RouterConfig",
     "load_router_config",
@@ -54,6 +56,14 @@ __all__ = [
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 PROVIDER_FIELDS = ("auth", "per_model_quota", "base_url", "models", "resilience", "connections")
+
+
+class MetricsAccess(StrEnum):
+    """Who may read the gateway's `GET /metrics` (`gateway.metrics`)."""
+
+    TOKEN = "token"  # with the management token, as the management API (the default)
+    PUBLIC = "public"  # anyone who reaches the port: a Prometheus without the token
+    OFF = "off"  # not served, and nothing counted
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,7 @@ class RouterConfig:
     gateway_listen: str | None = None
     gateway_token_file: str | None = None
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
+    gateway_metrics: MetricsAccess = MetricsAccess.TOKEN
     source: str = "<memory>"
     #: the file's sha256, first 12 hex digits: which config a router runs
     version: str = ""
@@ -369,6 +380,7 @@ def load_router_config(
     lease_max = 10_000
     retention = StoreRetention()
     limits = GatewayLimits()
+    metrics = MetricsAccess.TOKEN
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
         if "events" in store:  # the earlier release's one log of every event
             src.problem(("store", "events"), "state changes and per-request events are kept "
@@ -390,7 +402,9 @@ def load_router_config(
             lease_max = read_duration(src, store["lease_max"], ("store", "lease_max"),
                                       positive=True, longest_ms=3_600_000) or lease_max
     if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
-        reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits"))
+        reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits", "metrics"))
+        if "metrics" in gw:
+            metrics = _metrics_access(src, gw["metrics"], ("gateway", "metrics"))
         if "limits" in gw:
             limits = parse_limits(src, gw["limits"], ("gateway", "limits"))
         if "listen" in gw:
@@ -403,8 +417,22 @@ def load_router_config(
         store_redis=store_redis, store_prefix=prefix, store_lease_max_ms=lease_max,
         store_retention=retention,
         gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
+        gateway_metrics=metrics,
         source=src.name, version=src.version, raw=data,
     )
+
+
+def _metrics_access(src: Source, value: Any, path: Path) -> MetricsAccess:
+    """`gateway.metrics`: token, public or off (a problem otherwise: the default stands).
+    YAML reads an unquoted `off` as false: that is off too."""
+    if value is False:
+        return MetricsAccess.OFF
+    if isinstance(value, str) and value in MetricsAccess._value2member_map_:
+        return MetricsAccess(value)
+    src.problem(path, f"expected token (the management token is asked, the default), "
+                      f"public (no token asked) or off (not served), got "
+                      f"{repr(value)[:40] if isinstance(value, str) else type(value).__name__}")
+    return MetricsAccess.TOKEN
 
 
 def _read_redis(src: Source, value: Any, path: Path) -> str | None:

@@ -17,6 +17,8 @@ from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
+from ..config.router_config import MetricsAccess
+from ..config.status import ConfigStatus
 from ..state_document import state_document
 from ..store import StoreError, StoreProblem
 from .actions import bindings
@@ -56,10 +58,14 @@ class ConsoleApp(OperatorActions, ReplayControls):
         autoplay: bool = True,
         listen: tuple[str, int] | None = None,
         token: str | None = None,
+        metrics: MetricsAccess = MetricsAccess.TOKEN,
+        config_status: ConfigStatus | None = None,
     ) -> None:
         super().__init__()
         self.listen = listen
         self.token = token
+        self.metrics = metrics  # who may scrape the served gateway's /metrics
+        self.config_status = config_status  # the config file it serves, for /metrics
         self.gateway_server: Any = None
         self.backend = backend
         self.model = model
@@ -143,7 +149,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
             self.notify("this console has no router on real time to serve", severity="error")
             return
         gateway = Gateway(served.router, self.backend.providers, token=self.token,
-                          store=served.store)
+                          store=served.store, metrics=self.metrics,
+                          config_status=self.config_status)
         server = GatewayServer(gateway, host, port)
         try:
             await server.start()

@@ -151,8 +151,16 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
                                        recover=args.db_recover == "set-aside")
         model = ConsoleModel(config.providers, router_backend.now_ms)
         bus.subscribe(model.on_event)
+        status = None
+        if listen is not None:
+            import time
+
+            from ..config.status import ConfigStatus
+
+            status = ConfigStatus(str(args.config), config.version, time.time_ns() // 1_000_000)
         return ConsoleApp(router_backend, model, operator=operator,
-                          read_only=args.read_only, listen=listen, token=token)
+                          read_only=args.read_only, listen=listen, token=token,
+                          metrics=config.gateway_metrics, config_status=status)
     from simulator.scenario import load_scenario, resolve_scenario
 
     scenario = load_scenario(resolve_scenario(scenario_name or "demo"), config=args.config)

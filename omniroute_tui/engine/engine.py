@@ -529,6 +529,10 @@ class ResilienceEngine:
     def lockout_snapshots(self, provider: str) -> tuple[LockoutSnapshot, ...]:
         return tuple(self._state(provider).lockouts.snapshots())
 
+    def retry_budget_tokens(self, provider: str) -> float:
+        """The tokens the provider's retry budget holds now (docs/design.md §6)."""
+        return self._state(provider).budget.tokens
+
     def snapshot(self) -> EngineSnapshot:
         now = self.now()
         states = self._providers.values()

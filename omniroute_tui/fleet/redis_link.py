@@ -272,6 +272,9 @@ class RedisLink:
         self._config_versions: dict[str, str] | None = None
         self._config_refused: dict[bytes, bytes] = {}  # counted once, until they change
         self._config_wake = asyncio.Event()
+        #: told, for every other replica's event applied here, how late it was (ms from
+        #: when it happened there to now): the metrics' propagation lag
+        self._lag_listeners: list[Callable[[int], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -325,6 +328,12 @@ class RedisLink:
                            config_versions=None if self._config_versions is None
                            else dict(self._config_versions))
 
+    def on_applied(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        """Tell `listener` the lag (ms) of every other replica's event applied from now
+        on; returns its removal."""
+        self._lag_listeners.append(listener)
+        return lambda: self._lag_listeners.remove(listener)
+
     @property
     def dropping(self) -> int:
         """Changes dropped since everything queued last reached Redis (0: none)."""
@@ -368,6 +377,7 @@ class RedisLink:
     async def _write_loop(self) -> None:
         failures = 0
         while True:
+            _end_if_cancelled()
             await self._wake.wait()
             self._wake.clear()
             try:
@@ -476,6 +486,7 @@ class RedisLink:
         failures = 0
         check_master_at = time.monotonic() + _MASTER_CHECK_S
         while True:
+            _end_if_cancelled()
             try:
                 if self._sentinel is not None and time.monotonic() >= check_master_at:
                     check_master_at = time.monotonic() + _MASTER_CHECK_S
@@ -512,6 +523,7 @@ class RedisLink:
         CONFIG_EVERY_S (at once after a reload). Redis away: the follow loop says so in
         `/health`; the versions known stay until it answers again."""
         while True:
+            _end_if_cancelled()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CONFIG_EVERY_S):
                     await self._config_wake.wait()
@@ -604,8 +616,12 @@ class RedisLink:
                 self.peer.hear_state(read.event)
         except Exception as exc:  # one entry must not end the loop
             self._reject(where, f"applying it raised {type(exc).__name__}", str(exc)[:80])
-        else:
+            return
+        if relay:
             self.applied += 1
+            lag = max(0, _now_ms() - read.event.t)
+            for listener in self._lag_listeners:
+                listener(lag)
 
     def _reject(self, where: str, reason: str, detail: str) -> None:
         now = _now_ms()
@@ -717,6 +733,16 @@ class RedisLink:
             log.warning("the fleet's Redis answers again; %d change(s) queued",
                         len(self._outbox))
             self._failing_since, self._error = None, None
+
+
+def _end_if_cancelled() -> None:
+    """End the loop that asks, if its task was cancelled: redis-py's read timeout can
+    swallow a cancellation that lands while a command waits (seen with redis-py 8.1 on
+    Python 3.11: the follow loop went on reading after `close` cancelled it, for as long as
+    `close` waited), so each loop turn checks for itself."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _change(item: Shared) -> Change:

@@ -23,12 +23,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..config.durations import parse_duration_ms
 from ..config.hidden import visible
 from ..config.limits import GatewayLimits
-from ..config.router_config import ProviderConfig, RouterConfig
+from ..config.router_config import MetricsAccess, ProviderConfig, RouterConfig
+from ..config.status import ConfigStatus
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
 from ..engine.engine import UnknownTarget
 from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..fleet.redis_link import RedisLink
+from ..metrics import CONTENT_TYPE_LATEST, build_registry, exposition
 from ..router.core import Router, UnknownRoute
 from ..state_document import state_document
 from ..store import SqliteStore
@@ -53,6 +55,8 @@ OPERATOR_HEADER = "x-omniroute-operator"
 #: one line per proxied request, at info (docs/gateway.md, "Logs")
 access_log = logging.getLogger("omniroute.access")
 Handler = Callable[[Request], Awaitable[Response]]
+
+log = logging.getLogger("omniroute.gateway")
 
 
 def error_response(status: int, message: str, *, type_: str = "invalid_request_error",
@@ -80,6 +84,8 @@ class Gateway:
         limits: GatewayLimits | None = None,
         fleet: RedisLink | None = None,
         config: RouterConfig | None = None,
+        metrics: MetricsAccess = MetricsAccess.TOKEN,
+        config_status: ConfigStatus | None = None,
     ) -> None:
         self.router = router
         self.limits = limits or GatewayLimits()
@@ -103,9 +109,20 @@ class Gateway:
         #: router was not built from a file
         self.reloader = None if config is None else ConfigReloader(
             router, config, on_swap=self._swap)
+        #: the config in force: the reloader's, or what a caller serving a router it
+        #: reloads no other way says of it (the console's `--listen`)
+        self.status = config_status if self.reloader is None else self.reloader.status
         if fleet is not None and config is not None:
             fleet.announce_config(config.version, self.reloader.status.loaded_at_ms
                                   if self.reloader is not None else 0)
+
+        #: who may scrape `/metrics`: with the token (none: not served), anyone, or no one
+        self.metrics_access = (MetricsAccess.OFF if metrics is MetricsAccess.TOKEN
+                               and token is None else metrics)
+        self.metrics = None if self.metrics_access is MetricsAccess.OFF else build_registry(
+            router, clock=router.engine.clock, store=store, fleet=fleet,
+            config_status=self.status)
+        self._scrape_failures = 0
 
     def _swap(self, config: RouterConfig) -> None:
         """A reloaded config is in force: new requests go out with its keys and URLs
@@ -118,7 +135,7 @@ class Gateway:
             self.fleet.announce_config(config.version, self.reloader.status.loaded_at_ms)
 
     def config_status(self) -> dict[str, Any] | None:
-        return None if self.reloader is None else asdict(self.reloader.status)
+        return None if self.status is None else asdict(self.status)
 
     def _remote(self, replica: str, data: dict[str, Any]) -> None:
         """Another replica's event: streamed to attached consoles, and an operator's
@@ -145,6 +162,10 @@ class Gateway:
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
         ]
+        if self.metrics_access is MetricsAccess.PUBLIC:
+            routes.append(Route("/metrics", self.scrape, methods=["GET"]))
+        elif self.metrics_access is MetricsAccess.TOKEN:
+            routes.append(Route("/metrics", self._managed(self.scrape), methods=["GET"]))
         if self.token is not None:  # no token, no management API
             managed = self._managed
             routes += [
@@ -286,6 +307,22 @@ class Gateway:
             # a consumer of the events raised (isolated from routing, logged once a minute)
             body["subscriber_faults"] = dict(self.engine.bus.faults)
         return JSONResponse(body)
+
+    async def scrape(self, request: Request) -> Response:
+        """`GET /metrics`: the engine's state now and the traffic counted since start. A
+        scrape that fails is logged and answered 503: Prometheus marks the target down, and
+        routing goes on (docs/design.md §13)."""
+        assert self.metrics is not None
+        try:
+            body = exposition(self.metrics)
+        except Exception as exc:
+            self._scrape_failures += 1
+            # the first with its traceback (a bug to fix), the later ones a line each
+            log.error("a metrics scrape failed (%d in all): %s: %s", self._scrape_failures,
+                      type(exc).__name__, exc, exc_info=self._scrape_failures == 1)
+            return Response("metrics unavailable: the scrape failed; the gateway's log says "
+                            "why\n", 503, media_type="text/plain")
+        return Response(body, 200, headers={"content-type": CONTENT_TYPE_LATEST})
 
     # -- the management API ----------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..clock import SystemClock
-from ..config import ConfigError, load_router_config
+from ..config import ConfigError, MetricsAccess, load_router_config
 from ..config.token import TOKEN_ENV, TokenError, load_token
 from ..logs import add_log_arguments, configure_logging
 from ..store import Recovery, SqliteStore, StoreError
@@ -22,6 +22,13 @@ from .server import GatewayServer, parse_listen
 __all__ = ["main"]
 
 log = logging.getLogger("omniroute.gateway")
+
+
+_METRICS_SERVED = {
+    MetricsAccess.TOKEN: "/metrics with the token",
+    MetricsAccess.PUBLIC: "/metrics without a token (gateway.metrics: public)",
+    MetricsAccess.OFF: "no /metrics",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,7 +85,8 @@ async def _serve(args: argparse.Namespace) -> int:
             log.warning("the bad database was kept as %s", store.set_aside_from)
         await store.attach(router.engine)
     gateway = Gateway(router, config.providers, token=token, store=store,
-                      limits=config.gateway_limits, fleet=link, config=config)
+                      limits=config.gateway_limits, fleet=link, config=config,
+                      metrics=config.gateway_metrics)
     server = GatewayServer(gateway, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -102,7 +110,8 @@ async def _serve(args: argparse.Namespace) -> int:
         await server.start()
         management = "with the management API" if token else (
             f"WITHOUT the management API (no token: give --token-file or ${TOKEN_ENV})")
-        print(f"omniroute-gateway on {server.url} {management}", flush=True)
+        print(f"omniroute-gateway on {server.url} {management}; "
+              f"{_METRICS_SERVED[gateway.metrics_access]}", flush=True)
         await stop.wait()
     finally:
         await server.stop()

@@ -57,6 +57,15 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
              "description": "Watch and operate the router's resilience state."},
     "security": [{"bearer": []}],
     "paths": {
+        "/metrics": {"get": {
+            "summary": "The router's metrics in Prometheus' text format (docs/metrics.md); "
+                       "with `gateway: {metrics: public}` no token is asked.",
+            "responses": {"200": {"description": "The state now and the traffic since start.",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}},
+                          "401": _ERRORS["401"],
+                          "503": {"description": "The scrape failed; the log says why.",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}}},
+        }},
         "/api/resilience/state": {"get": {
             "summary": "Breakers, connections (keys masked), lockouts and the store's health.",
             "responses": {"200": _json(_ref("State"), "The state now."), "401": _ERRORS["401"]},

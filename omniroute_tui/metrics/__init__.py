@@ -1,0 +1,9 @@
+"""Prometheus metrics of a router (docs/design.md §13): engine state read at scrape time,
+traffic counted from the event bus. Sans-IO: the caller serves the bytes."""
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from .labels import OTHER
+from .registry import build_registry, exposition
+
+__all__ = ["CONTENT_TYPE_LATEST", "OTHER", "build_registry", "exposition"]

@@ -1,0 +1,249 @@
+"""Counters fed from the event bus: requests, attempts, skips, waits, dedup, transitions.
+
+Each handler is subscribed to the one event type it counts (docs/design.md §9: an event
+nobody asked for is never built, and these are asked for). A count is a plain integer in a
+dictionary keyed by its label values, so the cost per event is a lookup and an add; the
+collector turns them into metric families only when Prometheus scrapes. Labels are bounded
+by `LabelBounds`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar, cast
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+
+from ..engine.bus import EventBus
+from ..engine.consequences import CONSEQUENCES, Wait
+from ..engine.events import (
+    BreakerEvent,
+    BudgetEvent,
+    CooldownEvent,
+    DedupEvent,
+    Event,
+    RequestEvent,
+    ResponseEvent,
+    ResultEvent,
+    SkipEvent,
+    WaitEvent,
+)
+from ..engine.kinds import DedupWindow, FailureKind, SkipReason
+from .buckets import ATTEMPT_BUCKETS, DURATION_BUCKETS_MS, Buckets
+from .labels import LabelBounds, status_class
+from .text_format import Labels, sample
+
+__all__ = ["COOLING_REASONS", "TrafficCounters", "cooling_reason"]
+
+#: what a cooling connection waits for: its backoff, a spent quota, or the server's hint
+COOLING_REASONS = ("backoff", "quota", "hinted")
+
+#: requests between their `request` and `response` events, at most: a driver that never
+#: answers one (a bug) must not grow this without bound
+MAX_OPEN_REQUESTS = 100_000
+
+E = TypeVar("E", bound=Event)
+
+
+def cooling_reason(kind: FailureKind | str | None, hint_ms: int | None) -> str:
+    """The reason of a cooldown set by a failure of `kind` with the server's `hint_ms`."""
+    if kind is not None and CONSEQUENCES[FailureKind(kind)].wait is Wait.QUOTA:
+        return "quota"
+    return "hinted" if hint_ms is not None else "backoff"
+
+
+class TrafficCounters:
+    """What the bus said since the registry was built, counted by label values."""
+
+    def __init__(self, bus: EventBus, labels: LabelBounds, *, providers: Sequence[str] = (),
+                 routes: Sequence[str] = ()) -> None:
+        self._labels = labels
+        self._model_labels = labels.models
+        self._open: dict[str, str] = {}  # request id -> its route's label, until answered
+        self.requests: dict[tuple[str, str], int] = {}  # (route, status class)
+        self.durations: dict[str, Buckets] = {}  # route -> ms
+        self.attempt_counts: dict[str, Buckets] = {}  # route -> attempts per request
+        #: (provider, connection, model label, kind or None)
+        self.attempts: dict[tuple[str, str, str, FailureKind | None], int] = {}
+        self.failures: dict[tuple[str, FailureKind], int] = {}
+        self.skips: dict[tuple[str, str], int] = {}
+        self.budget_exhausted: dict[str, int] = {}
+        self.waits: dict[str, list[int]] = {}  # provider -> [count, ms waited]
+        self.dedup: dict[tuple[str, str], int] = {}
+        self.transitions: dict[tuple[str, str, str, str], int] = {}
+        self._labels_of: dict[tuple[str, str, str, FailureKind | None], Labels] = {}
+        #: (provider, connection) -> the reason of its latest cooldown
+        self.cooling: dict[tuple[str, str], str] = {}
+        self._zeros(providers, routes)
+        self._unsubscribe = [
+            _subscribe(bus, RequestEvent, self._request),
+            _subscribe(bus, ResponseEvent, self._response),
+            _subscribe(bus, ResultEvent, self._result),
+            _subscribe(bus, SkipEvent, self._skip),
+            _subscribe(bus, BudgetEvent, self._budget),
+            _subscribe(bus, WaitEvent, self._wait),
+            _subscribe(bus, DedupEvent, self._dedup),
+            _subscribe(bus, BreakerEvent, self._breaker),
+            _subscribe(bus, CooldownEvent, self._cooldown),
+        ]
+
+    def _zeros(self, providers: Sequence[str], routes: Sequence[str]) -> None:
+        """The series the config bounds, at 0 from the start: a counter that appears only
+        at its first increase hides that increase from `rate()` and `increase()`."""
+        for route in routes:
+            for status in ("2xx", "4xx", "5xx"):
+                self.requests[(route, status)] = 0
+            self.durations[route] = Buckets(DURATION_BUCKETS_MS, 0.001)
+            self.attempt_counts[route] = Buckets(ATTEMPT_BUCKETS)
+        for provider in providers:
+            for kind in FailureKind:
+                self.failures[(provider, kind)] = 0
+            for reason in SkipReason:
+                self.skips[(provider, reason.value)] = 0
+            for window in DedupWindow:
+                self.dedup[(provider, window.value)] = 0
+            self.budget_exhausted[provider] = 0
+            self.waits[provider] = [0, 0]
+
+    def close(self) -> None:
+        """Stop counting (the registry is dropped)."""
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe = []
+
+    # -- the handlers: one event type each, on the request path ------------------------------
+
+    def _request(self, event: RequestEvent) -> None:
+        open_ = self._open
+        if len(open_) >= MAX_OPEN_REQUESTS:
+            del open_[next(iter(open_))]  # the oldest, never answered
+        open_[event.id] = self._labels.routes.get(event.route) or self._labels.route(event.route)
+
+    def _response(self, event: ResponseEvent) -> None:
+        route = self._open.pop(event.request, None)
+        if route is None:
+            return  # its request began before this registry
+        key = (route, status_class(event.status))
+        requests = self.requests
+        requests[key] = requests.get(key, 0) + 1
+        durations = self.durations.get(route)
+        if durations is None:
+            durations = self.durations[route] = Buckets(DURATION_BUCKETS_MS, 0.001)
+            self.attempt_counts[route] = Buckets(ATTEMPT_BUCKETS)
+        durations.observe(event.latency_ms)
+        self.attempt_counts[route].observe(event.attempts)
+
+    def _result(self, event: ResultEvent) -> None:
+        provider, kind = event.provider, event.kind
+        model = (self._model_labels.get((provider, event.model))
+                 or self._labels.model(provider, event.model))
+        key = (provider, event.connection, model, kind)
+        attempts = self.attempts
+        attempts[key] = attempts.get(key, 0) + 1
+        if kind is not None:
+            failures = self.failures
+            failure = (provider, kind)
+            failures[failure] = failures.get(failure, 0) + 1
+
+    def _skip(self, event: SkipEvent) -> None:
+        key = (event.provider, event.reason.value)
+        self.skips[key] = self.skips.get(key, 0) + 1
+
+    def _budget(self, event: BudgetEvent) -> None:
+        if not event.spent:
+            exhausted = self.budget_exhausted
+            exhausted[event.provider] = exhausted.get(event.provider, 0) + 1
+
+    def _wait(self, event: WaitEvent) -> None:
+        if event.phase != "end":  # an end says how long it waited
+            return
+        provider = event.target.partition("/")[0]
+        waited = self.waits.get(provider)
+        if waited is None:
+            waited = self.waits[provider] = [0, 0]
+        waited[0] += 1
+        waited[1] += event.delay_ms
+
+    def _dedup(self, event: DedupEvent) -> None:
+        key = (event.provider, event.window.value)
+        self.dedup[key] = self.dedup.get(key, 0) + 1
+
+    def _breaker(self, event: BreakerEvent) -> None:
+        key = (event.provider, event.from_.value, event.to.value, event.reason.value)
+        self.transitions[key] = self.transitions.get(key, 0) + 1
+
+    def _cooldown(self, event: CooldownEvent) -> None:
+        if event.kind is not None:  # None: lifted, or its level reset; the deadline decides
+            self.cooling[(event.provider, event.connection)] = cooling_reason(
+                event.kind, event.hint_ms)
+
+    # -- the families, at scrape time -------------------------------------------------------
+
+    def families(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "omniroute_requests", "Requests answered, by route and status class.",
+            labels=("route", "status_class"))
+        for (route, status), count in self.requests.items():
+            requests.add_metric((route, status), count)
+        yield requests
+        durations = HistogramMetricFamily(
+            "omniroute_request_duration_seconds",
+            "Time from a request's arrival to its answer, waits included.", labels=("route",))
+        attempts_per = HistogramMetricFamily(
+            "omniroute_request_attempts", "Upstream attempts per answered request.",
+            labels=("route",))
+        for route, buckets in self.durations.items():
+            durations.add_metric((route,), list(buckets.cumulative()), buckets.sum / 1000)
+            counts = self.attempt_counts[route]
+            attempts_per.add_metric((route,), list(counts.cumulative()), counts.sum)
+        yield durations
+        yield attempts_per
+        attempts = CounterMetricFamily(
+            "omniroute_attempts", "Upstream attempts, by outcome (ok, or the failure kind).",
+            labels=("provider", "connection", "model", "outcome"))
+        add, name, labels = attempts.samples.append, attempts.name + "_total", self._labels_of
+        for key, count in self.attempts.items():
+            pairs = labels.get(key)
+            if pairs is None:  # as bounded as the counts: one per key
+                provider, connection, model, kind = key
+                pairs = labels[key] = Labels({"provider": provider, "connection": connection,
+                                              "model": model, "outcome": kind or "ok"})
+            add(sample(name, pairs, count))
+        yield attempts
+        failures = CounterMetricFamily(
+            "omniroute_upstream_failures", "Failed upstream attempts, by failure kind.",
+            labels=("provider", "kind"))
+        for (provider, kind), count in self.failures.items():
+            failures.add_metric((provider, kind.value), count)
+        yield failures
+        yield _counter("omniroute_skips", "Targets passed over without an attempt, by reason.",
+                       ("provider", "reason"), self.skips.items())
+        yield _counter("omniroute_retry_budget_exhausted",
+                       "Retries refused because the provider's retry budget was empty.",
+                       ("provider",), [((k,), v) for k, v in self.budget_exhausted.items()])
+        yield _counter("omniroute_admission_waits",
+                       "Admission waits for a target of the provider to come back.",
+                       ("provider",), [((k,), v[0]) for k, v in self.waits.items()])
+        yield _counter("omniroute_admission_wait_seconds",
+                       "Time spent in admission waits.",
+                       ("provider",), [((k,), v[1] / 1000) for k, v in self.waits.items()])
+        yield _counter("omniroute_dedup_suppressed",
+                       "Failures not counted by the breaker: already counted in this window.",
+                       ("provider", "window"), self.dedup.items())
+        yield _counter("omniroute_breaker_transitions",
+                       "Breaker state changes, by from, to and reason.",
+                       ("provider", "from", "to", "reason"), self.transitions.items())
+
+
+def _subscribe(bus: EventBus, kind: type[E], handler: Callable[[E], None]
+               ) -> Callable[[], None]:
+    """Subscribe `handler` to the events of `kind` alone (the bus hands it no other)."""
+    return bus.subscribe(cast(Callable[[Event], None], handler), kind)
+
+
+def _counter(name: str, documentation: str, labels: tuple[str, ...],
+             values: Iterable[tuple[Sequence[str], float]]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=labels)
+    for key, value in values:
+        family.add_metric(key, value)
+    return family

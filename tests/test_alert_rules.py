@@ -1,0 +1,117 @@
+"""The shipped alert rules (examples/prometheus/alerts.yml) are valid, unit-tested by
+promtool where each fires and where it must not, and say what to do to whoever is paged."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "examples" / "prometheus" / "alerts.yml"
+RULE_TESTS = ROOT / "examples" / "prometheus" / "alerts_test.yml"
+RUNBOOK = ROOT / "docs" / "alerts.md"
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool is not installed (Debian package prometheus; "
+                             "`make test` installs it where it can)")
+
+REQUIRED = {"OmniRouteBreakerOpen", "OmniRouteRouteNoTarget", "OmniRouteUpstreamFailureRatio",
+            "OmniRouteRetryBudgetExhausted", "OmniRouteStoreFailing", "OmniRouteFleetLinkDown",
+            "OmniRouteConfigReloadFailed"}
+
+
+def rules() -> list[dict[str, Any]]:
+    data = yaml.safe_load(RULES.read_text())
+    return [rule for group in data["groups"] for rule in group["rules"]]
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_every_required_alert_ships_once() -> None:
+    names = [rule["alert"] for rule in rules()]
+    assert len(names) == len(set(names))
+    assert set(names) >= REQUIRED
+
+
+@pytest.mark.parametrize("rule", rules(), ids=lambda r: r["alert"])
+def test_each_rule_tells_on_call_what_to_do(rule: dict[str, Any]) -> None:
+    annotations = rule["annotations"]
+    assert set(annotations) == {"summary", "description"}
+    assert rule["labels"]["severity"] in ("page", "warning")
+    anchor = rule["alert"].lower()
+    assert annotations["description"].endswith(f"Runbook: docs/alerts.md#{anchor}")
+    # the runbook has the paragraph the link names (a heading per alert)
+    assert re.search(rf"^## {rule['alert']}$", RUNBOOK.read_text(), re.MULTILINE)
+    # where the console shows the cause, the annotation gives the command to open it
+    if rule["alert"] not in ("OmniRouteStoreFailing", "OmniRouteFleetLinkDown"):
+        assert "omniroute-tui --attach http://{{ $labels.instance }}" in annotations[
+            "description"]
+        assert re.search(r"pane [0-7] \(", annotations["description"])
+
+
+def test_every_metric_named_is_one_the_gateway_exposes() -> None:
+    from tests.test_grafana_dashboard import documented_metrics
+
+    named = {name for rule in rules()
+             for name in re.findall(r"\bomniroute_\w+", rule["expr"])}
+    assert len(named) == 9
+    assert named <= documented_metrics(), named - documented_metrics()
+
+
+def test_a_short_blip_never_pages() -> None:
+    """No rule fires on its first bad sample: a scrape or two of trouble pages nobody."""
+    def seconds(text: str) -> int:
+        return sum(int(n) * {"s": 1, "m": 60, "h": 3600}[u]
+                   for n, u in re.findall(r"(\d+)([smh])", text))
+
+    assert all(seconds(rule["for"]) >= 60 for rule in rules())
+
+
+def test_every_rule_has_a_firing_and_a_quiet_case() -> None:
+    cases: dict[str, set[bool]] = {}
+    for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
+        for case in test["alert_rule_test"]:
+            cases.setdefault(case["alertname"], set()).add(bool(case["exp_alerts"]))
+    assert cases == {rule["alert"]: {True, False} for rule in rules()}
+
+
+@needs_promtool
+def test_rules_are_valid() -> None:
+    result = promtool("check", "rules", str(RULES), cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules())} rules found" in result.stdout
+
+
+@needs_promtool
+def test_promtool_unit_tests_pass() -> None:
+    result = promtool("test", "rules", RULE_TESTS.name, cwd=RULES.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@needs_promtool
+@pytest.mark.parametrize(("old", "new"), [
+    ("for: 1m", "for: 0m"),  # every rule pages at once
+    ("> 0.25", "> 0.8"),  # the failure ratio misses a 75 % failure
+    ("unless on (instance, job, provider) omniroute_breaker_forced_open == 1", ""),
+    ('state=~"OPEN|HALF_OPEN"', 'state!="CLOSED"'),  # a DEGRADED breaker would page
+])
+def test_the_unit_tests_catch_a_changed_rule(tmp_path: Path, old: str, new: str) -> None:
+    """The unit tests can fail: each of these edits of the rules breaks one of them."""
+    text = RULES.read_text()
+    assert old in text
+    (tmp_path / "alerts.yml").write_text(text.replace(old, new))
+    shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
+    result = promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path)
+    assert result.returncode == 1
+    assert "FAILED" in result.stdout + result.stderr
