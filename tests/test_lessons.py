@@ -370,3 +370,11 @@ def test_sim_lists_lessons_and_checks_one(tmp_path: Path,
                      "provider: alpha, equals: 0}]\n")
     assert sim_main(["lesson", str(wrong)]) == 1
     assert "FAILS" in capsys.readouterr().out
+
+
+def test_the_manuals_example_lesson_loads_and_holds() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "console.md").read_text()
+    example = re.findall(r"```yaml\n(.*?)```", text.split("## Lessons", 1)[1], re.DOTALL)[0]
+    lesson = load_lesson("example.yaml", text=example)
+    assert [r.ok for r in check_lesson(lesson)] == [True, True, True]
+    assert [unchecked_numbers(step) for step in lesson.steps] == [[], []]
