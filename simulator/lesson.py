@@ -291,7 +291,10 @@ def _text(src: Source, value: Any, path: Path, longest: int, *, lines: bool = Tr
     if reason is not None:
         src.problem(path, reason)
         return None
-    return " ".join(value.split()) if not lines else value.strip()
+    if not lines:
+        return " ".join(value.split())
+    # a YAML block's line breaks are the file's, not the trainer's: paragraphs stay
+    return "\n\n".join(" ".join(p.split()) for p in re.split(r"\n\s*\n", value.strip()))
 
 
 def _scenario(src: Source, value: Any) -> Scenario | None:

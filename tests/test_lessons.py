@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from textual.widgets import TabbedContent
+from textual.widgets import Footer, TabbedContent
 
 from omniroute_tui.config import ConfigError
 from omniroute_tui.console.cli import _parser, build_app
@@ -378,3 +378,35 @@ def test_the_manuals_example_lesson_loads_and_holds() -> None:
     lesson = load_lesson("example.yaml", text=example)
     assert [r.ok for r in check_lesson(lesson)] == [True, True, True]
     assert [unchecked_numbers(step) for step in lesson.steps] == [[], []]
+
+
+async def test_at_80x24_the_panel_sits_between_the_panes_and_the_footer() -> None:
+    app = build_app(_parser().parse_args(["--lesson", "1-cooldown-ladder"]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, lambda: "step 1" in _panel(app))
+        await pilot.pause(0.2)
+        panel = app.query_one(LessonPanel).region
+        footer = app.query_one(Footer).region
+        panes = app.query_one(TabbedContent).region
+        assert panes.bottom <= panel.y and panel.bottom <= footer.y, (panes, panel, footer)
+        assert panel.height >= 7  # the border, the head, two lines of text, Q, A, the key
+        await pilot.press("q")
+
+
+async def test_a_fleet_lesson_runs_in_the_console_and_r_starts_it_again() -> None:
+    app = build_app(_parser().parse_args(["--lesson", "8-fleet-shared-state",
+                                          "--speed", "100"]))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, lambda: "step 1" in _panel(app))
+        assert app.backend.comparison is not None
+        assert app.backend.comparison.policy == "isolated"
+        await pilot.press("space")
+        await settle(pilot, lambda: "step 2 of 3" in _panel(app), tries=400)
+        assert app.query_one("#providers-table", KeyedTable).selected_key == "alpha"
+        await pilot.press("R")
+        await pilot.press("y")
+        await settle(pilot, lambda: "step 1 of 3" in _panel(app))
+        backend = app.backend
+        assert isinstance(backend, LessonBackend)
+        assert backend.progress.index == 0 and backend.now_ms() == 0 and backend.paused
+        await pilot.press("q")

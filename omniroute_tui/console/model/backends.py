@@ -139,7 +139,11 @@ class SimulationBackend:
         self.paused = paused
         self.replay: SimulationBackend | None = self
         self.run = VirtualRun(scenario, Policy.RESILIENT, subscribers=subscribers)
-        self.engine: ResilienceEngine = self.run.router.engine  # type: ignore[attr-defined]
+        router: Any = self.run.router
+        # a fleet's panes show every replica's events; an operator acts on the first one
+        # (with a shared state, the others follow it)
+        replicas = getattr(router, "replicas", None)
+        self.engine: ResilienceEngine = (replicas[0] if replicas else router).engine
         self.operator: Operator = EngineOperator(self.engine)
         self.comparison: AttemptSeries | None = AttemptSeries()
         self._naive = VirtualRun(scenario, Policy.NAIVE)
