@@ -20,9 +20,9 @@ _LESSON_STYLE = """
 .lesson-page { display: grid; grid-template-columns: minmax(320px, 1fr) minmax(430px, 1.4fr);
                gap: 1.2rem; align-items: start; }
 .steps { list-style: none; padding: 0; margin: 0; }
-.steps li { border-left: 4px solid #1f77b4; background: #f6f8fa; margin: 0 0 .8rem;
+.steps > li { border-left: 4px solid #1f77b4; background: #f6f8fa; margin: 0 0 .8rem;
             padding: .5rem .8rem; }
-.steps li.paused { border-left-color: #d4a017; }
+.steps > li.paused { border-left-color: #d4a017; }
 .when { color: #666; font-size: .85rem; } .text { white-space: pre-wrap; margin: .3rem 0; }
 .claims { font-size: .85rem; margin: .3rem 0 0; padding-left: 1.1rem; }
 .charts-side { position: sticky; top: 1rem; }
