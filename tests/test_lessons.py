@@ -126,6 +126,16 @@ GOOD_HEAD = "name: bad\nsummary: s\nscenario: provider-outage\nsteps:\n"
 
 @pytest.mark.parametrize(("steps", "line", "field", "reason"), [
     ("  - {at: 0s, text: hi, colour: red}", 5, "steps[0].colour", "unknown field"),
+    ("  - 5", 5, "steps[0]", "expected a mapping"),
+    ("  - {at: 0s, text: 5}", 5, "steps[0].text", "non-empty text"),
+    ("  - {at: 0s, text: [a, b]}", 5, "steps[0].text", "non-empty text"),
+    ("  - {at: soon, text: hi}", 5, "steps[0].at", "not a duration"),
+    ("  - {on: [breaker], text: hi}", 5, "steps[0].on", "expected a mapping"),
+    ("  - {on: {type: breaker, to: [OPEN]}, text: hi}", 5, "steps[0].on.to",
+     "expected a word"),
+    ("  - {at: 0s, text: hi, check: {count: 1}}", 5, "steps[0].check", "list of claims"),
+    ("  - {at: 0s, text: hi, check: [{count: 5, equals: 1}]}", 5,
+     "steps[0].check[0].count", "expected a mapping"),
     ("  - {text: hi}", 5, "steps[0]", "exactly one of at"),
     ("  - {at: 0s, on: {type: breaker}, text: hi}", 5, "steps[0]", "exactly one of at"),
     ("  - {on: {type: explosion}, text: hi}", 5, "steps[0].on.type", "an event type"),
