@@ -127,12 +127,12 @@ class Claim:
     def numbers(self) -> set[float]:
         """The numbers this claim vouches for in a text: its value (a `*_ms` metric's in
         seconds too), its time bounds in seconds, and the numbers its match names (the
-        `level: 2` of a cooldown)."""
+        `level: 2` of a cooldown, a `*_ms` one in seconds)."""
         found = {self.value, self.from_ms / 1000}
         if self.metric is not None and self.metric.endswith("_ms"):
             found.add(self.value / 1000)
         if self.match is not None:
-            found |= {float(v) for _, v in self.match.where
+            found |= {v / 1000 if k.endswith("_ms") else float(v) for k, v in self.match.where
                       if isinstance(v, int) and not isinstance(v, bool)}
         if self.to_ms is not None:
             found |= {self.to_ms / 1000, (self.to_ms - self.from_ms) / 1000}
