@@ -239,7 +239,7 @@ def confusions() -> list[tuple[str, dict[str, Any], str]]:
             key = "from" if f.name == "from_" else f.name
             declared = str(f.type).replace(" ", "").split("|")
             kind = "enum" if declared[0] in ("BreakerState", "BreakerReason",
-                                             "FailureKind") else declared[0]
+                                             "FailureKind", "CooldownReason") else declared[0]
             for value in WRONG[kind]:
                 if value is None and "None" in declared:
                     continue

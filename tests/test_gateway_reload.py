@@ -386,3 +386,46 @@ async def test_an_attached_console_shows_the_reload_in_its_events_and_audit(
             assert result == f"ok {version_of(text)}: -p1"
             assert "p1" not in model.providers
             assert ("p1", "c0") not in model.connections
+
+
+async def test_metrics_follow_a_reload_and_say_when_one_is_refused(tmp_path: Path) -> None:
+    """After a reload the scrape has the added provider and not the removed one, the
+    config's new version, and the reloads counted; a refused one sets the gauge the
+    `OmniRouteConfigReloadFailed` alert reads to 0, and a good one sets it back."""
+    from .metrics_helpers import parse, series, value
+
+    async with served(tmp_path, config_text("http://x/v1", providers=2)) as gw, \
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as client:
+        async def scrape() -> Any:
+            answer = await client.get("/metrics", headers=AUTH)
+            assert answer.status_code == 200, answer.text
+            return parse(answer.content)
+
+        before = await scrape()
+        assert {s["provider"] for s in series(before, "omniroute_breaker_forced_open")} == {
+            "p0", "p1"}
+        grown = yaml.safe_load(config_text("http://x/v1", providers=3))
+        del grown["providers"]["p1"]
+        grown["routes"]["chat"]["targets"] = ["p0/m", "p2/m"]
+        gw.path.write_text(yaml.safe_dump(grown))
+        assert (await client.post("/api/resilience/reload", headers=AUTH)).status_code == 200
+        after = await scrape()
+        assert {s["provider"] for s in series(after, "omniroute_breaker_forced_open")} == {
+            "p0", "p2"}
+        assert {s["connection"] for s in series(after, "omniroute_connection_disabled")
+                if s["provider"] == "p2"} == {"c0", "c1"}
+        assert series(after, "omniroute_config_info") == [
+            {"version": version_of(gw.path.read_text())}]
+        assert value(after, "omniroute_config_reloads_total", result="ok") == 1
+        assert value(after, "omniroute_config_last_reload_success") == 1
+
+        gw.path.write_text("providers: [\n")  # caught mid-write
+        assert (await client.post("/api/resilience/reload", headers=AUTH)).status_code == 422
+        refused = await scrape()
+        assert value(refused, "omniroute_config_last_reload_success") == 0
+        assert value(refused, "omniroute_config_reloads_total", result="refused") == 1
+        assert series(refused, "omniroute_config_info") == series(after, "omniroute_config_info")
+
+        gw.path.write_text(yaml.safe_dump(grown))
+        assert (await client.post("/api/resilience/reload", headers=AUTH)).status_code == 200
+        assert value(await scrape(), "omniroute_config_last_reload_success") == 1

@@ -71,7 +71,8 @@ def test_open_ms_counts_only_to_the_end_of_the_run() -> None:
     """The breaker opens at 55 s on the first 503 (threshold 1); the scenario ends at
     60 s, so it was open 5 s of the run, not its whole 30 s window."""
     text = BASE.format(duration="60s", traffic="every: 1s") + (
-        "resilience: {breaker: {failure_threshold: 1, degraded_threshold: 1}}\n"
+        "resilience: {breaker: {failure_threshold: 1, degraded_threshold: 1, "
+        "reset_timeout: 30s}}\n"
         "faults:\n  - {name: down, target: p, error: 503, at: 55s, for: 10s}\n")
     report = run_virtual(load_scenario("t.yaml", text=text))
     provider = report["providers"]["p"]

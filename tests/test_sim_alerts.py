@@ -304,3 +304,14 @@ def test_a_fleet_is_sampled_replica_by_replica(tmp_path: Path) -> None:
                                                           "replica-2"]
     assert {(f["fired"], f["resolved"]) for f in breaker} == {("storm +1m15s",
                                                                "storm end +15s")}
+
+
+def test_the_readme_says_when_the_storm_pages_as_the_pin_does() -> None:
+    """The README's tour quotes the 429 storm's breaker page: the pinned timings."""
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    (breaker, *_) = PINNED["429-storm"]
+    fired = breaker[4].removeprefix("storm +")
+    cleared = breaker[5].removeprefix("storm end +").replace("s", " s")
+    assert (f"the breaker page fires {fired} into the storm and clears {cleared} after it"
+            in readme)
+    assert PINNED["vpn-blip"] == [] and "`vpn-blip` scenario pages nobody" in readme

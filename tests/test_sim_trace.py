@@ -57,9 +57,19 @@ def test_cooldown_ladder_and_breaker_times() -> None:
     ]
     # the failure at 4.1 s is within 5 s of the one counted at 0.1 s: suppressed
     assert of(events, "dedup", "connection", "window") == [(4_100, "c", "connection")]
+    # open at 98.1 s for 5 s; each probe (the first request after the window, on the
+    # key still cooling for backoff) fails 100 ms later and opens it for 5 s again
     assert of(events, "breaker", "from", "to", "failures") == [
         (24_100, "CLOSED", "DEGRADED", 3), (98_100, "DEGRADED", "OPEN", 5),
+        (104_000, "OPEN", "HALF_OPEN", 5), (104_100, "HALF_OPEN", "OPEN", 6),
+        (110_000, "OPEN", "HALF_OPEN", 6), (110_100, "HALF_OPEN", "OPEN", 7),
+        (116_000, "OPEN", "HALF_OPEN", 7), (116_100, "HALF_OPEN", "OPEN", 8),
     ]
+    # the probes used the cooling key, and their failures never escalated it (the
+    # cooldown events above end at 98.1 s: an active cooldown is never extended)
+    assert [(e["t"], e["connection"], e["cooling_until"]) for e in events
+            if e["type"] == "attempt" and e["probe"]] == [
+        (104_000, "c", 194_100), (110_000, "c", 194_100), (116_000, "c", 194_100)]
 
 
 def test_probe_times_with_escalation() -> None:
@@ -69,12 +79,14 @@ def test_probe_times_with_escalation() -> None:
                    "dedup: {connection_window: 0s, network_window: 0s}}",
         faults="  - {name: down, target: alpha, error: 503, at: 0s, for: 10m}",
     )
-    # five failures (0-4 s) open it at 4.1 s; resets: 30 s for cycles 0-3, then 60, 120 s
+    # five failures (0-4 s) open it at 4.1 s; windows (docs/design.md §8): 5 s for
+    # cycles 0-6, then 10, 20 and 30 s; each probe is the first request (every 1 s) after
     probes = [e["t"] for e in events if e["type"] == "attempt" and e["probe"]]
-    assert probes == [35_000, 66_000, 97_000, 128_000, 189_000, 310_000]
+    assert probes == [10_000, 16_000, 22_000, 28_000, 34_000, 40_000, 46_000, 57_000,
+                      78_000, *range(109_000, 360_000, 31_000)]
     opens = [(t, r) for t, to, r in of(events, "breaker", "to", "retry_after_ms") if to == "OPEN"]
-    assert opens == [(4_100, 30_000), (35_100, 30_000), (66_100, 30_000), (97_100, 30_000),
-                     (128_100, 60_000), (189_100, 120_000), (310_100, 120_000)]
+    assert opens == [*((t, 5_000) for t in range(4_100, 46_100, 6_000)), (46_100, 10_000),
+                     (57_100, 20_000), *((t, 30_000) for t in range(78_100, 360_000, 31_000))]
     assert metrics["providers"]["alpha"]["max_attempts_per_open"] == 1
     skips = {e["reason"] for e in events if e["type"] == "skip"}
     assert skips == {"circuit_open"}

@@ -179,17 +179,19 @@ class ProviderBreaker:
 
     # -- outcomes ----------------------------------------------------------------------
 
-    def record_success(self, now: int, admission: BreakerAdmission) -> None:
-        """Any answer that is not a breaker failure: the provider is serving."""
+    def record_success(self, now: int, admission: BreakerAdmission) -> bool:
+        """Any answer that is not a breaker failure: the provider is serving. Returns
+        whether it was the probe that closed the breaker."""
         if self._state is _CLOSED and not self._failures:
-            return  # the common case: nothing to recover
+            return False  # the common case: nothing to recover
         if not self._accepts(now, admission):
-            return
+            return False
         if self._state is _HALF_OPEN:
             self._close(now, BreakerReason.PROBE_SUCCEEDED)
-            return
+            return True
         self._failures = max(0, self._failures - 1)
         self._settle(now, BreakerReason.RECOVERED)
+        return False
 
     def record_failure(self, now: int, kind: FailureKind, admission: BreakerAdmission,
                        hint_ms: int | None = None) -> None:

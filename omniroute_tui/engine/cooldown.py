@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from .consequences import CONSEQUENCES, Wait
 from .events import CooldownEvent, DisabledEvent, EnabledEvent, Event
 from .jitter import Jitter
-from .kinds import FailureKind
+from .kinds import CooldownReason, FailureKind
 from .settings import CooldownSettings
 
 __all__ = ["ConnectionCooldown", "ConnectionSnapshot"]
@@ -37,8 +37,8 @@ class ConnectionCooldown:
     """One connection's health: backoff level, cooldown deadline and disabled flag."""
 
     __slots__ = (
-        "_emit", "_jitter", "connection", "cooling_until", "disabled", "disabled_reason",
-        "last_error", "last_error_at", "level", "provider", "settings",
+        "_emit", "_jitter", "backoff", "connection", "cooling_until", "disabled",
+        "disabled_reason", "last_error", "last_error_at", "level", "provider", "settings",
     )
 
     def __init__(
@@ -61,6 +61,10 @@ class ConnectionCooldown:
         self.disabled_reason: str | None = None
         self.last_error: FailureKind | None = None
         self.last_error_at: int | None = None
+        #: the deadline is our own backoff's (no hint, no quota): the breaker's probe may
+        #: use the key, and its success frees it (docs/design.md §3). False after a
+        #: restart: the store does not say, and a server's word must not be cut short.
+        self.backoff = False
 
     def reconfigure(self, settings: CooldownSettings, jitter: Jitter) -> None:
         """A reloaded config's settings, from the next failure on: the level and the
@@ -87,25 +91,32 @@ class ConnectionCooldown:
             duration = hint_ms if hint_ms is not None else self._jitter.stretch(
                 self.settings.quota_ms
             )
-            self.cooling_until = max(self.cooling_until, now + duration)
+            if now + duration > self.cooling_until:
+                self.cooling_until = now + duration
+                self.backoff = False
         elif self.cooling_until > now:
-            if hint_ms is not None:
-                self.cooling_until = max(self.cooling_until, now + hint_ms)
+            if hint_ms is not None and now + hint_ms > self.cooling_until:
+                self.cooling_until = now + hint_ms  # the server's word: no longer backoff
+                self.backoff = False
         else:
             duration = self._jitter.stretch(self.settings.backoff_ms(self.level))
             if hint_ms is not None:
                 duration = max(hint_ms, duration)
             self.cooling_until = now + duration
             self.level = min(self.level + 1, self.settings.max_level)
+            self.backoff = hint_ms is None
         if (self.level, self.cooling_until) != before:
             self._emit(CooldownEvent(now, self.provider, self.connection, kind, self.level,
                                      self.cooling_until, hint_ms))
 
-    def merge(self, now: int, kind: FailureKind, level: int, until: int) -> bool:
+    def merge(self, now: int, kind: FailureKind, level: int, until: int,
+              hint_ms: int | None = None) -> bool:
         """Another replica's cooldown of this connection: the later deadline and the
         higher level win, so a merge never shortens one (and merging twice is once)."""
         if until <= self.cooling_until and level <= self.level:
             return False
+        if until > self.cooling_until:  # the deadline is now the other replica's
+            self.backoff = hint_ms is None and CONSEQUENCES[kind].wait is not Wait.QUOTA
         self.cooling_until = max(self.cooling_until, until)
         self.level = max(self.level, level)
         self.last_error, self.last_error_at = kind, now
@@ -123,6 +134,24 @@ class ConnectionCooldown:
                 t=now, provider=self.provider, connection=self.connection, kind=None,
                 level=0, until=self.cooling_until, hint_ms=None,
             ))
+
+    def probe_freeable(self, now: int) -> bool:
+        """What a successful probe frees: a backoff cooldown, or the level one left."""
+        return self.backoff and (self.level > 0 or self.cooling_until > now)
+
+    def free(self, now: int) -> bool:
+        """The breaker's probe succeeded: this backoff was the provider's failing, not the
+        key's, so the cooldown ends and its level goes back to 0 (docs/design.md §3).
+        Disabled flags stay; False when there was nothing to free."""
+        if not self.probe_freeable(now):
+            return False
+        self.level = 0
+        self.cooling_until = min(self.cooling_until, now)
+        self.backoff = False
+        self.last_error = self.last_error_at = None
+        self._emit(CooldownEvent(now, self.provider, self.connection, None, 0,
+                                 self.cooling_until, None, CooldownReason.PROBE_FREED))
+        return True
 
     def clear(self, now: int) -> bool:
         """Operator clear: cooldown lifted and level reset; False when there was nothing."""
@@ -176,6 +205,7 @@ class ConnectionCooldown:
         error that disabled a connection (auth_failed) stays with it until it is enabled."""
         self.disabled = snapshot.disabled
         self.disabled_reason = snapshot.disabled_reason
+        self.backoff = False
         last_error = FailureKind(snapshot.last_error) if snapshot.last_error else None
         if snapshot.cooling_until > now or (
                 snapshot.disabled and last_error is FailureKind.AUTH_FAILED):

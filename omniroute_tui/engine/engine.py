@@ -40,7 +40,7 @@ from .events import (
 )
 from .herd import FailureDedup, RetryBudget
 from .jitter import Jitter
-from .kinds import BreakerState, DedupWindow, FailureKind
+from .kinds import BreakerReason, BreakerState, DedupWindow, FailureKind
 from .lockout import LockoutSnapshot, ModelLockouts
 from .pool import ConnectionPool, Unavailable
 from .reload import ReloadSummary
@@ -204,8 +204,9 @@ class ProviderLayers:
             raise UnknownTarget(f"provider {self.name!r} has no connection {connection!r}")
         kind = outcome.kind
         breaker = self.breaker
-        if kind is None:  # success never changes whether the connection is selectable
-            breaker.record_success(now, admission)
+        if kind is None:
+            if breaker.record_success(now, admission):
+                self.pool.free_backoff(now)  # the probe closed it: the keys are free (§3)
             cooldown = self.pool.cooldowns[pos]
             if cooldown.level or cooldown.last_error is not None:
                 cooldown.record_success(now)
@@ -229,9 +230,10 @@ class ProviderLayers:
                 breaker.record_failure(now, kind, admission, hint)
             elif self._bus.wants(DedupEvent):
                 self._bus.emit(DedupEvent(now, self.name, connection, kind, suppressed))
-        else:
-            # the provider answered: for the breaker, that is a success (§3)
-            breaker.record_success(now, admission)
+        elif breaker.record_success(now, admission):
+            # the provider answered: for the breaker, that is a success (§3), and a
+            # probe's success frees the provider's backoff keys
+            self.pool.free_backoff(now)
 
 
 def _breaker_effect(settings: BreakerSettings, kind: FailureKind,
@@ -317,7 +319,9 @@ class ResilienceEngine:
         """Apply a state change another replica announced (`event` is its event, `t` when
         it happened there), by rules that keep the spec's guarantees fleet-wide: deadlines
         only extend, a breaker another replica opened is OPEN here until the same
-        deadline, one closed by a successful probe closes here, and a failure seen there
+        deadline, one closed by a successful probe closes here and frees this replica's
+        backoff keys as the probe did there (a lifted cooldown heard on its own is not
+        applied: it says nothing of the failures seen here), and a failure seen there
         counts here as it would have there (through this replica's dedup windows, so one
         incident counts once). An operator's action arrives as its command
         (`merge_command`). Changes here are announced as this engine's own events.
@@ -330,14 +334,19 @@ class ResilienceEngine:
             if event.to is BreakerState.OPEN and event.retry_after_ms is not None:
                 return state.breaker.adopt_open(now, event.t + event.retry_after_ms)
             if event.to is BreakerState.CLOSED and event.from_ is BreakerState.HALF_OPEN:
-                return state.breaker.adopt_close(now)
+                if not state.breaker.adopt_close(now):
+                    return False
+                if event.reason is BreakerReason.PROBE_SUCCEEDED:
+                    state.pool.free_backoff(now)  # the probe freed the keys there: here too
+                return True
             return False
         if isinstance(event, CooldownEvent):
             state = self._providers.get(event.provider)
             pos = None if state is None else state.pool.position.get(event.connection)
             if state is None or pos is None or event.kind is None:
                 return False
-            return state.pool.merge(pos, now, event.kind, event.level, event.until)
+            return state.pool.merge(pos, now, event.kind, event.level, event.until,
+                                    event.hint_ms)
         if isinstance(event, LockoutEvent):
             state = self._providers.get(event.provider)
             if (state is None or event.kind is None

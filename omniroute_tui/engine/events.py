@@ -14,7 +14,14 @@ from enum import StrEnum
 from json.encoder import encode_basestring
 from typing import Any, ClassVar
 
-from .kinds import BreakerReason, BreakerState, DedupWindow, FailureKind, SkipReason
+from .kinds import (
+    BreakerReason,
+    BreakerState,
+    CooldownReason,
+    DedupWindow,
+    FailureKind,
+    SkipReason,
+)
 from .values import value
 
 __all__ = [
@@ -44,8 +51,8 @@ __all__ = [
 #: the engine's vocabulary, as event fields carry it (each a StrEnum: a trace line holds
 #: its value, and reading the line back gives the member again)
 _ENUMS: dict[str, type[StrEnum]] = {
-    cls.__name__: cls for cls in (BreakerReason, BreakerState, DedupWindow, FailureKind,
-                                 SkipReason)}
+    cls.__name__: cls for cls in (BreakerReason, BreakerState, CooldownReason, DedupWindow,
+                                 FailureKind, SkipReason)}
 
 
 def _json_any(value: Any) -> str:
@@ -58,6 +65,11 @@ def _json_any(value: Any) -> str:
     return _json_dumps(value)
 
 
+def _json_optional(key: str, value: Any) -> str:
+    """`,"key":value` for an optional field that is set; nothing while it is None."""
+    return "" if value is None else f',"{key}":{_json_any(value)}'
+
+
 _json_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -66,11 +78,16 @@ def _compile_to_json(cls: type[Event]) -> Callable[[Event], str]:
 
     It produces exactly what `json.dumps(to_dict(), separators=(",", ":"),
     ensure_ascii=False)` would, several times faster (the trace writes millions).
+    An optional field (`_optional_names`) is written only when it is set.
     """
     hints = {f.name: str(f.type) for f in fields(cls)}
+    optional = cls._optional_names()
     pieces = ['{{"t":{e.t},"type":"' + cls.TYPE + '"']
     for name in cls._field_names():
         key = "from" if name == "from_" else name
+        if name in optional:
+            pieces.append(f'{{_o("{key}", e.{name})}}')
+            continue
         kind = hints[name]
         if kind == "int":
             value = f"{{e.{name}}}"
@@ -84,7 +101,7 @@ def _compile_to_json(cls: type[Event]) -> Callable[[Event], str]:
     pieces.append("}}")
     source = "def to_json(e):\n    return f" + repr("".join(pieces)) + "\n"
     namespace: dict[str, Any] = {"_s": encode_basestring, "_v": _json_any,
-                                 "_b": ("false", "true")}
+                                 "_b": ("false", "true"), "_o": _json_optional}
     exec(source, namespace)
     function: Callable[[Event], str] = namespace["to_json"]
     return function
@@ -100,8 +117,12 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         """The event as one trace line's object: `t`, `type`, then the fields in order."""
         data: dict[str, Any] = {"t": self.t, "type": self.TYPE}
+        optional = self._optional_names()
         for name in self._field_names():
-            data["from" if name == "from_" else name] = getattr(self, name)
+            field_value = getattr(self, name)
+            if field_value is None and name in optional:
+                continue
+            data["from" if name == "from_" else name] = field_value
         return data
 
     def to_json(self) -> str:
@@ -114,6 +135,16 @@ class Event:
         if cached is None:
             cached = tuple(f.name for f in fields(cls) if f.name != "t")
             setattr(cls, "_FIELD_NAMES", cached)  # noqa: B010 - per-class cache
+        return cached
+
+    @classmethod
+    def _optional_names(cls) -> frozenset[str]:
+        """Fields that default to None: left out of a trace line while unset, so that a
+        field added for a rare case leaves every other line as it was."""
+        cached: frozenset[str] | None = cls.__dict__.get("_OPTIONAL_NAMES")
+        if cached is None:
+            cached = frozenset(f.name for f in fields(cls) if f.default is None)
+            setattr(cls, "_OPTIONAL_NAMES", cached)  # noqa: B010 - per-class cache
         return cached
 
 
@@ -137,6 +168,9 @@ class RequestEvent(Event):
 
 @value
 class AttemptEvent(Event):
+    """An attempt begins; `cooling_until` is set when it is the breaker's probe on a key
+    still cooling for backoff (every key was cooling), until then (docs/design.md §3)."""
+
     TYPE: ClassVar[str] = "attempt"
     request: str
     n: int
@@ -144,6 +178,7 @@ class AttemptEvent(Event):
     connection: str
     model: str
     probe: bool
+    cooling_until: int | None = None
 
 
 @value
@@ -193,7 +228,9 @@ class BreakerEvent(Event):
 
 @value
 class CooldownEvent(Event):
-    """A connection's cooldown changed; `kind` is None when it was lifted (success, operator)."""
+    """A connection's cooldown changed; `kind` is None when it was lifted (success, operator).
+    `reason` says why a lift happened when it was not the connection's own doing:
+    `probe_freed`, the breaker's probe succeeded and freed the provider's backoff keys."""
 
     TYPE: ClassVar[str] = "cooldown"
     provider: str
@@ -202,6 +239,7 @@ class CooldownEvent(Event):
     level: int
     until: int
     hint_ms: int | None
+    reason: CooldownReason | None = None
 
 
 @value

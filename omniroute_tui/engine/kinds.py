@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["BreakerReason", "BreakerState", "DedupWindow", "FailureKind", "SkipReason"]
+__all__ = ["BreakerReason", "BreakerState", "CooldownReason", "DedupWindow", "FailureKind",
+           "SkipReason"]
 
 
 class FailureKind(StrEnum):
@@ -67,6 +68,12 @@ class BreakerReason(StrEnum):
     def immediate(cls, kind: FailureKind) -> BreakerReason:
         """The reason for a breaker that `kind` opened at once."""
         return cls(f"immediate_{kind.value}")
+
+
+class CooldownReason(StrEnum):
+    """Why a cooldown was lifted, when the `cooldown` event says (docs/design.md §3)."""
+
+    PROBE_FREED = "probe_freed"  # the breaker's probe succeeded: the backoff was the provider's
 
 
 class DedupWindow(StrEnum):

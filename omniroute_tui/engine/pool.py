@@ -84,10 +84,11 @@ class ConnectionPool:
         self._reindex(pos, now)
         return changed
 
-    def merge(self, pos: int, now: int, kind: FailureKind, level: int, until: int) -> bool:
+    def merge(self, pos: int, now: int, kind: FailureKind, level: int, until: int,
+              hint_ms: int | None = None) -> bool:
         """Another replica's cooldown of the connection at `pos`: extend, never shorten
         (the later deadline and the higher level win). Returns whether anything changed."""
-        changed = self.cooldowns[pos].merge(now, kind, level, until)
+        changed = self.cooldowns[pos].merge(now, kind, level, until, hint_ms)
         if changed:
             self._reindex(pos, now)
         return changed
@@ -98,6 +99,17 @@ class ConnectionPool:
         pos = self.position[cooldown.connection]
         self.cooldowns[pos] = cooldown
         self._reindex(pos, now)
+
+    def free_backoff(self, now: int) -> int:
+        """The breaker's probe succeeded: end every backoff cooldown of the provider and
+        reset its level (quota and hinted cooldowns, lockouts and disabled flags stay;
+        docs/design.md §3). Returns how many connections were freed."""
+        freed = 0
+        for pos, cooldown in enumerate(self.cooldowns):
+            if cooldown.free(now):
+                self._reindex(pos, now)
+                freed += 1
+        return freed
 
     def restore(self, snapshot: ConnectionSnapshot, now: int) -> None:
         """Load one persisted connection (an expired cooldown comes back cleared)."""
@@ -167,6 +179,24 @@ class ConnectionPool:
                 yield name
             if cursor >= count:
                 cursor -= count
+
+    def probe_key(self, now: int, model: str, lockouts: ModelLockouts
+                  ) -> tuple[str, int] | None:
+        """When no connection is available, the one the breaker's probe may use and until
+        when it cools: cooling for backoff only (not a quota, not a server's hint), enabled,
+        not locked for `model`, the first to end (config order breaks ties); None when
+        there is none (docs/design.md §3). A probe tests the provider, not the key."""
+        best: tuple[int, int] | None = None
+        for pos, cooldown in enumerate(self.cooldowns):
+            until = cooldown.cooling_until
+            if (cooldown.disabled or not cooldown.backoff or until <= now
+                    or lockouts.locked_until(cooldown.connection, model, now) is not None):
+                continue
+            if best is None or until < best[0]:
+                best = (until, pos)
+        if best is None:
+            return None
+        return self.order[best[1]], best[0]
 
     def unavailable(self, now: int, model: str, lockouts: ModelLockouts) -> Unavailable:
         """Explain an empty candidate list: the skip reason and the earliest way back."""

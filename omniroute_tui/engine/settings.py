@@ -89,12 +89,13 @@ class BreakerSettings:
         return base * factor
 
     def open_window_ms(self, cycles: int, kind: FailureKind | None, hint_ms: int | None) -> int:
-        """How long an OPEN lasts: the escalated reset, or sooner when the failure that
-        opened it said when to come back: `min(effective, max(hint, min_reset))` (§3)."""
-        effective = self.effective_reset_ms(cycles, kind)
+        """How long an OPEN lasts: the escalated reset, or, when the failure that opened it
+        said when to come back, that hint honoured up to the breaker's longest window:
+        `min(max(hint, min_reset), reset_timeout * max_multiplier)` (§3)."""
         if hint_ms is None:
-            return effective
-        return min(effective, max(hint_ms, self.min_reset_ms))
+            return self.effective_reset_ms(cycles, kind)
+        longest = self.base_reset_ms(kind) * self.max_multiplier
+        return min(max(hint_ms, self.min_reset_ms), longest)
 
 
 @dataclass(frozen=True)
@@ -165,11 +166,11 @@ def default_settings(auth: AuthKind = AuthKind.APIKEY) -> ResilienceSettings:
         breaker=BreakerSettings(
             failure_threshold=3 if oauth else 5,
             degraded_threshold=2 if oauth else 3,
-            reset_timeout_ms=(60 if oauth else 30) * SECOND,
+            reset_timeout_ms=(10 if oauth else 5) * SECOND,
             failure_window_ms=(15 if oauth else 30) * MINUTE,
             half_open_probes=1,
-            escalate_after=2 if oauth else 3,
-            max_multiplier=8 if oauth else 4,
+            escalate_after=6,
+            max_multiplier=6,
         ),
         cooldown=CooldownSettings(
             base_ms=(5 if oauth else 3) * SECOND,

@@ -27,7 +27,7 @@ from ..engine.events import (
     OperatorEvent,
     event_from_dict,
 )
-from ..engine.kinds import BreakerReason, BreakerState, FailureKind
+from ..engine.kinds import BreakerReason, BreakerState, CooldownReason, FailureKind
 from ..engine.retry_hints import MAX_HINT_MS
 from ..engine.settings import ResilienceSettings
 from .commands import (
@@ -64,7 +64,7 @@ _HEX12 = frozenset("0123456789abcdef")
 _SHARED = {cls.TYPE: cls for cls in SHARED_EVENTS}
 _WORDS: dict[str, frozenset[str]] = {
     "BreakerState": frozenset(BreakerState), "BreakerReason": frozenset(BreakerReason),
-    "FailureKind": frozenset(FailureKind)}
+    "FailureKind": frozenset(FailureKind), "CooldownReason": frozenset(CooldownReason)}
 
 
 @dataclass(frozen=True)
@@ -338,28 +338,33 @@ class _Field:
     where: str  # "cooldown.level", for the reason
 
 
-def _field_specs(cls: type[Event]) -> tuple[frozenset[str], tuple[_Field, ...]]:
-    """The JSON keys of `cls` and each one's declared type, read once per class."""
+def _field_specs(cls: type[Event]
+                 ) -> tuple[frozenset[str], frozenset[str], tuple[_Field, ...]]:
+    """The JSON keys of `cls` (all, and those a line always holds: an optional field is
+    left out while unset) and each one's declared type, read once per class."""
     declared = {"t": "int"} | {("from" if f.name == "from_" else f.name): str(f.type)
                                for f in fields(cls) if f.name != "t"}
+    optional = {f.name for f in fields(cls) if f.default is None}
     specs = []
     for key, text in declared.items():
         kinds = text.replace(" ", "").split("|")
         specs.append(_Field(key, kinds[0], "None" in kinds, f"{cls.TYPE}.{key}"))
-    return frozenset(declared) | {"type"}, tuple(specs)
+    keys = frozenset(declared) | {"type"}
+    return keys, keys - optional, tuple(specs)
 
 
 _SPECS = {cls: _field_specs(cls) for cls in SHARED_EVENTS}
 
 
 def _check_fields(cls: type[Event], data: dict[str, Any]) -> None:
-    """Exactly the fields of `cls`, each of the type it declares."""
-    keys, specs = _SPECS[cls]
-    if data.keys() != keys:
-        odd = sorted(set(data) ^ keys)
+    """Exactly the fields of `cls` (an optional one may be left out), each of the type it
+    declares."""
+    keys, required, specs = _SPECS[cls]
+    if not required <= data.keys() <= keys:
+        odd = sorted((set(data) ^ keys) - (keys - required - set(data)))
         raise _Refusal(f"a {cls.TYPE} event with other fields than its own", ", ".join(odd))
     for spec in specs:
-        value = data[spec.key]
+        value = data.get(spec.key)
         if value is None and spec.nullable:
             continue
         kind = spec.kind

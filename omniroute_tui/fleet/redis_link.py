@@ -621,7 +621,11 @@ class RedisLink:
             self.applied += 1
             lag = max(0, _now_ms() - read.event.t)
             for listener in self._lag_listeners:
-                listener(lag)
+                try:
+                    listener(lag)
+                except Exception as exc:  # a consumer's fault: the loop goes on
+                    self._warn("lag listener", "a listener of the fleet's lag raised "
+                               "%s: %s", type(exc).__name__, str(exc)[:80])
 
     def _reject(self, where: str, reason: str, detail: str) -> None:
         now = _now_ms()

@@ -31,7 +31,7 @@ RESTART_FIELDS = {
     "store_path": "store.path", "store_redis": "store.redis", "store_prefix": "store.prefix",
     "store_lease_max_ms": "store.lease_max", "store_retention": "store.history/requests/audit",
     "gateway_listen": "gateway.listen", "gateway_token_file": "gateway.token_file",
-    "gateway_limits": "gateway.limits",
+    "gateway_limits": "gateway.limits", "gateway_metrics": "gateway.metrics",
 }
 
 

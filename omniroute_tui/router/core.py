@@ -338,13 +338,21 @@ class RequestRouting:
             target, layers, admission = self._target, self._layers, self._admission
             assert target is not None and layers is not None and admission is not None
             connection = next(candidates, None)
+            cooling_until = None
             if connection is None:  # the provider has nothing (more) to offer
                 self._candidates = None
-                if self._on_provider == 0:
+                if self._on_provider:
+                    continue
+                if admission.probe_token is not None:  # a probe may use a backoff key (§3)
+                    key = layers.pool.probe_key(now, target.model, layers.lockouts)
+                    if key is not None:
+                        connection, cooling_until = key
+                if connection is None:
                     layers.breaker.release(admission)
                     unavailable = layers.unavailable(now, target.model)
                     self._skip(now, target, unavailable.reason, unavailable.retry_after_ms)
-                continue
+                    continue
+                candidates = self._candidates = iter(())  # the probe is the one attempt
             if len(records) >= max_attempts:
                 layers.breaker.release(admission)
                 self._candidates = None
@@ -369,7 +377,7 @@ class RequestRouting:
             bus = self.engine.bus
             if bus.wants(AttemptEvent):
                 bus.emit(AttemptEvent(now, self.request_id, n, layers.name, connection,
-                                      target.model, probe))
+                                      target.model, probe, cooling_until))
             return attempt
 
     def _note_result(self, now: int, attempt: Attempt, status: int, outcome: Classification

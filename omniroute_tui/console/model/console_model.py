@@ -32,7 +32,13 @@ from ...engine.events import (
     SkipEvent,
     WaitEvent,
 )
-from ...engine.kinds import BreakerReason, BreakerState, FailureKind, SkipReason
+from ...engine.kinds import (
+    BreakerReason,
+    BreakerState,
+    CooldownReason,
+    FailureKind,
+    SkipReason,
+)
 from ...engine.reload import ReloadSummary
 from .panes import Pane
 
@@ -194,6 +200,7 @@ class ProviderView:
     waiting: set[str] = field(default_factory=set)  # requests waiting for it now
     skips: Counter[str] = field(default_factory=Counter)
     open_spans: deque[list[int]] = field(default_factory=lambda: deque(maxlen=500))
+    probe_request: str = ""  # the request of the latest probe: its success frees keys
 
 
 class AttemptSeries:
@@ -358,6 +365,11 @@ class ConsoleModel:
             view.attempts.add(event.t)
         self.series.add(event.provider, event.t)
         probe = " as the breaker's probe" if event.probe else ""
+        if event.probe and view is not None:
+            view.probe_request = event.request
+        if event.cooling_until is not None:
+            probe += (f", on a key cooling for backoff until {clock_text(event.cooling_until)}"
+                      " (every key was cooling: the probe tests the provider, not the key)")
         trail = self._step(event.request, event.t, "router", f"attempt {event.n} on "
                            f"{event.provider}/{event.connection}/{event.model}{probe}")
         if trail is not None:
@@ -470,7 +482,14 @@ class ConsoleModel:
             return
         conn.level = event.level
         conn.cooling_until = event.until
-        if event.kind is None:
+        if event.reason is CooldownReason.PROBE_FREED:
+            conn.history.append(f"{clock_text(event.t)} {_lifted(event)}")
+            view = self.providers.get(event.provider)
+            if view is not None and view.probe_request:
+                self._step(view.probe_request, event.t, "cooldown",
+                           f"the probe's success freed {event.provider}/{event.connection} "
+                           "(its backoff was the provider's failing)")
+        elif event.kind is None:
             conn.history.append(f"{clock_text(event.t)} {_lifted(event)}")
         else:
             conn.cooling_kind = cooldown_kind(event.kind, event.hint_ms)
@@ -857,7 +876,9 @@ def cooldown_kind(kind: str, hint_ms: int | None) -> str:
 
 def _lifted(event: CooldownEvent) -> str:
     """A cooldown event without a kind: lifted, or only its backoff level reset (a success
-    elsewhere while a quota wait goes on is not a lift)."""
+    elsewhere while a quota wait goes on is not a lift), or freed by a probe."""
+    if event.reason is CooldownReason.PROBE_FREED:
+        return f"freed by the breaker's successful probe (backoff), level {event.level}"
     if event.until > event.t:
         return (f"backoff level reset to {event.level}, still cooling until "
                 f"{clock_text(event.until)}")
@@ -895,6 +916,10 @@ def describe(event: Event) -> str | None:
         return f"reload: config {event.version}, {summary.describe()}"
     if isinstance(event, SkipEvent):
         return None
+    if isinstance(event, AttemptEvent) and event.cooling_until is not None:
+        return (f"probe {event.provider}/{event.connection}/{event.model} on a key cooling "
+                f"for backoff until {clock_text(event.cooling_until)} (every key was cooling)"
+                f" for {event.request}")
     if isinstance(event, ResultEvent) and event.kind is not None:
         return (f"failure {event.provider}/{event.connection}/{event.model}: {event.kind} "
                 f"({event.status}) for {event.request}")
