@@ -356,7 +356,7 @@ def test_the_lesson_page_is_self_contained(tmp_path: Path,
     body = page.read_text(encoding="utf-8")
     assert body.count("<svg") == 2  # resilient beside no-dedup
     assert 'aria-label="no-dedup"' in body and 'aria-label="naive"' not in body
-    assert "Deduplication in a VPN blip" in body and "all 9 claims hold" in body
+    assert "Deduplication in a VPN blip" in body and "all 10 claims hold" in body
     assert "<details><summary>the answer</summary>" in body
     for fetched in ("<script", "<link", "@import"):
         assert fetched not in body, fetched
