@@ -50,8 +50,9 @@ def check_command(name: str, html: Path | None, console: Console) -> int:
         for result in (r for r in results if r.step == index):
             observed = "nothing" if result.observed is None else f"{result.observed:g}"
             mark = "[green]ok[/]" if result.ok else "[red]FAILS[/]"
-            console.print(f"    {mark} {escape(visible(str(result.claim)))} (the run shows "
-                          f"{observed})", soft_wrap=True)
+            where = f"{lesson.source}:{result.claim.line}: " if not result.ok else ""
+            console.print(f"    {mark} {escape(visible(where + str(result.claim)))} (the run "
+                          f"shows {observed})", soft_wrap=True)
     failed = sum(1 for r in results if not r.ok)
     console.print(f"{len(results) - failed} of {len(results)} claims hold")
     if html is not None:

@@ -52,7 +52,7 @@ def test_every_claim_of_a_shipped_lesson_holds_on_its_run(name: str) -> None:
     lesson = load_lesson(resolve_lesson(name))
     results = check_lesson(lesson)
     assert results, f"{name} checks nothing"
-    failed = [f"step {r.step + 1}: {r.claim} (the run shows {r.observed})"
+    failed = [f"{lesson.source}:{r.claim.line}: {r.claim} (the run shows {r.observed})"
               for r in results if not r.ok]
     assert failed == []
 
@@ -60,7 +60,7 @@ def test_every_claim_of_a_shipped_lesson_holds_on_its_run(name: str) -> None:
 @pytest.mark.parametrize("name", LESSONS)
 def test_every_number_a_shipped_lesson_states_is_checked(name: str) -> None:
     lesson = load_lesson(resolve_lesson(name))
-    unchecked = {index + 1: numbers for index, step in enumerate(lesson.steps)
+    unchecked = {f"{lesson.source}:{step.line}": numbers for step in lesson.steps
                  if (numbers := unchecked_numbers(step))}
     assert unchecked == {}
 
@@ -379,7 +379,7 @@ def test_sim_lists_lessons_and_checks_one(tmp_path: Path,
     wrong.write_text(GOOD_HEAD + "  - at: 0s\n    text: none\n    check: [{metric: probes, "
                      "provider: alpha, equals: 0}]\n")
     assert sim_main(["lesson", str(wrong)]) == 1
-    assert "FAILS" in capsys.readouterr().out
+    assert f"FAILS {wrong}:7: probes of alpha == 0 (resilient)" in capsys.readouterr().out
 
 
 def test_the_manuals_example_lesson_loads_and_holds() -> None:

@@ -103,7 +103,6 @@ class LessonBackend(SimulationBackend):
     def __init__(self, lesson: Lesson, *, speed: float = 2.0,
                  subscribers: tuple[Callable[[Event], None], ...] = ()) -> None:
         self.progress = LessonProgress(lesson)
-        self._subscribers = subscribers
         super().__init__(lesson.scenario, speed=speed,
                          subscribers=(*subscribers, self.progress.on_event))
         self.title = f"lesson {lesson.name}"
