@@ -40,6 +40,8 @@ CONTRACT = {
     "omniroute_breaker_forced_open": "gauge",
     "omniroute_breaker_next_probe_seconds": "gauge",
     "omniroute_breaker_transitions": "counter",
+    "omniroute_probes_on_cooling_key": "counter",
+    "omniroute_probe_freed_keys": "counter",
     "omniroute_connection_cooling": "gauge",
     "omniroute_connection_backoff_level": "gauge",
     "omniroute_connection_disabled": "gauge",

@@ -330,3 +330,27 @@ routes:
 traffic:
   - {route: r, every: 1s}
 """
+
+
+def test_metrics_count_the_probe_on_a_cooling_key_and_the_keys_it_freed() -> None:
+    """The hand-worked outage above, scraped: one probe on a cooling key, two keys freed."""
+    from omniroute_tui.metrics import build_registry, exposition
+
+    from .metrics_helpers import parse, value
+
+    engine, clock, _ = make_engine({"alpha": ("a1", "a2"), "beta": ("b1",)})
+    registry = build_registry(make_router(engine), clock=clock)
+    serve(engine, clock, down=(500, 30_500), until=34_000)
+    samples = parse(exposition(registry))
+    assert value(samples, "omniroute_probes_on_cooling_key_total", provider="alpha") == 1
+    assert value(samples, "omniroute_probe_freed_keys_total", provider="alpha") == 2
+    assert value(samples, "omniroute_probes_on_cooling_key_total", provider="beta") == 0
+
+
+def test_the_readme_quotes_these_recovery_times() -> None:
+    """3,793 and 1,821 ms, pinned above, are what the README's "Back within seconds" says."""
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    assert "After a 30 s outage without a hint traffic is back 1.8 s after the provider" in readme
+    assert "after a 45 s 429 storm without Retry-After 3.8 s" in readme

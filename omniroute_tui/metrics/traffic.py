@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from ..engine.bus import EventBus
 from ..engine.consequences import CONSEQUENCES, Wait
 from ..engine.events import (
+    AttemptEvent,
     BreakerEvent,
     BudgetEvent,
     CooldownEvent,
@@ -28,7 +29,7 @@ from ..engine.events import (
     SkipEvent,
     WaitEvent,
 )
-from ..engine.kinds import DedupWindow, FailureKind, SkipReason
+from ..engine.kinds import CooldownReason, DedupWindow, FailureKind, SkipReason
 from .buckets import ATTEMPT_BUCKETS, DURATION_BUCKETS_MS, Buckets
 from .labels import LabelBounds, status_class
 from .text_format import Labels, sample
@@ -71,6 +72,10 @@ class TrafficCounters:
         self.waits: dict[str, list[int]] = {}  # provider -> [count, ms waited]
         self.dedup: dict[tuple[str, str], int] = {}
         self.transitions: dict[tuple[str, str, str, str], int] = {}
+        #: provider -> breaker probes sent on a key still cooling for backoff, and keys a
+        #: successful probe freed (docs/design.md §3)
+        self.cooling_probes: dict[str, int] = {}
+        self.freed_keys: dict[str, int] = {}
         self._labels_of: dict[tuple[str, str, str, FailureKind | None], Labels] = {}
         #: (provider, connection) -> the reason of its latest cooldown
         self.cooling: dict[tuple[str, str], str] = {}
@@ -85,6 +90,7 @@ class TrafficCounters:
             _subscribe(bus, DedupEvent, self._dedup),
             _subscribe(bus, BreakerEvent, self._breaker),
             _subscribe(bus, CooldownEvent, self._cooldown),
+            _subscribe(bus, AttemptEvent, self._attempt),
         ]
 
     def _zeros(self, providers: Sequence[str], routes: Sequence[str]) -> None:
@@ -104,6 +110,8 @@ class TrafficCounters:
                 self.dedup[(provider, window.value)] = 0
             self.budget_exhausted[provider] = 0
             self.waits[provider] = [0, 0]
+            self.cooling_probes[provider] = 0
+            self.freed_keys[provider] = 0
 
     def close(self) -> None:
         """Stop counting (the registry is dropped)."""
@@ -172,7 +180,15 @@ class TrafficCounters:
         key = (event.provider, event.from_.value, event.to.value, event.reason.value)
         self.transitions[key] = self.transitions.get(key, 0) + 1
 
+    def _attempt(self, event: AttemptEvent) -> None:
+        if event.cooling_until is not None:
+            probes = self.cooling_probes
+            probes[event.provider] = probes.get(event.provider, 0) + 1
+
     def _cooldown(self, event: CooldownEvent) -> None:
+        if event.reason is CooldownReason.PROBE_FREED:
+            freed = self.freed_keys
+            freed[event.provider] = freed.get(event.provider, 0) + 1
         if event.kind is not None:  # None: lifted, or its level reset; the deadline decides
             self.cooling[(event.provider, event.connection)] = cooling_reason(
                 event.kind, event.hint_ms)
@@ -233,6 +249,13 @@ class TrafficCounters:
         yield _counter("omniroute_breaker_transitions",
                        "Breaker state changes, by from, to and reason.",
                        ("provider", "from", "to", "reason"), self.transitions.items())
+        yield _counter("omniroute_probes_on_cooling_key",
+                       "Breaker probes sent on a key still cooling for backoff (every key "
+                       "was cooling).", ("provider",), [((k,), v) for k, v in
+                                                         self.cooling_probes.items()])
+        yield _counter("omniroute_probe_freed_keys",
+                       "Backoff cooldowns a successful breaker probe ended.",
+                       ("provider",), [((k,), v) for k, v in self.freed_keys.items()])
 
 
 def _subscribe(bus: EventBus, kind: type[E], handler: Callable[[E], None]
