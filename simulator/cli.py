@@ -104,6 +104,15 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--config", type=Path, metavar="FILE",
                           help="check the scenarios against this router config")
     sub.add_parser("list", help="list the shipped scenarios")
+    sub.add_parser("lessons", help="list the guided lessons (omniroute-tui --lesson NAME)")
+    lesson = sub.add_parser(
+        "lesson", help="replay a lesson's scenario and check every number its steps state",
+        description="Replay a lesson's scenario under the policies it speaks of and check "
+                    "each claim of its steps against the run. Exit codes: 0 every claim "
+                    "holds, 1 one does not, 2 bad input.")
+    lesson.add_argument("lesson", help="a shipped lesson's name or a lesson file")
+    lesson.add_argument("--html", type=Path, metavar="FILE",
+                        help="also write the lesson as a self-contained HTML page")
     serve = sub.add_parser("serve", help="serve the scenario's fake providers over HTTP")
     serve.add_argument("scenario")
     serve.add_argument("--config", type=Path, metavar="FILE",
@@ -501,6 +510,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "list":
             return _list(console)
+        if args.command in ("lessons", "lesson"):
+            from .lesson_cli import check_command, list_lessons
+
+            if args.command == "lessons":
+                return list_lessons(console)
+            return check_command(args.lesson, args.html, console)
         if args.command == "record":
             return _record(args, console)
         if args.command == "serve":

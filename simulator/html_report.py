@@ -25,7 +25,7 @@ from .report import summary_rows
 from .scenario import Scenario
 from .timeline import Timeline
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["STYLE", "chart_svg", "render_html", "write_html"]
 
 #: at most this many points a line: an hour-long run is drawn in 6-second steps
 MAX_POINTS = 600
@@ -86,7 +86,7 @@ def _chart(scenario: Scenario, policy: str, timeline: Timeline, attempts_top: fl
     return figure
 
 
-def _chart_svg(scenario: Scenario, policy: str, timeline: Timeline, attempts_top: float,
+def chart_svg(scenario: Scenario, policy: str, timeline: Timeline, attempts_top: float,
                prefix: str) -> str:
     """The policy's chart as an `<svg>` element for the page: no XML prologue or
     metadata, and its ids prefixed so several charts on one page keep theirs apart."""
@@ -101,7 +101,7 @@ def _chart_svg(scenario: Scenario, policy: str, timeline: Timeline, attempts_top
                   lambda m: f"#{prefix}-{m.group(1)}" if m.group(1) in ids else m.group(0), svg)
 
 
-_STYLE = """
+STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem auto;
        max-width: 1400px; padding: 0 1rem; color: #222; }
 h1 { margin-bottom: .2rem; } .meta { color: #666; margin-top: 0; }
@@ -158,7 +158,7 @@ def render_html(outcome: ScenarioOutcome, timelines: dict[str, Timeline]) -> str
     top = max([1, *tops]) * 1.1  # one scale for every policy: the herd compares honestly
     charts = "".join(
         f'<figure aria-label="{_text(policy)}">'
-        f"{_chart_svg(scenario, policy, timeline, top, f'c{index}')}</figure>"
+        f"{chart_svg(scenario, policy, timeline, top, f'c{index}')}</figure>"
         for index, (policy, timeline) in enumerate(timelines.items())
     )
     failed = sum(1 for c in outcome.checks if c["ok"] is False)
@@ -172,7 +172,7 @@ def render_html(outcome: ScenarioOutcome, timelines: dict[str, Timeline]) -> str
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_text(scenario.name)}: omniroute-sim report</title>
-<style>{_STYLE}</style></head>
+<style>{STYLE}</style></head>
 <body>
 <h1>{_text(scenario.name)}</h1>
 <p class="meta">{meta}</p>

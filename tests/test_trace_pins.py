@@ -21,6 +21,7 @@ PINNED = {
     "quota-exhaustion": "6e9ca885fa3e4f575f15998f1b7743665caf371c66dcebd0e1a7ae027f2752ce",
     "slow-provider": "4e18e930a57df46a8af11f3f58fa1645d3d7596cffddbc70d89848bc61c3c558",
     "vpn-blip": "6500fd88c263ef65e9180f7b2f15e6a1edf6c471162465a7105865568080f311",
+    "retry-budget": "78531a943a739c28485072cfe0f46d757d87cc7db7158912958754e96fb60929",
 }
 #: the same traces without their `budget` and `wait` lines (added by the console's "why"
 #: view): for the scenarios older than those events, exactly the traces pinned before them
@@ -37,6 +38,7 @@ WITHOUT_WHY = {
     "quota-exhaustion": "6cc610c87076f6e0a26d38a676d63ffb8bbf91d6ab4da7db65bbf310df0e1671",
     "slow-provider": "4e18e930a57df46a8af11f3f58fa1645d3d7596cffddbc70d89848bc61c3c558",
     "vpn-blip": "6500fd88c263ef65e9180f7b2f15e6a1edf6c471162465a7105865568080f311",
+    "retry-budget": "fd05048134be6e6f05f31a62c0aa406aa67f5c2b9a4b045494acda7530b499a9",
 }
 
 

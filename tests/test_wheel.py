@@ -60,6 +60,9 @@ def test_a_wheel_in_a_fresh_venv_runs_scenarios_and_the_demo(tmp_path: Path) -> 
     listed = _run(venv / "bin" / "omniroute-sim", "list", cwd=tmp_path)
     assert "429-storm" in listed and "hour-long-mixed" in listed
     _run(venv / "bin" / "omniroute-sim", "run", "429-storm", "--check", cwd=tmp_path)
+    lessons = _run(venv / "bin" / "omniroute-sim", "lessons", cwd=tmp_path)
+    assert "1-cooldown-ladder" in lessons and "invalid" not in lessons, lessons
+    _run(venv / "bin" / "omniroute-sim", "lesson", "7-the-herd", cwd=tmp_path)
     out = _run(python, "-c", CONSOLE, cwd=tmp_path).splitlines()
     assert out[0].startswith(str(site)) and out[1].startswith(str(site)), out
     assert "demo" in out[2], out

@@ -31,6 +31,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="a router config: show and operate that router on real time; "
                              "with --scenario, replay the scenario against this config's "
                              "providers, routes and resilience settings (fakes stand in)")
+    source.add_argument("--lesson", metavar="NAME",
+                        help="run a guided lesson (omniroute-sim lessons lists them): its "
+                             "scenario with the steps in a panel; space continues, enter "
+                             "reveals an answer")
+    parser.add_argument("--html", metavar="FILE", type=Path,
+                        help="with --lesson: write the lesson as a self-contained HTML page "
+                             "(the steps beside the charts) instead of running it")
     source.add_argument("--attach", metavar="URL",
                         help="attach to a running omniroute-gateway's management API")
     parser.add_argument("--token-file", metavar="FILE",
@@ -116,6 +123,10 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
     if args.speed <= 0:
         raise ValueError("--speed must be above 0")
     operator = _operator(args.operator)  # before anything is opened or started
+    if getattr(args, "lesson", None):
+        from .lesson_cli import lesson_app
+
+        return lesson_app(args, operator)
     if getattr(args, "attach", None):
         if args.config is not None:
             raise ValueError("--attach shows a running gateway: it takes no --config")
@@ -206,6 +217,10 @@ def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None,
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.html is not None:
+        from .lesson_cli import write_lesson_page
+
+        return write_lesson_page(args)
     if args.web and not args.serve_room:
         return _serve_web(args, argv)
     try:

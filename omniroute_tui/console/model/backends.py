@@ -139,11 +139,28 @@ class SimulationBackend:
         self.paused = paused
         self.replay: SimulationBackend | None = self
         self.run = VirtualRun(scenario, Policy.RESILIENT, subscribers=subscribers)
-        self.engine: ResilienceEngine = self.run.router.engine  # type: ignore[attr-defined]
+        router: Any = self.run.router
+        # a fleet's panes show every replica's events; an operator acts on the first one
+        # (with a shared state, the others follow it)
+        replicas = getattr(router, "replicas", None)
+        self.engine: ResilienceEngine = (replicas[0] if replicas else router).engine
         self.operator: Operator = EngineOperator(self.engine)
         self.comparison: AttemptSeries | None = AttemptSeries()
         self._naive = VirtualRun(scenario, Policy.NAIVE)
         self._naive.bus.subscribe(self.comparison.on_event, AttemptEvent)
+
+    def compare_with(self, policy: str) -> None:
+        """Draw the herd chart against `policy` (a lesson's step chooses it): its replay
+        starts again and catches up with this one."""
+        from simulator.scenario import Policy
+        from simulator.virtual import VirtualRun
+
+        if self.comparison is not None and self.comparison.policy == policy:
+            return
+        self.comparison = AttemptSeries(policy=policy)
+        self._naive = VirtualRun(self._scenario, Policy(policy))
+        self._naive.bus.subscribe(self.comparison.on_event, AttemptEvent)
+        self._naive.advance_to(self.run.now_ms)
 
     @property
     def duration_ms(self) -> int:

@@ -207,8 +207,9 @@ class AttemptSeries:
     """Attempts per second on each provider over a run, from attempt events (the last
     `keep_s` seconds: a router on real time runs for days)."""
 
-    def __init__(self, keep_s: int = 3600) -> None:
+    def __init__(self, keep_s: int = 3600, *, policy: str = "naive") -> None:
         self.keep_s = keep_s
+        self.policy = policy  # whose attempts these are: a replay's comparison policy
         self.counts: dict[str, Counter[int]] = {}
         self._latest = 0
 
@@ -248,6 +249,7 @@ class HerdChart:
     open_spans: list[tuple[str, float, float]]  # (provider, from s, to s)
     faults: list[tuple[str, float, float]]  # (name, from s, to s)
     end_s: int
+    compared_policy: str = "naive"  # whose attempts `compared` are
 
 
 @dataclass
@@ -675,12 +677,14 @@ class ConsoleModel:
         end_s = max(1, -(-now // 1000))
         lines = [(name, *self.series.binned(name, end_s, bins)) for name in self.providers]
         other = [] if compared is None else [
-            (f"{name} naive", *compared.binned(name, end_s, bins)) for name in self.providers]
+            (f"{name} {compared.policy}", *compared.binned(name, end_s, bins))
+            for name in self.providers]
         spans = [(name, start / 1000, (now if until < 0 else until) / 1000)
                  for name, v in self.providers.items() for start, until in v.open_spans]
         windows = [(name, at / 1000, min(until, now) / 1000)
                    for name, at, until in faults if at <= now]
-        return HerdChart(lines, other, spans, windows, end_s)
+        return HerdChart(lines, other, spans, windows, end_s,
+                         "naive" if compared is None else compared.policy)
 
     def audit_rows(self, now: int) -> dict[str, tuple[str, ...]]:
         """Who did what and when, newest first."""

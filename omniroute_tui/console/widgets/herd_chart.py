@@ -40,7 +40,7 @@ class HerdChartPlot(PlotextPlot):
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title("attempts per second: resilient (solid) vs naive (dots); "
+        plt.title(f"attempts per second: resilient (solid) vs {chart.compared_policy} (dots); "
                   "░ breaker OPEN, │ fault start and end")
         top = max([1.0, *(max(ys, default=0.0) for _, _, ys in [*chart.lines,
                                                                   *chart.compared])])
