@@ -68,6 +68,10 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.autoplay = autoplay
         self._last_tick = time.monotonic()
         self._sort = dict.fromkeys(SORTS, 0)  # per table, the index into SORTS[pane]
+        self._pane_filters: dict[Pane, str] = {}
+        self._wide = False
+        self._frozen_at: float | None = None
+        self._history: list[Pane] = []
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -92,7 +96,9 @@ class ConsoleApp(OperatorActions, ReplayControls):
             with TabPane("3 Locks", id=Pane.LOCKOUTS):
                 yield KeyedTable(Pane.LOCKOUTS, COLUMNS[Pane.LOCKOUTS], id="lockouts-table")
             with TabPane("4 Events", id=Pane.EVENTS):
-                yield EventLog(id="events-log")
+                log = EventLog(id="events-log")
+                log.border_title = "Events"
+                yield log
             with TabPane("5 Faults", id=Pane.SCENARIO):
                 yield ScenarioTimeline(id="timeline")
                 yield HerdChartPlot(id="herd")
