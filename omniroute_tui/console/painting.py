@@ -36,6 +36,8 @@ WIDE_PROVIDERS = 165
 SORTED_COLUMNS = {"failures": "fail/thr", "state": "breaker", "cooldown left": "cooldown",
                   "backoff level": "backoff", "time left": "remaining",
                   "slowest": "latency", "most attempts": "attempts"}
+#: how far back the scenario pane's chart looks on real time (live, attached)
+LIVE_CHART_S = 600
 _TITLES = {Pane.PROVIDERS: "Providers", Pane.CONNECTIONS: "Conns", Pane.LOCKOUTS: "Locks",
            Pane.REQUESTS: "Requests", Pane.AUDIT: "Audit", Pane.EVENTS: "Events"}
 #: the panes whose rows are operator targets
@@ -185,8 +187,13 @@ class PaneView(App[None]):
         backend = self.backend
         timeline = self.query_one(ScenarioTimeline)
         scenario, replay = backend.scenario, backend.replay
-        if scenario is None:
-            timeline.update("No scenario: this console shows a router on real time.")
+        if scenario is None:  # real time: the herd as it happens, the last 10 minutes
+            timeline.update(f"{backend.title}: a router on real time; attempts per second "
+                            f"on each provider over the last {LIVE_CHART_S // 60} minutes "
+                            f"({self.model.total_requests:,} requests seen)")
+            self.query_one(HerdChartPlot).show(
+                lambda points: self.model.live_chart(now, points, LIVE_CHART_S),
+                xlabel="seconds before now")
             return
         width = max(20, self.size.width - 40)
         faults = [(f.name, f.at_ms, f.until_ms, str(f.target)) for f in scenario.faults]

@@ -224,10 +224,12 @@ class AttemptSeries:
                 for old in [s for s in counts if s < second - self.keep_s]:
                     del counts[old]
 
-    def binned(self, provider: str, end_s: int, bins: int) -> tuple[list[float], list[float]]:
-        """(seconds, attempts per second) over [0, end_s) in at most `bins` points."""
+    def binned(self, provider: str, end_s: int, bins: int, *, since_s: int = 0
+               ) -> tuple[list[float], list[float]]:
+        """(seconds, attempts per second) over [since_s, end_s) in at most `bins`
+        points."""
         counts = self.counts.get(provider, Counter())
-        start = max(0, end_s - self.keep_s)
+        start = max(since_s, end_s - self.keep_s)
         width = max(1, -(-(end_s - start) // max(1, bins)))
         xs, ys = [], []
         for left in range(start, end_s, width):
@@ -247,6 +249,7 @@ class HerdChart:
     open_spans: list[tuple[str, float, float]]  # (provider, from s, to s)
     faults: list[tuple[str, float, float]]  # (name, from s, to s)
     end_s: int
+    start_s: int = 0
 
 
 @dataclass
@@ -669,6 +672,20 @@ class ConsoleModel:
         top = v.skips.most_common(1)
         skipped = f"{top[0][0]} {top[0][1]}" if top else "–"
         return budget, str(v.deduped), waits, skipped
+
+    def live_chart(self, now: int, bins: int, window_s: int = 600) -> HerdChart:
+        """Attempts per second on each provider over the last `window_s` seconds (a
+        router on real time, an attached gateway), x in seconds before now."""
+        end_s = max(1, -(-now // 1000))
+        lines = []
+        for name in self.providers:
+            xs, ys = self.series.binned(name, end_s, bins, since_s=end_s - window_s)
+            lines.append((name, [x - end_s for x in xs], ys))
+        spans = [(name, start / 1000 - end_s, (now if until < 0 else until) / 1000 - end_s)
+                 for name, v in self.providers.items() for start, until in v.open_spans
+                 if until < 0 or until / 1000 > end_s - window_s]
+        spans = [(name, max(a, -window_s), b) for name, a, b in spans]
+        return HerdChart(lines, [], spans, [], 0, -window_s)
 
     def herd_chart(self, now: int, bins: int, *, compared: AttemptSeries | None = None,
                    faults: Iterable[tuple[str, int, int]] = ()) -> HerdChart:
