@@ -13,6 +13,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent
 from textual.widgets._footer import FooterKey
 from textual.widgets.data_table import ColumnKey
 
+from omniroute_tui.config.durations import format_ms
 from omniroute_tui.console.commands import ConsoleCommands
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.painting import NARROW_PROVIDERS
@@ -65,7 +66,9 @@ async def test_after_filtering_the_events_the_keys_go_to_the_pane() -> None:
         await pilot.pause()
         log = app.query_one("#events-log", EventLog)
         assert app.focused is log and log.matched > 0
-        assert str(log.border_title).startswith(f"Events [{log.matched}] /breaker")
+        newest = format_ms(app.backend.now_ms() - app.model.events[-1][0])
+        assert str(log.border_title) == (f"Events [{log.matched}] newest {newest} ago "
+                                         f"/breaker {log.matched} of {log.matched}")
         await pilot.press("1")  # a pane key, not a letter typed into the filter
         assert app.query_one(TabbedContent).active == "providers"
         assert app.query_one("#filter", Input).value == "breaker"

@@ -12,7 +12,7 @@ from textual.widgets import Input, Static, TabbedContent
 from ..config.durations import format_ms
 from ..config.hidden import visible
 from .model.backends import Backend
-from .model.console_model import RECENT_REQUESTS, SORTS, ConsoleModel, clock_text
+from .model.console_model import RECENT_REQUESTS, SORTS, ConsoleModel, age_text, clock_text
 from .model.panes import Pane
 from .screens.modals import DetailScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
@@ -122,6 +122,8 @@ class PaneView(App[None]):
             title += f" {opened} open"
         elif kind == Pane.CONNECTIONS and cooling:
             title += f" {cooling} cooling"
+        elif kind == Pane.EVENTS and self.model.events:
+            title += f" newest {age_text(now, self.model.events[-1][0])} ago"
         if needle:
             title += f" /{visible(needle)}" + (
                 f" {matched} of {total}" if total != matched or kind == Pane.EVENTS else "")

@@ -87,7 +87,9 @@ class HerdChartPlot(PlotextPlot):
             plt.vline(end, "red")
         plt.xlim(chart.start_s, chart.end_s)
         plt.ylim(0, top * 1.05)
-        plt.yticks(round_ticks(top))
+        # a tick every other row at most: two on one row would show either label
+        rows = max(2, self.size.height - 5)  # less the title, the axes and the label
+        plt.yticks(round_ticks(top, max(1, min(5, rows // 2))))
         span = chart.end_s - chart.start_s
         plt.xticks([chart.start_s + t for t in round_ticks(span, 8) if t <= span])
         plt.xlabel(self.xlabel)
