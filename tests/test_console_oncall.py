@@ -170,6 +170,9 @@ async def test_the_events_log_holds_still_while_scrolled_back() -> None:
         app.refresh_view()
         await pilot.pause()
         assert len(log.lines) > held
+        await pilot.press("g", "slash", *"breaker", "enter")  # a new filter starts afresh
+        await pilot.pause()
+        assert log.lines and log.matched == len(log.lines)
 
 
 async def test_retry_in_keeps_its_width_when_a_breaker_is_forced() -> None:

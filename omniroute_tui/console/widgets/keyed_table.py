@@ -41,6 +41,8 @@ class KeyedTable(DataTable[str]):
         self._sorted_column: str | None = None
         self.filter_text = ""
         self.title_text = ""
+        self.total = 0  # rows before the filter, at the last sync
+        self._reselect: str | None = None  # the row to select again after use_columns
 
     def _set_columns(self, pick: tuple[int, ...] | None) -> None:
         columns = self._all_columns
@@ -80,8 +82,6 @@ class KeyedTable(DataTable[str]):
         self._sorted_as = ()
         self._add_columns()
         self._reselect = selected
-
-    _reselect: str | None = None
 
     def mark_sorted(self, column: str | None) -> None:
         """Put the sort mark on `column`'s header (None: the rows' own order, no mark)."""
@@ -150,8 +150,6 @@ class KeyedTable(DataTable[str]):
             self._reselect = None
         self.total = total
         return len(rows)
-
-    total = 0  # rows before the filter, at the last sync
 
     def _order(self, order: Sequence[str]) -> None:
         """Sort the rows into `order` (DataTable sorts by cell values: its rows' cells,

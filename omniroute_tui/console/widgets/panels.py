@@ -62,11 +62,11 @@ class EventLog(RichLog):
         self.filter_text = ""
         self.matched = 0  # lines written since the last clear
         self.shown_serial = 0  # the model's event serial this log has caught up with
+        self.title_text = ""
+        self._following = True  # on the newest line (not scrolled back to read)
 
     def on_mount(self) -> None:
         whole_cell_scrollbars(self)
-
-    _following = True  # on the newest line (not scrolled back to read)
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -79,8 +79,6 @@ class EventLog(RichLog):
         if self._following:
             self.scroll_end(animate=False, immediate=False)
 
-    title_text = ""
-
     def set_title(self, text: str) -> None:
         """The title over the log, as written (a typed filter is never markup)."""
         if text != self.title_text:
@@ -89,6 +87,7 @@ class EventLog(RichLog):
 
     def clear(self) -> EventLog:
         self.matched = self.shown_serial = 0
+        self._following = True  # an empty log follows what comes
         return super().clear()
 
     @property
