@@ -18,6 +18,7 @@ from omniroute_tui.console.commands import ConsoleCommands
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.painting import NARROW_PROVIDERS
 from omniroute_tui.console.screens.modals import DetailScreen, HelpScreen
+from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.console.widgets.panels import EventLog
 from omniroute_tui.console.widgets.scrollbars import WholeCellScrollBar
@@ -345,6 +346,10 @@ async def test_attach_to_a_gateway_that_is_down_waits_and_says_so(tmp_path: Path
         app.refresh_view()
         assert status(app).startswith("WAITING for the gateway, retry in")
         assert app.is_running
+        await pilot.press("5")  # real time: the live herd chart, not an empty pane
+        await pilot.pause()
+        assert "over the last 10 minutes" in str(app.query_one("#timeline").render())
+        assert app.query_one(HerdChartPlot)._make is not None
         await pilot.press("space")  # real time: nothing to pause, the display freezes
         assert "FROZEN" in status(app)
 

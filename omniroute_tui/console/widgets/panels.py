@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rich.text import Text
 from textual.content import Content
 from textual.events import Resize
 from textual.visual import VisualType
@@ -69,8 +70,13 @@ class EventLog(RichLog):
         whole_cell_scrollbars(self)
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        """Follow the newest line until a reader scrolls up (writes only ever scroll a
+        log down), and again once back at the end."""
         super().watch_scroll_y(old_value, new_value)
-        self._following = new_value >= self.max_scroll_y
+        if not self.lines or new_value >= self.max_scroll_y:
+            self._following = True
+        elif new_value < old_value:
+            self._following = False
 
     def on_resize(self, event: Resize) -> None:
         """Stay on the newest line when the layout gives the log another height (a fault
@@ -109,14 +115,16 @@ class EventLog(RichLog):
     def show(self, lines: Iterable[tuple[int, str, str]]) -> None:
         """Append the lines that pass the filter and end scrolled to the last one.
 
-        The scroll travels with the last write: before the log knows its size, RichLog
-        defers writes, and a separate `scroll_end` would run before them.
+        One write for all of them (a storm logs hundreds a paint; a write each cost a
+        render each), and the scroll travels with it: before the log knows its size,
+        RichLog defers writes, and a separate `scroll_end` would run before them.
         """
         needle = self.filter_text.lower()
         shown = [f"{clock_text(t)}  {visible(text)}" for t, _, text in lines
                  if not needle or needle in text.lower()]
-        for i, line in enumerate(shown, 1):
-            self.write(line, scroll_end=i == len(shown), animate=False)
+        if shown:
+            self.write(Text("\n".join(shown), no_wrap=True, end=""), scroll_end=True,
+                       animate=False)
         self.matched += len(shown)
 
 
