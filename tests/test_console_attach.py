@@ -11,6 +11,7 @@ import httpx
 from omniroute_tui.console.cli import build_app
 from omniroute_tui.console.model.attach import fetch_state
 from omniroute_tui.console.model.console_model import clock_text
+from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine.events import RequestEvent
 
@@ -176,7 +177,8 @@ async def test_attach_sees_what_happened_before(tmp_path: Path) -> None:
             assert [(a[1], a[2], a[3]) for a in model.audit] == [
                 ("dave", "force_open", "healthy")]
             assert model.provider_rows(app.backend.now_ms())["healthy"][1] == "⊘ FORCED OPEN"  # type: ignore[attr-defined]
-            assert "(dave)" in model.provider_rows(app.backend.now_ms())["healthy"][3]  # type: ignore[attr-defined]
+            _, pairs, _ = model.detail(Pane.PROVIDERS, "healthy", app.backend.now_ms())  # type: ignore[attr-defined]
+            assert ("forced by", "dave") in pairs
             await pilot.press("7")
             await pilot.pause()
             table = app.query_one("#audit-table", KeyedTable)  # type: ignore[attr-defined]

@@ -41,16 +41,22 @@ async def test_80x24_keeps_the_tabs_and_the_overview_is_a_summary() -> None:
         assert app.query_one(TabbedContent).active == "providers"
         await pilot.press("0")
         await pilot.pause()
-        assert not app.query_one("#dashboard").display
+        # four summary lines, then a compact providers table that fits 80 columns
         lines = str(app.query_one("#overview-summary", Static).render()).splitlines()
         assert [line.split()[0] for line in lines] == [
             "breakers", "cooldowns", "lockouts", "traffic"]
+        providers = app.query_one("#dash-providers", KeyedTable)
+        assert on_screen(app, "#dash-providers") and providers.row_count == 2
+        assert [str(c.label) for c in providers.columns.values()] == [
+            "provider", "breaker", "fail/thr", "retry in", "last error, age"]
+        assert providers.virtual_size.width <= providers.region.width
+        assert not any(on_screen(app, s) for s in DASHBOARD[1:])
         await pilot.resize_terminal(160, 48)  # the dashboard follows the size
         await pilot.pause()
         assert all(on_screen(app, s) for s in DASHBOARD)
         await pilot.resize_terminal(100, 30)
         await pilot.pause()
-        assert not app.query_one("#dashboard").display
+        assert not any(on_screen(app, s) for s in DASHBOARD[1:])
 
 
 async def test_keys_act_on_the_dashboard_table_in_focus() -> None:

@@ -3,8 +3,10 @@ the naive policy replayed alongside, fault windows and breaker OPEN spans."""
 
 from __future__ import annotations
 
+import re
+
 from omniroute_tui.console.screens.modals import DetailScreen
-from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
+from omniroute_tui.console.widgets.herd_chart import MARKERS, HerdChartPlot, key, round_ticks
 
 from .console_helpers import console_app
 
@@ -53,3 +55,51 @@ def test_the_naive_replay_keeps_step_with_the_resilient_one() -> None:
     assert naive is not None
     seconds = max(s for counts in naive.counts.values() for s in counts)
     assert seconds == 44  # attempts up to the last second both replays reached
+
+
+def test_round_ticks() -> None:
+    assert round_ticks(23.0) == [0, 5, 10, 15, 20, 25]
+    assert round_ticks(120.0, 8) == [0, 20, 40, 60, 80, 100, 120]
+    assert round_ticks(600.0, 8) == [0, 100, 200, 300, 400, 500, 600]
+    assert round_ticks(1.0) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert round_ticks(0.0) == [0.0]
+
+
+async def test_each_provider_has_its_own_marker_and_one_legend_entry_a_series() -> None:
+    app, _ = console_app("429-storm", at_ms=300_000)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("5")
+        await pilot.pause()
+        chart = app.query_one(HerdChartPlot)
+        drawn = re.sub(r"\x1b\[[0-9;]*m", "", chart.plt.build())
+        # the key stays at 80 columns: filled resilient, hollow naive, the shading, faults
+        assert key() in drawn
+        spans = app.model.herd_chart(300_000, 60).open_spans
+        assert len(spans) > 1  # alpha opened more than once ...
+        assert drawn.count("OPEN") == 1  # ... and the shading is explained once, the key
+        for name in ("alpha", "beta"):  # one legend entry a line
+            assert drawn.count(f" {name} naive") == 1
+            assert drawn.count(f" {name}") - drawn.count(f" {name} naive") == 1
+        markers = {MARKERS[0][0], MARKERS[1][0], MARKERS[0][1], MARKERS[1][1]}
+        assert all(m in drawn for m in markers)  # alpha ● ○, beta ■ □
+
+
+def test_attached_the_chart_is_the_last_ten_minutes_live() -> None:
+    from omniroute_tui.console.model.console_model import ConsoleModel
+    from omniroute_tui.engine.events import AttemptEvent
+
+    model = ConsoleModel({}, lambda: 0)
+    model.load_state_document({"breakers": [
+        {"provider": "alpha", "state": "CLOSED", "failures": 0, "cycles": 0, "threshold": 5,
+         "opened_at": None, "open_for_ms": 0}], "connections": [], "lockouts": []})
+    now = 1_800_000_000_000  # epoch milliseconds, as a gateway's events carry
+    for second in range(0, 900):  # 15 minutes, 3 attempts a second
+        for _ in range(3):
+            model.on_event(AttemptEvent(t=now - 900_000 + second * 1000, request="r",
+                                        provider="alpha", connection="a1", model="m", n=1,
+                                        probe=False))
+    chart = model.live_chart(now, 60)
+    (label, xs, ys), = chart.lines
+    assert label == "alpha" and chart.start_s == -600 and chart.end_s == 0
+    assert xs[0] == -600 and xs[-1] == -10 and len(xs) == 60
+    assert all(y == 3.0 for y in ys)

@@ -43,3 +43,10 @@ def test_no_state_word_is_cut_in_a_429_storm() -> None:
             for cells in rows.values():
                 for (name, width), cell in zip(COLUMNS[pane], cells, strict=True):
                     assert width is None or len(cell) <= width, (pane, name, cell)
+
+
+def test_detail_snapshot_at_80x24(snap_compare: Any) -> None:
+    # a provider's detail over the providers pane: nothing of the pane shows through at
+    # the last columns (whole-cell scrollbars), the history scrolls inside the dialog
+    app, _ = console_app(at_ms=110_000)
+    assert snap_compare(app, press=["enter"], terminal_size=(80, 24))

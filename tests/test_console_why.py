@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from omniroute_tui.config.durations import format_ms
 from omniroute_tui.console.screens.modals import DetailScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 
@@ -22,7 +23,9 @@ def test_providers_say_why_in_a_429_storm() -> None:
     assert dedup == str(deduped) and deduped > 0
     assert skipped == f"{top} {count}" and {"all_cooling", "circuit_open"} <= set(reasons)
     last = [e for e in seen if e.TYPE == "budget" and e.provider == "alpha"][-1]  # type: ignore[attr-defined]
-    assert budget.endswith(f" {int(last.tokens)}/10")  # type: ignore[attr-defined]
+    # the gauge as the last retry left it, and how long ago that was
+    age = format_ms(app.backend.now_ms() - last.t)
+    assert budget.endswith(f" {int(last.tokens)}/10 {age}")  # type: ignore[attr-defined]
     assert rows["beta"][8:] == ("full", "0", "0", "–")
 
 

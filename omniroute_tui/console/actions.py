@@ -9,7 +9,7 @@ from textual.binding import Binding
 
 from .model.panes import Pane
 
-__all__ = ["ACTIONS", "ConsoleAction", "bindings"]
+__all__ = ["ACTIONS", "PANE_KEYS", "ConsoleAction", "bindings"]
 
 
 @dataclass(frozen=True)
@@ -23,15 +23,19 @@ class ConsoleAction:
     key_display: str | None = None
 
 
+#: the pane keys stay out of the footer: each tab's label starts with its key
 ACTIONS: tuple[ConsoleAction, ...] = (
     ConsoleAction(f"pane('{Pane.OVERVIEW}')", "0", "Overview",
-                  "every layer at a glance (a dashboard from 120x36 up)"),
-    ConsoleAction(f"pane('{Pane.PROVIDERS}')", "1", "Providers", "show the providers pane"),
-    ConsoleAction(f"pane('{Pane.CONNECTIONS}')", "2", "Conns", "show the connections pane"),
-    ConsoleAction(f"pane('{Pane.LOCKOUTS}')", "3", "Locks", "show the model lockouts pane"),
-    ConsoleAction(f"pane('{Pane.EVENTS}')", "4", "Events", "show the events log"),
+                  "every layer at a glance (a dashboard from 120x36 up)", show=False),
+    ConsoleAction(f"pane('{Pane.PROVIDERS}')", "1", "Providers", "show the providers pane",
+                  show=False),
+    ConsoleAction(f"pane('{Pane.CONNECTIONS}')", "2", "Conns", "show the connections pane",
+                  show=False),
+    ConsoleAction(f"pane('{Pane.LOCKOUTS}')", "3", "Locks", "show the model lockouts pane",
+                  show=False),
+    ConsoleAction(f"pane('{Pane.EVENTS}')", "4", "Events", "show the events log", show=False),
     ConsoleAction(f"pane('{Pane.SCENARIO}')", "5", "Faults",
-                  "the scenario: fault timeline, herd chart, lesson (enter)"),
+                  "the scenario: fault timeline, herd chart, lesson (enter)", show=False),
     ConsoleAction(f"pane('{Pane.REQUESTS}')", "6", "Requests",
                   "recent requests: enter says why one went where",
                   show=False),
@@ -39,8 +43,10 @@ ACTIONS: tuple[ConsoleAction, ...] = (
                   show=False),
     ConsoleAction("filter", "slash", "Filter", "filter the rows of this pane by text",
                   key_display="/"),
-    ConsoleAction("sort", "s", "Sort", "sort the rows: failures, cooldown left, level, ...",
-                  show=False),
+    ConsoleAction("sort", "s", "Sort", "sort the rows: failures, cooldown left, level, ... "
+                  "(▼ marks the column)", show=False),
+    ConsoleAction("wide", "w", "Wide", "every column of the providers pane (80 columns show "
+                  "the most useful; the name stays put as the rest scroll)", show=False),
     ConsoleAction("move('down')", "j", "Down", "next row (or scroll the log down)",
                   show=False),
     ConsoleAction("move('up')", "k", "Up", "previous row (or scroll the log up)", show=False),
@@ -48,8 +54,12 @@ ACTIONS: tuple[ConsoleAction, ...] = (
     ConsoleAction("move('bottom')", "G", "Bottom", "last row (end of the log)", show=False),
     ConsoleAction("detail", "enter", "Detail", "transitions and errors of the selected row",
                   show=False),
-    ConsoleAction("pause", "space", "Pause", "pause or resume the scenario",
-                  key_display="space"),
+    ConsoleAction("pause", "space", "Pause", "pause or resume the scenario (on real time: "
+                  "freeze the display, as z)", key_display="space"),
+    ConsoleAction("freeze", "z", "Freeze", "freeze the display to read it (data keeps coming "
+                  "in; z again catches up)", show=False),
+    ConsoleAction("go_back", "escape", "Back", "clear this pane's filter, else back to the pane "
+                  "before", show=False, key_display="esc"),
     ConsoleAction("faster", "plus", "Faster", "speed the scenario up", show=False,
                   key_display="+"),
     ConsoleAction("slower", "minus", "Slower", "slow the scenario down", show=False,
@@ -69,8 +79,22 @@ ACTIONS: tuple[ConsoleAction, ...] = (
     ConsoleAction("toggle_enabled", "e", "En/disable",
                   "enable or disable the selected connection", show=False, destructive=True),
     ConsoleAction("help", "question_mark", "Help", "show every key", key_display="?"),
-    ConsoleAction("quit", "q", "Quit", "leave the console"),
+    ConsoleAction("quit", "q", "Quit", "leave the console (ctrl+c too)"),
 )
+
+#: the actions that matter most on each pane: the help screen lists them first
+PANE_KEYS: dict[Pane, tuple[str, ...]] = {
+    Pane.OVERVIEW: ("detail", "sort", "reset_breaker", "force_open", "filter"),
+    Pane.PROVIDERS: ("detail", "sort", "wide", "reset_breaker", "force_open",
+                     "clear_provider_lockouts", "filter"),
+    Pane.CONNECTIONS: ("detail", "sort", "clear", "toggle_enabled", "filter"),
+    Pane.LOCKOUTS: ("detail", "sort", "clear", "clear_provider_lockouts", "filter"),
+    Pane.EVENTS: ("filter", "move('down')", "move('up')", "move('top')", "move('bottom')",
+                  "freeze"),
+    Pane.SCENARIO: ("pause", "faster", "slower", "step", "restart", "detail"),
+    Pane.REQUESTS: ("filter", "detail", "sort"),
+    Pane.AUDIT: ("detail", "filter"),
+}
 
 
 #: shown first in the footer, so that a narrow terminal still shows how to get help and out
@@ -84,4 +108,4 @@ def bindings() -> list[Binding]:
                 tooltip=a.help, id=a.name.split("(")[0] + (
                     "-" + a.name.split("'")[1] if "'" in a.name else ""))
         for a in ordered
-    ]
+    ] + [Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c")]

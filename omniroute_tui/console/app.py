@@ -1,6 +1,7 @@
 """The operations console: panes over the engine's state, operator actions, scenario
 controls. The engine never touches widgets: its events feed `ConsoleModel`, and a
-one-shot timer re-armed after each paint (at most 4 a second) applies keyed diffs.
+one-shot timer re-armed after each paint (4 a second, start to start) applies keyed
+diffs.
 
 `ConsoleApp` is the layout and the lifecycle (backend, gateway, ticks); what it does is
 split by concern: painting and the pane keys (`painting.py`), operator actions
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["ConsoleApp"]
 
 FRAME_S = 0.25  # at most four paints a second
+MIN_WAIT_S = 0.02  # after a paint as long as a frame: the input still gets its turn
 
 
 class ConsoleApp(OperatorActions, ReplayControls):
@@ -79,6 +81,10 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.autoplay = autoplay
         self._last_tick = time.monotonic()
         self._sort = dict.fromkeys(SORTS, 0)  # per table, the index into SORTS[pane]
+        self._pane_filters: dict[Pane, str] = {}
+        self._wide = False
+        self._frozen_at: float | None = None
+        self._history: list[Pane] = []
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -103,7 +109,9 @@ class ConsoleApp(OperatorActions, ReplayControls):
             with TabPane("3 Locks", id=Pane.LOCKOUTS):
                 yield KeyedTable(Pane.LOCKOUTS, COLUMNS[Pane.LOCKOUTS], id="lockouts-table")
             with TabPane("4 Events", id=Pane.EVENTS):
-                yield EventLog(id="events-log")
+                log = EventLog(id="events-log")
+                log.border_title = "Events"
+                yield log
             with TabPane("5 Faults", id=Pane.SCENARIO):
                 yield ScenarioTimeline(id="timeline")
                 yield HerdChartPlot(id="herd")
@@ -218,4 +226,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.backend.tick(min(elapsed, 1.0))
         if not isinstance(screen, ConfirmScreen | HelpScreen | DetailScreen):
             self.refresh_view()
-        self.set_timer(FRAME_S, self._tick)  # re-armed: a slow paint stretches the interval
+        # re-armed for a steady four a second, start to start: the paint's own time comes
+        # off the wait (a paint slower than a frame still stretches the interval)
+        spent = time.monotonic() - now
+        self.set_timer(max(MIN_WAIT_S, FRAME_S - spent), self._tick)

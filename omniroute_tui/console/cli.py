@@ -199,17 +199,23 @@ def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None,
                 operator: str) -> object:
     from ..config.token import load_token
     from .app import ConsoleApp
-    from .model.attach import AttachBackend, fetch_state
+    from .model.attach import AttachBackend, GatewayDown, fetch_state
     from .model.console_model import ConsoleModel
 
     token = load_token(args.token_file)  # a room may want none; a gateway always does
     if state is None:
-        state = fetch_state(args.attach, token)
+        try:
+            state = fetch_state(args.attach, token)
+        except GatewayDown:
+            state = None  # not up yet: the console opens, says it waits, and attaches
     model = ConsoleModel({}, lambda: 0)
-    model.load_state_document(state)
+    if state is not None:
+        model.load_state_document(state)
     backend = AttachBackend(args.attach, token, on_event=model.on_event,
-                            on_state=model.load_state_document, on_history=model.backfill)
-    backend.follow_room(state.get("replay"))
+                            on_state=model.load_state_document, on_history=model.backfill,
+                            on_note=model.note)
+    if state is not None:
+        backend.follow_room(state.get("replay"))
     model.now = backend.now_ms
     return ConsoleApp(backend, model, operator=operator,  # type: ignore[arg-type]
                       read_only=args.read_only or backend.room is not None)

@@ -19,10 +19,12 @@ __all__ = ["ConsoleCommands"]
 class ConsoleCommands(Provider):
     def _entries(self) -> list[tuple[str, str, object]]:
         app: ConsoleApp = self.app  # type: ignore[assignment]
+        # each entry with its key, so that the palette teaches the keys
         entries: list[tuple[str, str, object]] = [
-            (a.description if a.description != "Conns" else "Connections", a.help,
-             partial(app.run_action, a.name))
+            (f"{a.description if a.description != 'Conns' else 'Connections'} "
+             f"({a.key_display or a.key})", a.help, partial(app.run_action, a.name))
             for a in ACTIONS
+            if not (app.read_only and a.destructive)
         ]
         model = app.model
         for name in model.providers:

@@ -26,6 +26,17 @@ class OperatorActions(PaneView):
 
     operator: str
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Read-only: the operator actions are out of the footer (their keys still
+        reach `run_action`, which says why they are refused)."""
+        if self.read_only and action in _DESTRUCTIVE:
+            return False
+        return super().check_action(action, parameters)
+
+    def _refuse(self) -> None:
+        self.notify("read-only console: operator actions are disabled",
+                    title="refused", severity="warning")
+
     async def run_action(
         self, action: str | ActionParseResult, default_namespace: DOMNode | None = None,
         namespaces: Mapping[str, DOMNode] | None = None,
@@ -33,8 +44,7 @@ class OperatorActions(PaneView):
         """Destructive actions are refused in read-only mode and confirmed otherwise."""
         if isinstance(action, str) and action in _DESTRUCTIVE:
             if self.read_only:
-                self.notify("read-only console: operator actions are disabled",
-                            title="refused", severity="warning")
+                self._refuse()
                 return True
             question = self._question(action)
             if question is None:

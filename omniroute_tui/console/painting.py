@@ -4,14 +4,15 @@ the keys that move, filter, sort and open a row's detail."""
 from __future__ import annotations
 
 import textwrap
-from typing import Any
+import time
 
 from textual.app import App
 from textual.widgets import Input, Static, TabbedContent
 
 from ..config.durations import format_ms
+from ..config.hidden import visible
 from .model.backends import Backend
-from .model.console_model import SORTS, ConsoleModel, clock_text
+from .model.console_model import RECENT_REQUESTS, SORTS, ConsoleModel, age_text, clock_text
 from .model.panes import Pane
 from .screens.modals import DetailScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
@@ -23,8 +24,22 @@ __all__ = ["DASHBOARD_PICKS", "DASHBOARD_SIZE", "TARGETS", "PaneView"]
 #: from this size up, the overview pane is a dashboard: every layer and the events at once
 DASHBOARD_SIZE = (120, 36)
 #: the dashboard's compact tables: which of each pane's columns they show
-DASHBOARD_PICKS = {Pane.PROVIDERS: (0, 1, 2, 3, 5, 8, 10, 11), Pane.CONNECTIONS: (0, 1, 2, 3),
-                   Pane.LOCKOUTS: (1, 2, 3, 5)}
+DASHBOARD_PICKS = {Pane.PROVIDERS: (0, 1, 2, 3, 5, 6, 8), Pane.CONNECTIONS: (0, 1, 2, 3),
+                   Pane.LOCKOUTS: (0, 1, 2, 3, 5)}
+#: the providers' columns that fit 80 columns: name, breaker, failures, retry, last error
+#: (the rest: `w`, or the row's detail)
+NARROW_PROVIDERS = (0, 1, 2, 3, 5)
+#: below this width the providers pane shows NARROW_PROVIDERS unless `w` asks for all
+WIDE_PROVIDERS = 165
+#: the column each sort orders by, for the header's mark (the first sort of each table is
+#: its rows' own order: no mark)
+SORTED_COLUMNS = {"failures": "fail/thr", "state": "breaker", "cooldown left": "cooldown",
+                  "backoff level": "backoff", "time left": "remaining",
+                  "slowest": "latency", "most attempts": "attempts"}
+#: how far back the scenario pane's chart looks on real time (live, attached)
+LIVE_CHART_S = 600
+_TITLES = {Pane.PROVIDERS: "Providers", Pane.CONNECTIONS: "Conns", Pane.LOCKOUTS: "Locks",
+           Pane.REQUESTS: "Requests", Pane.AUDIT: "Audit", Pane.EVENTS: "Events"}
 #: the panes whose rows are operator targets
 TARGETS = (Pane.PROVIDERS, Pane.CONNECTIONS, Pane.LOCKOUTS)
 
@@ -36,6 +51,10 @@ class PaneView(App[None]):
     model: ConsoleModel
     read_only: bool
     _sort: dict[Pane, int]
+    _pane_filters: dict[Pane, str]  # each pane's own filter
+    _wide: bool  # `w`: every column of the providers pane
+    _frozen_at: float | None  # `z`: since when (monotonic) the display is frozen
+    _history: list[Pane]  # the panes shown before, for escape
 
     @property
     def active_pane(self) -> Pane:
@@ -47,6 +66,8 @@ class PaneView(App[None]):
         model.expire(now)
         with self.batch_update():
             self._paint_status(now)
+            if self._frozen_at is not None:
+                return  # frozen: the model keeps up, the panes wait for `z`
             pane = self.active_pane
             matched: int | None = None
             if pane in SORTS:
@@ -54,6 +75,8 @@ class PaneView(App[None]):
             elif pane == Pane.EVENTS:
                 log = self.query_one("#events-log", EventLog)
                 log.catch_up(model.events, model.event_serial)
+                log.set_title(self._title(Pane.EVENTS, log.matched, None, now,
+                                         log.filter_text))
                 matched = log.matched
             elif pane == Pane.OVERVIEW:
                 self._paint_overview(now)
@@ -68,29 +91,72 @@ class PaneView(App[None]):
 
     def _paint_table(self, table: KeyedTable, now: int) -> int:
         model, kind = self.model, table.kind
+        if kind == Pane.PROVIDERS:
+            table.use_columns(self._providers_pick(table))
         rows = {Pane.PROVIDERS: model.provider_rows, Pane.CONNECTIONS: model.connection_rows,
                 Pane.LOCKOUTS: model.lockout_rows, Pane.REQUESTS: model.request_rows,
                 Pane.AUDIT: model.audit_rows}[kind](now)
-        order = model.order(kind, SORTS[kind][self._sort[kind]], now)
-        return table.sync(rows, list(rows) if order is None else order)
+        sort = SORTS[kind][self._sort[kind]]
+        table.mark_sorted(SORTED_COLUMNS.get(sort))
+        order = model.order(kind, sort, now)
+        matched = table.sync(rows, list(rows) if order is None else order)
+        table.set_title(self._title(kind, matched, table.total, now, table.filter_text))
+        return matched
+
+    def _providers_pick(self, table: KeyedTable) -> tuple[int, ...] | None:
+        """The providers' columns a table shows: on the dashboard its own pick; else every
+        one when the terminal is wide enough or `w` asked, the most useful otherwise."""
+        if table.id == "dash-providers":
+            return DASHBOARD_PICKS[Pane.PROVIDERS] if self.dashboard_fits else NARROW_PROVIDERS
+        return None if self._wide or self.size.width >= WIDE_PROVIDERS else NARROW_PROVIDERS
+
+    def _title(self, kind: Pane, matched: int, total: int | None, now: int, needle: str
+               ) -> str:
+        """A pane's title: its name, how many rows (`Conns [6] 2 cooling`), and the
+        filter when one is set (`/alpha 2 of 6`)."""
+        total = matched if total is None else total
+        title = f"{_TITLES[kind]} [{total}]"
+        opened, cooling, _ = self.model.counts(now) if kind in (
+            Pane.PROVIDERS, Pane.CONNECTIONS) else (0, 0, 0)
+        if kind == Pane.PROVIDERS and opened:
+            title += f" {opened} open"
+        elif kind == Pane.CONNECTIONS and cooling:
+            title += f" {cooling} cooling"
+        elif kind == Pane.EVENTS and self.model.events:
+            title += f" newest {age_text(now, self.model.events[-1][0])} ago"
+        if needle:
+            title += f" /{visible(needle)}" + (
+                f" {matched} of {total}" if total != matched or kind == Pane.EVENTS else "")
+        return title
 
     def _paint_overview(self, now: int) -> None:
         """The summary of every layer; from DASHBOARD_SIZE up, the tables and events too."""
         model = self.model
         self.query_one("#overview-summary", Static).update("\n".join(model.overview_lines(now)))
+        # the providers always (a compact table at 80x24); the rest from DASHBOARD_SIZE up
+        self._paint_table(self.query_one("#dash-providers", KeyedTable), now)
         if self.dashboard_fits:
-            for kind in DASHBOARD_PICKS:
+            for kind in (Pane.CONNECTIONS, Pane.LOCKOUTS):
                 self._paint_table(self.query_one(f"#dash-{kind}", KeyedTable), now)
-            self.query_one("#dash-events", EventLog).catch_up(model.events, model.event_serial)
+            log = self.query_one("#dash-events", EventLog)
+            log.catch_up(model.events, model.event_serial)
+            log.set_title(self._title(Pane.EVENTS, log.matched, None, now,
+                                         log.filter_text))
 
     def _paint_no_matches(self, matched: int | None) -> None:
-        """A line that says so when the filter leaves nothing to show."""
-        text = self.query_one("#filter", Input).value
+        """A line (above the filter box, never under it) that says so when this pane's
+        filter leaves nothing to show."""
+        text = self._pane_filters.get(self.active_pane, "")
         line = self.query_one("#no-matches", Static)
         empty = bool(text) and matched == 0
         line.set_class(empty, "-shown")
-        if empty:
-            line.update(f"no rows match {text!r} (/ then escape clears the filter)")
+        if not empty:
+            return
+        if self.active_pane == Pane.REQUESTS:
+            line.update(f"no request matches {text!r} among the last {RECENT_REQUESTS} "
+                        "(older ones are gone; escape clears the filter)")
+        else:
+            line.update(f"no rows match {text!r} (escape clears the filter)")
 
     def _paint_status(self, now: int) -> None:
         model, backend = self.model, self.backend
@@ -99,15 +165,19 @@ class PaneView(App[None]):
         age = "–" if model.last_event_at is None else format_ms(max(0, now - model.last_event_at))
         mode = backend.status()
         success = "–" if ok is None else f"{ok * 100:.0f}%"
-        flags = " (read-only)" if self.read_only else ""
+        # badges first: a narrow terminal cuts the end of the line, never them
+        badges = "READ-ONLY │ " if self.read_only else ""
+        if self._frozen_at is not None:
+            frozen = format_ms(int((time.monotonic() - self._frozen_at) * 1000))
+            badges += f"FROZEN {frozen} (z) │ "
         failing = backend.store_failing_since()
         store = "" if failing is None else (
             f"STORE FAILING {format_ms(max(0, now - failing))} │ ")
         status = self.query_one(StatusBar)
         # the scenario's or config's name goes last: a narrow terminal cuts it, not the counts
         status.update(
-            f"{store}{mode} │ {rate:.1f}/s ok {success} │ open {opened} cool {cooling} "
-            f"lock {locked} │ age {age} │ {backend.title}{flags}")
+            f"{badges}{store}{mode} │ {rate:.1f}/s ok {success} │ open {opened} "
+            f"cool {cooling} lock {locked} │ age {age} │ {backend.title}")
         status.set_class(opened > 0 or failing is not None, "-alert")
         banner = self.query_one(FaultBanner)
         faults = model.active_faults
@@ -119,8 +189,13 @@ class PaneView(App[None]):
         backend = self.backend
         timeline = self.query_one(ScenarioTimeline)
         scenario, replay = backend.scenario, backend.replay
-        if scenario is None:
-            timeline.update("No scenario: this console shows a router on real time.")
+        if scenario is None:  # real time: the herd as it happens, the last 10 minutes
+            timeline.update(f"{backend.title}: a router on real time; attempts per second "
+                            f"on each provider over the last {LIVE_CHART_S // 60} minutes "
+                            f"({self.model.total_requests:,} requests seen)")
+            self.query_one(HerdChartPlot).show(
+                lambda points: self.model.live_chart(now, points, LIVE_CHART_S),
+                xlabel="seconds before now")
             return
         width = max(20, self.size.width - 40)
         faults = [(f.name, f.at_ms, f.until_ms, str(f.target)) for f in scenario.faults]
@@ -147,7 +222,33 @@ class PaneView(App[None]):
             until, points, compared=backend.comparison, faults=windows))
 
     def action_pane(self, pane: str) -> None:
-        self.query_one(TabbedContent).active = pane
+        tabs = self.query_one(TabbedContent)
+        if tabs.active != pane:
+            self._history = [*self._history[-19:], self.active_pane]
+        tabs.active = pane
+
+    def action_go_back(self) -> None:
+        """Escape: the filter box closes (its text cleared), else this pane's filter is
+        cleared, else the pane shown before comes back."""
+        box = self.query_one("#filter", Input)
+        if box.has_focus or self._pane_filters.get(self.active_pane):
+            box.value = ""
+            self._apply_filter("")
+            return
+        if self._history:
+            self.query_one(TabbedContent).active = self._history.pop()
+
+    def action_wide(self) -> None:
+        self._wide = not self._wide
+        self.notify("every provider column (the name stays put: scroll right with →)"
+                    if self._wide else "the providers' most useful columns", timeout=3)
+        self.refresh_view()
+
+    def action_freeze(self) -> None:
+        """`z`: hold the panes as they are to read them; the model keeps consuming events
+        and the next paint after `z` again catches up."""
+        self._frozen_at = None if self._frozen_at is not None else time.monotonic()
+        self.refresh_view()
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.active_pane == Pane.EVENTS:
@@ -193,39 +294,77 @@ class PaneView(App[None]):
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
+        box.value = self._pane_filters.get(self.active_pane, "")
+        box.placeholder = ("a request id (x-request-id) or any text: enter opens the request"
+                           if self.active_pane == Pane.REQUESTS else
+                           "filter this pane's rows (enter applies, escape clears)")
         box.disabled = False
         box.add_class("-shown")
         box.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self._apply_filter(event.value)
+        if self.active_pane == Pane.REQUESTS and event.value:
+            self._open_request(event.value.strip())
 
-    def on_key(self, event: Any) -> None:
-        box = self.query_one("#filter", Input)
-        if event.key == "escape" and box.has_focus:
-            box.value = ""
-            self._apply_filter("")
-            event.stop()
+    def _open_request(self, text: str) -> None:
+        """A request id (a client quotes the `x-request-id` of its answer) in the requests
+        pane's filter opens that request's "why" at once: the id itself, or the one
+        request the text matches."""
+        table = self.query_one("#requests-table", KeyedTable)
+        if text in self.model.requests:
+            key: str | None = text
+        else:
+            matches = [k for k in self.model.requests if text.lower() in k.lower()]
+            key = matches[0] if len(matches) == 1 else None
+        if key is None:
+            return
+        table.select_key(key)
+        detail = self.model.detail(Pane.REQUESTS, key, self.backend.now_ms())
+        if detail is not None:
+            self.push_screen(DetailScreen(*detail))
 
     def _apply_filter(self, text: str) -> None:
+        """Set the active pane's filter (the other panes keep theirs) and give the keys
+        back to the pane."""
         box = self.query_one("#filter", Input)
         if not text:
             box.remove_class("-shown")
             box.disabled = True
-        for table in self.query(KeyedTable):
-            table.filter_text = text
-        for log in self.query(EventLog):
-            log.filter_text = text
-            log.clear()
+        pane = self.active_pane
+        self._pane_filters[pane] = text
+        for widget in self._filtered(pane):
+            widget.filter_text = text
+            if isinstance(widget, EventLog):
+                widget.clear()
         self._focus_pane()
         self.refresh_view()
 
+    def _filtered(self, pane: Pane) -> list[KeyedTable | EventLog]:
+        """What a pane's filter applies to: its table or log (the overview: the
+        dashboard's)."""
+        if pane == Pane.OVERVIEW:
+            return [*self.query("#dashboard KeyedTable").results(KeyedTable),
+                    self.query_one("#dash-events", EventLog)]
+        if pane == Pane.EVENTS:
+            return [self.query_one("#events-log", EventLog)]
+        if pane in SORTS:
+            return [self.query_one(f"#{pane}-table", KeyedTable)]
+        return []
+
     def _focus_pane(self) -> None:
+        """Focus what the keys of the active pane act on. The focus always moves into the
+        pane shown (or nowhere): a focused widget left in a hidden pane takes its tab back
+        (the dashboard's table would pull `4` and `5` back to the overview)."""
         pane = self.active_pane
         if pane in SORTS:
             self.query_one(f"#{pane}-table", KeyedTable).focus()
-        elif pane == Pane.OVERVIEW and self.dashboard_fits:
+        elif pane == Pane.EVENTS:
+            self.query_one("#events-log", EventLog).focus()
+        elif pane == Pane.OVERVIEW:
             self.query_one("#dash-providers", KeyedTable).focus()
+        else:
+            self.set_focus(None)
 
     def jump(self, pane: str, key: str) -> None:
         self.action_pane(pane)
@@ -262,4 +401,4 @@ class PaneView(App[None]):
             self.push_screen(DetailScreen(*detail))
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.active_pane, read_only=self.read_only))

@@ -26,9 +26,14 @@ class ReplayControls(PaneView):
         return replay
 
     def action_pause(self) -> None:
-        if replay := self._replay("pause"):
-            replay.paused = not replay.paused
-            self.refresh_view()
+        """A replay pauses; on real time (live, attached) nothing can pause the data, so
+        `space` freezes the display as `z` does."""
+        replay = self.backend.replay
+        if replay is None:
+            self.action_freeze()
+            return
+        replay.paused = not replay.paused
+        self.refresh_view()
 
     def action_faster(self) -> None:
         if replay := self._replay("speed up"):

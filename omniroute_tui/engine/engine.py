@@ -64,6 +64,15 @@ MERGED_CLASSES: tuple[type[Event], ...] = (
     OperatorEvent)
 
 
+
+def _exact_duration(ms: int) -> str:
+    """`ms` in the largest unit that says it exactly (300000 is `5m`, 90500 `90500ms`):
+    an audit line neither rounds what an operator asked for nor makes them count zeros."""
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
 class UnknownTarget(KeyError):
     """An operator or caller named a provider or connection the engine does not have."""
 
@@ -485,7 +494,7 @@ class ResilienceEngine:
         state, now = self._state(provider), self.now()
         self._announce(ForceOpen(now, actor, provider, now + duration_ms))
         state.breaker.force_open(now, duration_ms, actor)
-        self._audit("force_open", provider, actor, f"open for {duration_ms}ms")
+        self._audit("force_open", provider, actor, f"open for {_exact_duration(duration_ms)}")
 
     def clear_cooldown(self, provider: str, connection: str, *, actor: str) -> bool:
         state, pos = self._pool_entry(provider, connection)

@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 
 from ...clock import SystemClock
+from ...config.durations import format_ms
 from ...engine.events import Event, event_from_dict
 from .backends import RealTimeBackend
 
-__all__ = ["AttachBackend", "AttachError", "RemoteOperator", "fetch_state"]
+__all__ = ["AttachBackend", "AttachError", "GatewayDown", "RemoteOperator", "fetch_state"]
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 HEALTH_EVERY_S = 5.0  # how often an attached console reads the gateway's /health
@@ -33,6 +34,10 @@ def _auth(token: str | None) -> dict[str, str]:
     return {} if token is None else {"authorization": f"Bearer {token}"}
 
 
+class GatewayDown(AttachError):
+    """Nothing answers at the gateway's address (yet): the console waits for it."""
+
+
 def fetch_state(url: str, token: str | None, timeout_s: float = 5.0) -> dict[str, Any]:
     """The gateway's state, synchronously: the console needs it before it can draw.
     Without a token, only a room that asks for none answers."""
@@ -40,7 +45,7 @@ def fetch_state(url: str, token: str | None, timeout_s: float = 5.0) -> dict[str
         reply = httpx.get(f"{url.rstrip('/')}/api/resilience/state",
                           headers=_auth(token), timeout=timeout_s)
     except httpx.HTTPError as exc:
-        raise AttachError(f"cannot reach {url}: {exc}") from None
+        raise GatewayDown(f"cannot reach {url}: {exc}") from None
     if reply.status_code == 401:
         if token is None:
             raise AttachError(f"{url} wants a token: --token-file FILE or $OMNIROUTE_TOKEN")
@@ -109,7 +114,10 @@ class AttachBackend(RealTimeBackend):
     def __init__(self, url: str, token: str | None, *, on_event: Callable[[Event], None],
                  on_state: Callable[[dict[str, Any]], None],
                  on_history: Callable[[list[Event], list[dict[str, Any]]], None] | None = None,
+                 on_note: Callable[[int, str], None] | None = None,
                  ) -> None:
+        """`on_note(t, text)` gets the link's own news for the events log: a lost
+        connection and how long it was gone."""
         self.url = url.rstrip("/")
         self.title = self.url
         self.providers: dict[str, Any] = {}
@@ -118,6 +126,9 @@ class AttachBackend(RealTimeBackend):
         self._on_event = on_event
         self._on_state = on_state
         self._on_history = on_history
+        self._on_note = on_note
+        self.ever_connected = False
+        self._lost_at: int | None = None
         self._clock = SystemClock()
         self._task: asyncio.Task[None] | None = None
         self._health_task: asyncio.Task[None] | None = None
@@ -155,7 +166,30 @@ class AttachBackend(RealTimeBackend):
             return f"room sim {clock_text(self.now_ms())} {state}"
         if self.connected:
             return "attached"
+        if not self.ever_connected:  # --attach before the gateway is up: it waits
+            retry = f", retry in {self.retry_in_s:g}s" if self.retry_in_s else ""
+            return f"WAITING for the gateway{retry}"
         return f"DISCONNECTED, retry in {self.retry_in_s:g}s" if self.retry_in_s else "connecting"
+
+    def _note(self, text: str) -> None:
+        if self._on_note is not None:
+            self._on_note(self.now_ms(), text)
+
+    def _linked(self) -> None:
+        """The stream is up: say how long it was down, if it was."""
+        self.connected, self.retry_in_s = True, None
+        self.ever_connected = True
+        if self._lost_at is not None:
+            gone = format_ms(max(0, self.now_ms() - self._lost_at))
+            self._note(f"link: attached again to {self.url} after {gone} away (what "
+                       "happened meanwhile is backfilled above)")
+            self._lost_at = None
+
+    def _unlinked(self, reason: str) -> None:
+        if self.connected:
+            self._lost_at = self.now_ms()
+            self._note(f"link: DISCONNECTED from {self.url} ({reason}); reconnecting")
+        self.connected = False
 
     def store_failing_since(self) -> int | None:
         """Since when the gateway's state database or its fleet's Redis has been failing,
@@ -217,7 +251,8 @@ class AttachBackend(RealTimeBackend):
                 async with self._client.stream("GET", "/api/resilience/events",
                                                timeout=httpx.Timeout(10, read=60)) as stream:
                     stream.raise_for_status()
-                    self.connected, self.retry_in_s, failures = True, None, 0
+                    self._linked()
+                    failures = 0
                     kind = ""
                     async for line in stream.aiter_lines():
                         if line.startswith("event: "):
@@ -231,9 +266,10 @@ class AttachBackend(RealTimeBackend):
                                     self._on_event(event_from_dict(data))
                             except ValueError:
                                 continue  # a frame from a newer gateway: skip it
-            except (httpx.HTTPError, ValueError):
-                pass
-            self.connected = False
+                reason = "the stream ended"
+            except (httpx.HTTPError, ValueError) as exc:
+                reason = str(exc) or type(exc).__name__
+            self._unlinked(reason)
             self.retry_in_s = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
             failures += 1
             await asyncio.sleep(self.retry_in_s)

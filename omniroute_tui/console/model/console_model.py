@@ -54,7 +54,9 @@ __all__ = [
     "LockoutView",
     "ProviderView",
     "RequestTrail",
+    "age_text",
     "level_gauge",
+    "plural",
     "sparkline",
 ]
 
@@ -68,6 +70,7 @@ BREAKER_GLYPHS: dict[str, str] = {
 #: what a cooling connection waits for: backoff (its level), a quota, or the server's hint
 COOLDOWN_KINDS = ("backoff", "quota", "hinted")
 _LONGEST_DURATION = len("720h00m")  # format_ms of the longest deadline there is (30 days)
+_AGE = len("59m59s")  # a cell's age ("12s"), shown up to an hour (older: ">1h")
 
 
 def _longest(words: Iterable[str]) -> int:
@@ -80,11 +83,12 @@ COLUMNS: dict[Pane, tuple[tuple[str, int | None], ...]] = {
     Pane.PROVIDERS: (
         ("provider", None),
         ("breaker", 2 + _longest([*BreakerState, FORCED_OPEN])),
-        ("fail/thr", None), ("retry in", None), ("cycles", None),
-        ("last error", _longest(FailureKind) + len(" (429)")),
+        ("fail/thr", None), ("retry in", max(len("probe due"), _LONGEST_DURATION)),
+        ("cycles", None),
+        ("last error, age", _longest(FailureKind) + len(" (429) ") + _AGE),
         ("attempts", HISTORY // 3), ("fails", HISTORY // 3),
         # why: retry budget left, failures dedup suppressed, admission waits, skips
-        ("budget", None), ("dedup", None), ("waits", None),
+        ("budget, age", len("▰▰▰▰▰ 99/99 ") + _AGE), ("dedup", None), ("waits", None),
         ("skipped", _longest(SkipReason) + len(" 99999")),
     ),
     Pane.CONNECTIONS: (
@@ -190,11 +194,13 @@ class ProviderView:
     forced_by: str = ""
     cycles: int = 0
     last_error: str = ""
+    last_error_at: int | None = None
     attempts: _Buckets = field(default_factory=_Buckets)
     errors: _Buckets = field(default_factory=_Buckets)
     history: deque[str] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
     budget_burst: float = 0.0
     budget_tokens: float | None = None  # as the last retry found it
+    budget_at: int | None = None  # when the last retry found it so
     deduped: int = 0  # failures the dedup windows kept from the breaker
     waits: int = 0  # admission waits for this provider's targets
     waiting: set[str] = field(default_factory=set)  # requests waiting for it now
@@ -226,10 +232,12 @@ class AttemptSeries:
                 for old in [s for s in counts if s < second - self.keep_s]:
                     del counts[old]
 
-    def binned(self, provider: str, end_s: int, bins: int) -> tuple[list[float], list[float]]:
-        """(seconds, attempts per second) over [0, end_s) in at most `bins` points."""
+    def binned(self, provider: str, end_s: int, bins: int, *, since_s: int = 0
+               ) -> tuple[list[float], list[float]]:
+        """(seconds, attempts per second) over [since_s, end_s) in at most `bins`
+        points."""
         counts = self.counts.get(provider, Counter())
-        start = max(0, end_s - self.keep_s)
+        start = max(since_s, end_s - self.keep_s)
         width = max(1, -(-(end_s - start) // max(1, bins)))
         xs, ys = [], []
         for left in range(start, end_s, width):
@@ -250,6 +258,7 @@ class HerdChart:
     faults: list[tuple[str, float, float]]  # (name, from s, to s)
     end_s: int
     compared_policy: str = "naive"  # whose attempts `compared` are
+    start_s: int = 0
 
 
 @dataclass
@@ -343,6 +352,12 @@ class ConsoleModel:
             self.events.append((event.t, event.TYPE, line))
             self.event_serial += 1
 
+    def note(self, t: int, text: str) -> None:
+        """A line of the console's own in the events log (an attached console's link going
+        down and coming back): the log shows where its record has a gap."""
+        self.events.append((t, "console", text))
+        self.event_serial += 1
+
     def _request(self, event: object) -> None:
         assert isinstance(event, RequestEvent)
         self.total_requests += 1
@@ -391,7 +406,7 @@ class ConsoleModel:
         assert isinstance(event, BudgetEvent)
         view = self.providers.get(event.provider)
         if view is not None:
-            view.budget_tokens = event.tokens
+            view.budget_tokens, view.budget_at = event.tokens, event.t
         what = (f"a retry on {event.provider} spent a token ({event.tokens:g} left)"
                 if event.spent else f"no token left for a retry on {event.provider}")
         self._step(event.request, event.t, "retry budget", what)
@@ -432,7 +447,7 @@ class ConsoleModel:
         self._step(event.request, event.t, "upstream", f"failed: {text} after {took}")
         if view is not None:
             view.errors.add(event.t)
-            view.last_error = text
+            view.last_error, view.last_error_at = text, event.t
         if conn is not None:
             conn.last_error = text
             conn.history.append(f"{clock_text(event.t)} {text} on {event.model}")
@@ -650,26 +665,48 @@ class ConsoleModel:
                 retry = "–"
             state = v.state
             if v.forced and v.state == BreakerState.OPEN:
-                state, retry = FORCED_OPEN, f"{retry} ({v.forced_by or 'an operator'})"
+                state = FORCED_OPEN  # by whom: the detail says
+            # an OPEN breaker counts nothing new: a count past the threshold is the
+            # failures that were in flight when it tripped (the detail has it whole)
+            failures = min(v.failures, v.threshold) if v.state == BreakerState.OPEN \
+                else v.failures
+            error = f"{v.last_error} {age_text(now, v.last_error_at)}" if v.last_error \
+                else "–"
             rows[name] = (
                 name, f"{BREAKER_GLYPHS.get(state, '?')} {state}",
-                f"{v.failures}/{v.threshold}", retry, str(v.cycles), v.last_error or "–",
+                f"{failures}/{v.threshold}", retry, str(v.cycles), error,
                 sparkline(v.attempts.counts)[-10:], sparkline(v.errors.counts)[-10:],
-                *self._why(v),
+                *self._why(v, now),
             )
         return rows
 
     @staticmethod
-    def _why(v: ProviderView) -> tuple[str, str, str, str]:
-        """Budget, dedup, waits and skips of a provider, as its row shows them."""
+    def _why(v: ProviderView, now: int) -> tuple[str, str, str, str]:
+        """Budget, dedup, waits and skips of a provider, as its row shows them (the
+        budget as the last retry found it, with how long ago)."""
         if v.budget_tokens is None:
             budget = "full"
         else:
-            budget = level_gauge(int(v.budget_tokens), int(v.budget_burst), width=5)
+            budget = (f"{level_gauge(int(v.budget_tokens), int(v.budget_burst), width=5)} "
+                      f"{age_text(now, v.budget_at)}")
         waits = f"{v.waits}, {len(v.waiting)} now" if v.waiting else str(v.waits)
         top = v.skips.most_common(1)
         skipped = f"{top[0][0]} {top[0][1]}" if top else "–"
         return budget, str(v.deduped), waits, skipped
+
+    def live_chart(self, now: int, bins: int, window_s: int = 600) -> HerdChart:
+        """Attempts per second on each provider over the last `window_s` seconds (a
+        router on real time, an attached gateway), x in seconds before now."""
+        end_s = max(1, -(-now // 1000))
+        lines = []
+        for name in self.providers:
+            xs, ys = self.series.binned(name, end_s, bins, since_s=end_s - window_s)
+            lines.append((name, [x - end_s for x in xs], ys))
+        spans = [(name, start / 1000 - end_s, (now if until < 0 else until) / 1000 - end_s)
+                 for name, v in self.providers.items() for start, until in v.open_spans
+                 if until < 0 or until / 1000 > end_s - window_s]
+        spans = [(name, max(a, -window_s), b) for name, a, b in spans]
+        return HerdChart(lines, [], spans, [], 0, start_s=-window_s)
 
     def herd_chart(self, now: int, bins: int, *, compared: AttemptSeries | None = None,
                    faults: Iterable[tuple[str, int, int]] = ()) -> HerdChart:
@@ -736,7 +773,12 @@ class ConsoleModel:
             pairs = [p for p in pairs if p[0] not in ("attempts", "fails", "skipped")]
             tokens = ("full" if view.budget_tokens is None
                       else f"{view.budget_tokens:g} of {view.budget_burst:g} tokens")
-            pairs[pairs.index(next(p for p in pairs if p[0] == "budget"))] = ("budget", tokens)
+            pairs[pairs.index(next(p for p in pairs if p[0] == "budget, age"))] = (
+                "budget", tokens if view.budget_at is None
+                else f"{tokens}, {age_text(now, view.budget_at)} ago")
+            pairs[2] = ("fail/thr", f"{view.failures}/{view.threshold}")
+            if view.forced and view.state == BreakerState.OPEN:
+                pairs.append(("forced by", view.forced_by or "an operator"))
             if view.waiting:
                 pairs.append(("waiting now", ", ".join(sorted(view.waiting)[:6])))
             for reason, count in view.skips.most_common():
@@ -810,13 +852,14 @@ class ConsoleModel:
         models = sorted({f"{v.provider}/{v.model}" for v in locked})
         rate, ok = self.rates(now)
         faults = ", ".join(f"{n} on {t}" for n, t in self.active_faults.items()) or "none"
-        cooling_line = f"{len(cooling)} of {len(self.connections)} connections cooling"
+        cooling_line = (f"{len(cooling)} of {plural(len(self.connections), 'connection')} "
+                        "cooling")
         if why:
             cooling_line += f" ({why})"
-        locked_line = f"{len(locked)} keys locked"
+        locked_line = f"{plural(len(locked), 'key')} locked"
         if models:
             more = "…" if len(models) > 3 else ""
-            locked_line += f" on {len(models)} models ({', '.join(models[:3])}{more})"
+            locked_line += f" on {plural(len(models), 'model')} ({', '.join(models[:3])}{more})"
         answered = "–" if ok is None else f"{ok * 100:.0f}%"
         return [
             f"breakers   {breakers}",
@@ -854,6 +897,19 @@ class ConsoleModel:
         locks = sorted(self.lockouts.values(),
                        key=lambda lk: -lk.until if sort == "time left" else -lk.failures)
         return [f"{lk.provider}/{lk.connection}/{lk.model}" for lk in locks]
+
+
+def plural(n: int, word: str) -> str:
+    """`1 model`, `2 models`."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def age_text(now: int, then: int | None) -> str:
+    """How long ago, compactly (`12s`, `4m05s`; `>1h` past an hour) for a cell."""
+    if then is None:
+        return ""
+    ago = max(0, now - then)
+    return ">1h" if ago >= 3_600_000 else format_ms(ago)
 
 
 def clock_text(t_ms: int) -> str:

@@ -11,7 +11,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
 from ...config.hidden import visible
-from ..actions import ACTIONS
+from ..actions import ACTIONS, PANE_KEYS, ConsoleAction
+from ..model.panes import Pane
 
 __all__ = ["ConfirmScreen", "DetailScreen", "HelpScreen"]
 
@@ -56,9 +57,23 @@ class HelpScreen(ModalScreen[None]):
     ]
     AUTO_FOCUS = "#keys-scroll"
 
+    def __init__(self, pane: Pane = Pane.PROVIDERS, *, read_only: bool = False) -> None:
+        super().__init__()
+        self.pane = pane
+        self.read_only = read_only
+
+    def _row(self, a: ConsoleAction) -> str:
+        asks = ("  (refused: read-only)" if self.read_only else "  (asks first)"
+                ) if a.destructive else ""
+        return f"{(a.key_display or a.key):>7}  {a.help}{asks}"
+
     def compose(self) -> ComposeResult:
-        rows = [f"{(a.key_display or a.key):>7}  {a.help}"
-                + ("  (asks first)" if a.destructive else "") for a in ACTIONS]
+        """This pane's keys first, then every other key."""
+        first = PANE_KEYS.get(self.pane, ())
+        mine = [a for name in first for a in ACTIONS if a.name == name]
+        rows = [f"On this pane ({self.pane}):", *map(self._row, mine), "", "Everywhere:",
+                *(self._row(a) for a in ACTIONS if a.name not in first)]
+        rows.append(f"{'←↑↓→':>7}  move the cursor; → and ← scroll a wide table's columns")
         rows.append(f"{'ctrl+p':>7}  command palette: every action, jump to any entity")
         with Vertical(id="dialog"):
             yield Label("Keys", id="title")
@@ -75,9 +90,13 @@ class HelpScreen(ModalScreen[None]):
 
 
 class DetailScreen(ModalScreen[None]):
-    """An entity's current row, transition history and recent errors."""
+    """An entity's current row, transition history and recent errors; `j`/`k` scroll."""
 
-    BINDINGS = [Binding("escape,enter,q", "dismiss", "Close", id="detail-close")]
+    BINDINGS = [
+        Binding("escape,enter,q", "dismiss", "Close", id="detail-close"),
+        Binding("j,down", "scroll('down')", "Down", show=False, id="detail-down"),
+        Binding("k,up", "scroll('up')", "Up", show=False, id="detail-up"),
+    ]
 
     def __init__(self, title: str, current: Iterable[tuple[str, str]],
                  history: Iterable[str]) -> None:
@@ -94,4 +113,11 @@ class DetailScreen(ModalScreen[None]):
             with VerticalScroll(id="history"):
                 yield Static("\n".join(self.history[-40:]) or "no transitions yet",
                              markup=False)
-            yield Label("escape closes", id="hint")
+            yield Label("j k scroll · escape closes", id="hint")
+
+    def action_scroll(self, where: str) -> None:
+        history = self.query_one("#history", VerticalScroll)
+        if where == "down":
+            history.scroll_down(animate=False)
+        else:
+            history.scroll_up(animate=False)

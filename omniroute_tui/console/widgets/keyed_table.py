@@ -1,15 +1,21 @@
 """A DataTable that applies keyed diffs: stale rows removed, changed cells updated, new
-rows added; nothing is cleared and refilled. It can keep the rows in a given order."""
+rows added; nothing is cleared and refilled. It can keep the rows in a given order, mark
+the sorted column's header, show a subset of its columns, and keeps the first column (the
+name) in place when it scrolls sideways."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from rich.markup import escape
+from rich.text import Text
+from textual.content import Content
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
 from ...config.hidden import visible
 from ..model.panes import Pane
+from .scrollbars import whole_cell_scrollbars
 
 __all__ = ["KeyedTable"]
 
@@ -18,28 +24,83 @@ class KeyedTable(DataTable[str]):
     DEFAULT_CSS = """
     KeyedTable { height: 1fr; }
     """
+    SORTED = " ▼"  # after the sorted column's name
 
     def __init__(self, kind: Pane, columns: tuple[tuple[str, int | None], ...], *,
                  pick: tuple[int, ...] | None = None, id: str | None = None) -> None:
         """A table of `kind` (providers, connections, lockouts) rows. `columns`: names
         with a fixed width, or None for one that grows with its contents; `pick` shows
         only those of the rows' cells (a compact table on the dashboard)."""
-        super().__init__(id=id, cursor_type="row", zebra_stripes=False)
+        super().__init__(id=id, cursor_type="row", zebra_stripes=False, fixed_columns=1)
         self.kind = kind
+        self._all_columns = columns
         self._pick = pick
+        self._set_columns(pick)
+        self._shown: dict[str, tuple[str, ...]] = {}
+        self._sorted_as: tuple[str, ...] = ()
+        self._sorted_column: str | None = None
+        self.filter_text = ""
+        self.title_text = ""
+        self.total = 0  # rows before the filter, at the last sync
+        self._reselect: str | None = None  # the row to select again after use_columns
+
+    def _set_columns(self, pick: tuple[int, ...] | None) -> None:
+        columns = self._all_columns
         if pick is not None:
             columns = tuple(columns[i] for i in pick)
         self._columns = columns
         self._column_names = tuple(name for name, _ in columns)
         self._grows = {name for name, width in columns if width is None}
-        self._shown: dict[str, tuple[str, ...]] = {}
-        self._sorted_as: tuple[str, ...] = ()
-        self.filter_text = ""
 
     def on_mount(self) -> None:
+        whole_cell_scrollbars(self)
+        self._add_columns()
+
+    def _add_columns(self) -> None:
         for name, width in self._columns:
-            self.add_column(name, key=name,
-                            width=None if width is None else max(width, len(name)))
+            # room for the sort mark, so that sorting never moves the columns
+            self.add_column(self._label(name), key=name, width=None if width is None
+                            else max(width, len(name) + len(self.SORTED)))
+
+    def _label(self, name: str) -> str:
+        return name + self.SORTED if name == self._sorted_column else name
+
+    @property
+    def pick(self) -> tuple[int, ...] | None:
+        return self._pick
+
+    def use_columns(self, pick: tuple[int, ...] | None) -> None:
+        """Show only the columns `pick` (indexes into the rows' cells; None: all), keeping
+        the selected row."""
+        if pick == self._pick:
+            return
+        selected = self.selected_key
+        self._pick = pick
+        self._set_columns(pick)
+        self.clear(columns=True)
+        self._shown.clear()
+        self._sorted_as = ()
+        self._add_columns()
+        self._reselect = selected
+
+    def mark_sorted(self, column: str | None) -> None:
+        """Put the sort mark on `column`'s header (None: the rows' own order, no mark)."""
+        if column == self._sorted_column:
+            return
+        before, self._sorted_column = self._sorted_column, column
+        for name in (before, column):
+            if name is not None and name in self._column_names:
+                header = self.columns[ColumnKey(name)]
+                header.label = Text(self._label(name))
+                header.content_width = max(header.content_width, header.label.cell_len)
+        self._require_update_dimensions = True
+        self.refresh()
+
+    def set_title(self, text: str) -> None:
+        """The title over the table, as written (a typed filter is never markup)."""
+        if text != self.title_text:
+            self.title_text = text
+            self.border_title = Content(text)
 
     @property
     def selected_key(self) -> str | None:
@@ -61,6 +122,7 @@ class KeyedTable(DataTable[str]):
         if self._pick is not None:
             pick = self._pick
             rows = {k: tuple(v[i] for i in pick) for k, v in rows.items()}
+        total = len(rows)
         needle = self.filter_text.lower()
         if needle:
             rows = {k: v for k, v in rows.items()
@@ -83,6 +145,10 @@ class KeyedTable(DataTable[str]):
             shown[key] = cells
         if order is not None:
             self._order(order)
+        if self._reselect is not None:
+            self.select_key(self._reselect)
+            self._reselect = None
+        self.total = total
         return len(rows)
 
     def _order(self, order: Sequence[str]) -> None:

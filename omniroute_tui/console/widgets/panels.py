@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rich.text import Text
+from textual.content import Content
 from textual.events import Resize
 from textual.visual import VisualType
 from textual.widgets import RichLog, Static
 
 from ...config.hidden import DESCRIPTION_KEEPS, visible
 from ..model.console_model import clock_text
+from .scrollbars import whole_cell_scrollbars
 
 __all__ = ["EventLog", "FaultBanner", "PlainStatic", "ScenarioTimeline", "StatusBar",
            "timeline_lines"]
@@ -60,21 +63,51 @@ class EventLog(RichLog):
         self.filter_text = ""
         self.matched = 0  # lines written since the last clear
         self.shown_serial = 0  # the model's event serial this log has caught up with
+        self.title_text = ""
+        self._following = True  # on the newest line (not scrolled back to read)
+
+    def on_mount(self) -> None:
+        whole_cell_scrollbars(self)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        """Follow the newest line until a reader scrolls up (writes only ever scroll a
+        log down), and again once back at the end."""
+        super().watch_scroll_y(old_value, new_value)
+        if not self.lines or new_value >= self.max_scroll_y:
+            self._following = True
+        elif new_value < old_value:
+            self._following = False
 
     def on_resize(self, event: Resize) -> None:
-        """Stay on the newest line when the layout gives the log another height."""
+        """Stay on the newest line when the layout gives the log another height (a fault
+        banner coming and going), unless scrolled back to read."""
         super().on_resize(event)
-        self.scroll_end(animate=False, immediate=False)
+        if self._following:
+            self.scroll_end(animate=False, immediate=False)
+
+    def set_title(self, text: str) -> None:
+        """The title over the log, as written (a typed filter is never markup)."""
+        if text != self.title_text:
+            self.title_text = text
+            self.border_title = Content(text)
 
     def clear(self) -> EventLog:
         self.matched = self.shown_serial = 0
+        self._following = True  # an empty log follows what comes
         return super().clear()
+
+    @property
+    def scrolled_back(self) -> bool:
+        """Scrolled up from the newest line (to read): new lines wait, the view stays."""
+        return bool(self.lines) and not self._following
 
     def catch_up(self, events: Sequence[tuple[int, str, str]], serial: int) -> None:
         """Append what the model logged since this log last caught up (at most what it
-        still holds)."""
+        still holds). While scrolled back nothing is written: a write would drop lines at
+        the top (the log keeps 500) and the text read would creep up; `G` or scrolling to
+        the end catches up."""
         new = serial - self.shown_serial
-        if new <= 0:
+        if new <= 0 or self.scrolled_back:
             return
         self.show(list(events)[-min(new, len(events)):])
         self.shown_serial = serial
@@ -82,14 +115,16 @@ class EventLog(RichLog):
     def show(self, lines: Iterable[tuple[int, str, str]]) -> None:
         """Append the lines that pass the filter and end scrolled to the last one.
 
-        The scroll travels with the last write: before the log knows its size, RichLog
-        defers writes, and a separate `scroll_end` would run before them.
+        One write for all of them (a storm logs hundreds a paint; a write each cost a
+        render each), and the scroll travels with it: before the log knows its size,
+        RichLog defers writes, and a separate `scroll_end` would run before them.
         """
         needle = self.filter_text.lower()
         shown = [f"{clock_text(t)}  {visible(text)}" for t, _, text in lines
                  if not needle or needle in text.lower()]
-        for i, line in enumerate(shown, 1):
-            self.write(line, scroll_end=i == len(shown), animate=False)
+        if shown:
+            self.write(Text("\n".join(shown), no_wrap=True, end=""), scroll_end=True,
+                       animate=False)
         self.matched += len(shown)
 
 
