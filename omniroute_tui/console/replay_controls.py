@@ -27,8 +27,12 @@ class ReplayControls(PaneView):
 
     def action_pause(self) -> None:
         """A replay pauses; on real time (live, attached) nothing can pause the data, so
-        `space` freezes the display as `z` does."""
+        `space` freezes the display as `z` does; a room's viewer is told that only the
+        trainer pauses the run (`z` freezes its display)."""
         replay = self.backend.replay
+        if replay is None and getattr(self.backend, "room", None) is not None:
+            self._replay("pause")
+            return
         if replay is None:
             self.action_freeze()
             return
