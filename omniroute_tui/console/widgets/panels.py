@@ -83,7 +83,7 @@ class EventLog(RichLog):
         banner coming and going), unless scrolled back to read."""
         super().on_resize(event)
         if self._following:
-            self.scroll_end(animate=False, immediate=False)
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def set_title(self, text: str) -> None:
         """The title over the log, as written (a typed filter is never markup)."""
@@ -117,14 +117,18 @@ class EventLog(RichLog):
 
         One write for all of them (a storm logs hundreds a paint; a write each cost a
         render each), and the scroll travels with it: before the log knows its size,
-        RichLog defers writes, and a separate `scroll_end` would run before them.
+        RichLog defers writes, and a separate `scroll_end` would run before them; once it
+        knows, the scroll is done at once, not after the next refresh.
         """
         needle = self.filter_text.lower()
         shown = [f"{clock_text(t)}  {visible(text)}" for t, _, text in lines
                  if not needle or needle in text.lower()]
         if shown:
-            self.write(Text("\n".join(shown), no_wrap=True, end=""), scroll_end=True,
+            known = self._size_known  # else RichLog defers the write and its scroll
+            self.write(Text("\n".join(shown), no_wrap=True, end=""), scroll_end=not known,
                        animate=False)
+            if known:  # at once: a scroll after the next refresh left a screen a line short
+                self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.matched += len(shown)
 
 
