@@ -102,7 +102,8 @@ class Router:
         self._rr_counters: dict[str, int] = {}
         self._rotations: dict[str, tuple[int, ...]] = {}
         self._direct: dict[str, Route] = {}
-        self._starts: dict[str, tuple[Route, Plan]] = {}  # model as asked -> route and plan
+        #: model as asked -> route, plan and whether an ordering strategy orders it
+        self._starts: dict[str, tuple[Route, Plan, bool]] = {}
         #: the strategies' counters, this process's own (docs/fleet.md)
         self._weighted: dict[str, list[int]] = {}  # route -> smooth WRR current weights
         self._provider_names: dict[str, tuple[str, ...]] = {}  # route -> its providers
@@ -193,7 +194,7 @@ class Router:
         if known is None:  # the route's providers are looked up once per name asked for
             route = self.resolve(model)
             plan = tuple((t, self.engine.layers(t.provider), str(t)) for t in route.targets)
-            known = self._starts[model] = (route, plan)
+            known = self._starts[model] = (route, plan, route.strategy in ORDERING_STRATEGIES)
         return RequestRouting(self, request_id, *known)
 
     def rotation_start(self, layers: ProviderLayers) -> int:
@@ -271,13 +272,13 @@ class Router:
         (without the strategy's name)."""
         start = 0 if strategy is _LEAST_BUSY else self.rotation_start(layers)
         if strategy is _LEAST_BUSY:
-            pick = self.load.pick_connection(layers, now)
+            pick = self.load.pick_connection(layers, now, explain)
         else:
-            pick = self.headroom.pick_connection(layers, now, start)
+            pick = self.headroom.pick_connection(layers, now, start, explain)
         if pick is None:
             return start, ("no key has said its rate limits yet: in rotation"
                            if strategy is _HEADROOM and explain else None)
-        return pick[0], pick[1] if explain else None
+        return pick
 
 
 class RequestRouting:
@@ -294,7 +295,8 @@ class RequestRouting:
                  "_target", "_target_index", "_wait", "_why", "engine", "records", "request_id",
                  "response", "route", "router", "skips", "started_at", "waited_ms")
 
-    def __init__(self, router: Router, request_id: str, route: Route, plan: Plan) -> None:
+    def __init__(self, router: Router, request_id: str, route: Route, plan: Plan,
+                 ordering: bool = False) -> None:
         self.router = router
         self.engine = router.engine
         self.request_id = request_id
@@ -325,8 +327,8 @@ class RequestRouting:
         #: its choice, written on the next attempt
         self._strategy: str | None = None
         self._why: str | None = None
-        self._ordering = route.strategy in ORDERING_STRATEGIES
-        if self._ordering:
+        self._ordering = ordering
+        if ordering:
             self._strategy = route.strategy.value
             self._plan, self._why = router.order(route, plan, self.started_at,
                                                  bool(bus.wants(AttemptEvent)))

@@ -113,9 +113,11 @@ class LeastBusy:
                 f"latency {self.latency.get(providers[win], 0.0):.0f} ms vs "
                 f"{self.latency.get(providers[lose], 0.0):.0f} ms")
 
-    def pick_connection(self, layers: ProviderLayers, now: int) -> tuple[int, str] | None:
+    def pick_connection(self, layers: ProviderLayers, now: int, explain: bool
+                        ) -> tuple[int, str | None] | None:
         """The less busy of two ready connections drawn at random (the first drawn on a
-        tie) as the position to start from, and why; None when fewer than two are ready."""
+        tie) as the position to start from, and why (when `explain`); None when fewer
+        than two are ready."""
         ready = layers.pool.ready(now)
         if len(ready) < 2:
             return None
@@ -125,8 +127,9 @@ class LeastBusy:
         busy_a = self.by_connection.get((layers.name, order[a]), 0)
         busy_b = self.by_connection.get((layers.name, order[b]), 0)
         if busy_b < busy_a:
-            return b, f"key {order[b]} {busy_b} in flight vs {busy_a} on {order[a]}"
-        return a, f"key {order[a]} {busy_a} in flight vs {busy_b} on {order[b]}"
+            a, b, busy_a, busy_b = b, a, busy_b, busy_a
+        return a, (f"key {order[a]} {busy_a} in flight vs {busy_b} on {order[b]}"
+                   if explain else None)
 
 
 class KeyLimits:
@@ -188,10 +191,13 @@ class KeyLimits:
 class Headroom:
     """Each connection's `KeyLimits`, by provider, and the choice they make."""
 
-    __slots__ = ("keys",)
+    __slots__ = ("keys", "out")
 
     def __init__(self) -> None:
         self.keys: dict[str, dict[str, KeyLimits]] = {}
+        #: per provider, the keys last seen at 0 requests or tokens (some may have reset
+        #: since): a provider with none has no exhausted key, without looking
+        self.out: dict[str, set[str]] = {}
 
     def note(self, provider: str, connection: str, now: int, info: RateLimitInfo) -> None:
         known = self.keys.setdefault(provider, {})
@@ -199,17 +205,26 @@ class Headroom:
         if limits is None:
             limits = known[connection] = KeyLimits()
         limits.note(now, info)
+        self._watch(provider, connection, limits)
 
     def spend(self, provider: str, connection: str, now: int) -> None:
         known = self.keys.get(provider)
         if known is not None and (limits := known.get(connection)) is not None:
             limits.spend(now)
+            if limits.requests_left == 0:
+                self._watch(provider, connection, limits)
+
+    def _watch(self, provider: str, connection: str, limits: KeyLimits) -> None:
+        if limits.requests_left == 0 or limits.tokens_left == 0:
+            self.out.setdefault(provider, set()).add(connection)
+        elif (out := self.out.get(provider)) is not None:
+            out.discard(connection)
 
     def exhausted(self, layers: ProviderLayers, now: int) -> bool:
         """Whether every ready connection of the provider said it is out until its reset
         (then the target is tried after the others)."""
         known = self.keys.get(layers.name)
-        if not known:
+        if not known or not self.out.get(layers.name):
             return False
         order = layers.pool.order
         for pos in layers.pool.ready(now):
@@ -218,8 +233,8 @@ class Headroom:
                 return False
         return True
 
-    def pick_connection(self, layers: ProviderLayers, now: int, start: int
-                        ) -> tuple[int, str] | None:
+    def pick_connection(self, layers: ProviderLayers, now: int, start: int, explain: bool
+                        ) -> tuple[int, str | None] | None:
         """Among the first `WINDOW` ready connections from `start` in rotation order, the
         one with the most requests left per second until its reset (one that never said
         counts as full; the earlier in rotation on a tie), and why; None when the
@@ -249,6 +264,8 @@ class Headroom:
                 best_pos, runner, best_pace = pos, best_pace, score
             elif score > runner:
                 runner = score
+        if not explain:
+            return best_pos, None
         name = order[best_pos]
         limits = known.get(name)
         if limits is None:
