@@ -519,3 +519,44 @@ def test_the_why_view_says_which_strategy_chose_and_why() -> None:
     assert steps[1] == (0, "strategy", f"least_busy: {other.provider}/m 0 in flight vs 1 on "
                                        f"{first.provider}/m")
     assert steps[2][1:] == ("router", f"attempt 1 on {other.provider}/{other.connection}/m")
+
+
+def test_headroom_compares_a_window_of_8_ready_keys_from_the_rotation() -> None:
+    keys = tuple(f"k{i}" for i in range(12))
+    engine, clock, _ = make_engine({"alpha": keys})
+    router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha")})
+    for i in range(12):  # the rotation discovers each key: k_i has 10 * (i + 1) left
+        assert serve(router, str(i), clock, limits=limits(10 * (i + 1), 60_000)
+                     ).connection == f"k{i}"
+    # the rotation is back at k0: the window is k0..k7, and k7 (80 left) is its best,
+    # though k11 (120) is better; one position on, the window k1..k8 gives k8
+    assert serve(router, "12", clock).connection == "k7"
+    assert serve(router, "13", clock).connection == "k8"
+    # at k8 the window wraps (k8..k11, k0..k3): k11 at last
+    for i in range(14, 20):
+        serve(router, str(i), clock)
+    assert serve(router, "20", clock).connection == "k11"
+
+
+def test_a_reload_keeps_the_weighted_counters_of_an_unchanged_route_only() -> None:
+    from omniroute_tui.clock import ManualClock
+
+    text = PROVIDERS + ("routes:\n  fast:\n    strategy: weighted\n    targets:\n"
+                        "      - {target: alpha/gpt-4o, weight: 2}\n      - beta/gpt-4o\n")
+    config = load_router_config("router.yaml", text=text)
+    clock = ManualClock()
+    router = config.build(clock)
+
+    def pick() -> str:
+        routing = router.start("x", "fast")
+        step = routing.next_step()
+        assert isinstance(step, Attempt)
+        routing.record(200, OK)
+        return step.provider
+
+    assert [pick(), pick()] == ["alpha", "beta"]
+    load_router_config("router.yaml", text=text + "\n").reconfigure(router, previous=config)
+    assert pick() == "alpha"  # unchanged route: the period goes on (alpha, beta, alpha)
+    changed = load_router_config("router.yaml", text=text.replace("weight: 2", "weight: 3"))
+    changed.reconfigure(router, previous=config)
+    assert [pick() for _ in range(4)] == ["alpha", "alpha", "beta", "alpha"]  # from zero
