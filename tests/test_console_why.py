@@ -14,7 +14,7 @@ from .console_helpers import console_app
 def test_providers_say_why_in_a_429_storm() -> None:
     app, seen = console_app("429-storm", at_ms=45_000)
     rows = app.model.provider_rows(app.backend.now_ms())
-    budget, dedup, waits, skipped = rows["alpha"][8:]
+    budget, dedup, waits, skipped = rows["alpha"][9:]
     deduped = sum(1 for e in seen if e.TYPE == "dedup" and e.provider == "alpha")  # type: ignore[attr-defined]
     reasons = Counter(e.reason for e in seen  # type: ignore[attr-defined]
                       if e.TYPE == "skip" and e.provider == "alpha")  # type: ignore[attr-defined]
@@ -23,7 +23,7 @@ def test_providers_say_why_in_a_429_storm() -> None:
     assert skipped == f"{top} {count}" and {"all_cooling", "circuit_open"} <= set(reasons)
     last = [e for e in seen if e.TYPE == "budget" and e.provider == "alpha"][-1]  # type: ignore[attr-defined]
     assert budget.endswith(f" {int(last.tokens)}/10")  # type: ignore[attr-defined]
-    assert rows["beta"][8:] == ("full", "0", "0", "–")
+    assert rows["beta"][9:] == ("full", "0", "0", "–")
 
 
 async def test_the_request_view_explains_a_skip_and_an_admission_wait() -> None:
