@@ -9,6 +9,7 @@ from omniroute_tui.clock import Clock
 from omniroute_tui.config.router_config import RouterConfig
 from omniroute_tui.engine.bus import EventBus
 from omniroute_tui.engine.classify import Classification
+from omniroute_tui.router.rate_limits import RateLimitInfo
 from omniroute_tui.router.steps import Step
 
 from .baselines import BaselineRouter
@@ -20,7 +21,8 @@ __all__ = ["POLICIES", "PolicyRouter", "Routing", "build_policy"]
 class Routing(Protocol):
     def next_step(self) -> Step: ...
 
-    def record(self, status: int, outcome: Classification) -> None: ...
+    def record(self, status: int, outcome: Classification,
+               rate_limits: RateLimitInfo | None = None) -> None: ...
 
 
 class PolicyRouter(Protocol):

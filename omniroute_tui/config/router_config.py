@@ -151,6 +151,7 @@ class RouterConfig:
             admission=self.settings.admission,
             jitter=Jitter(self.settings.jitter, random.Random(seed ^ 0x5EED)),
             models={name: frozenset(p.models) for name, p in self.providers.items()},
+            seed=seed,
         )
 
 
@@ -324,29 +325,63 @@ def parse_routes(
         if "strategy" in body:
             try:
                 strategy = Strategy(body["strategy"])
-            except ValueError:
-                src.problem(where + ("strategy",),
-                            f"expected priority or round_robin, got {body['strategy']!r}")
+            except (ValueError, TypeError):
+                src.problem(where + ("strategy",), f"expected one of {STRATEGY_NAMES}, got "
+                                                   f"{_shown(body['strategy'])}")
         targets_raw = body.get("targets")
         if not isinstance(targets_raw, list) or not targets_raw:
             src.problem(where + ("targets",), "expected a non-empty list of provider/model")
             continue
         if not _within(src, len(targets_raw), where + ("targets",), "targets per route"):
             continue
-        targets = []
+        targets, weights = [], []
         for index, item in enumerate(targets_raw):
-            target = _target(src, item, where + ("targets", index), providers)
+            at = where + ("targets", index)
+            weight = 1
+            if isinstance(item, dict):
+                reject_unknown(src, item, at, ("target", "weight"))
+                if "weight" in item:
+                    weight = _weight(src, item["weight"], at + ("weight",), strategy)
+                item = item.get("target")
+                at = at + ("target",)
+            target = _target(src, item, at, providers)
             if target is not None:
                 targets.append(target)
-        routes[str(name)] = Route(str(name), tuple(targets), strategy)
+                weights.append(weight)
+        routes[str(name)] = Route(str(name), tuple(targets), strategy,
+                                  None if all(w == 1 for w in weights) else tuple(weights))
     return routes
+
+
+STRATEGY_NAMES = ", ".join(s.value for s in Strategy)
+#: a target's weight at most: its share is weight / total, and a decision costs the same
+MAX_WEIGHT = 1_000_000
+
+
+def _shown(value: Any) -> str:
+    return repr(value)[:40] if isinstance(value, str | int | float) else type(value).__name__
+
+
+def _weight(src: Source, value: Any, path: Path, strategy: Strategy) -> int:
+    """A target's `weight`: a whole number 1..MAX_WEIGHT, and only under `weighted` (a
+    weight another strategy would ignore is refused: it would mislead the reader)."""
+    if strategy is not Strategy.WEIGHTED:
+        src.problem(path, f"a weight is read only by strategy weighted; this route's is "
+                          f"{strategy.value} (write strategy: weighted, or drop the weight)")
+        return 1
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_WEIGHT:
+        src.problem(path, f"expected a whole number from 1 to {MAX_WEIGHT:,}, got "
+                          f"{_shown(value)}")
+        return 1
+    return value
 
 
 def _target(
     src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig]
 ) -> Target | None:
     if not isinstance(value, str) or value.count("/") < 1:
-        src.problem(path, f"expected provider/model, got {value!r}")
+        src.problem(path, f"expected provider/model or {{target: provider/model, weight: N}}, "
+                          f"got {_shown(value)}")
         return None
     provider, _, model = value.partition("/")
     config = providers.get(provider)

@@ -11,6 +11,7 @@ from ..config.router_config import ProviderConfig
 from ..engine.classify import Classification
 from ..engine.kinds import FailureKind
 from ..router.core import Router
+from ..router.rate_limits import parse_rate_limits
 from ..router.steps import Attempt, Response, Wait
 from .upstream import UpstreamClient, UpstreamReply
 
@@ -62,7 +63,9 @@ class AsyncDriver:
                     await last_reply.stream.aclose()
                 last_reply = await self._attempt(providers, step, body, stream,
                                                  clock.now_ms())
-                routing.record(last_reply.status, last_reply.classification)
+                limits = (parse_rate_limits(last_reply.headers, clock.now_ms())
+                          if last_reply.headers else None)
+                routing.record(last_reply.status, last_reply.classification, limits)
         except asyncio.CancelledError:
             routing.cancel()
             if last_reply is not None and last_reply.stream is not None:

@@ -169,7 +169,9 @@ class RequestEvent(Event):
 @value
 class AttemptEvent(Event):
     """An attempt begins; `cooling_until` is set when it is the breaker's probe on a key
-    still cooling for backoff (every key was cooling), until then (docs/design.md §3)."""
+    still cooling for backoff (every key was cooling), until then (docs/design.md §3).
+    `strategy` names the route's ordering strategy (weighted, least_busy, headroom; unset
+    under priority and round_robin) and `why` says why it chose this target or key."""
 
     TYPE: ClassVar[str] = "attempt"
     request: str
@@ -179,6 +181,8 @@ class AttemptEvent(Event):
     model: str
     probe: bool
     cooling_until: int | None = None
+    strategy: str | None = None
+    why: str | None = None
 
 
 @value
@@ -202,6 +206,7 @@ class SkipEvent(Event):
     model: str
     reason: SkipReason
     retry_after_ms: int | None
+    strategy: str | None = None  # the route's ordering strategy, as on attempts
 
 
 @value

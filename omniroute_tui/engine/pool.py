@@ -180,6 +180,27 @@ class ConnectionPool:
             if cursor >= count:
                 cursor -= count
 
+    def ready(self, now: int) -> list[int]:
+        """The positions of the connections not cooling nor disabled, in config order
+        (some may be locked for a model). The pool's own list: read it, never change it."""
+        cooling = self._cooling
+        if cooling and cooling[0][0] <= now:
+            self._refresh(now)
+        return self._ready
+
+    def has_candidate(self, now: int, model: str, lockouts: ModelLockouts) -> bool:
+        """Whether `candidates()` would offer anything: a ready connection not locked."""
+        ready = self.ready(now)
+        locks = lockouts.entries
+        if not locks:
+            return bool(ready)
+        order = self.order
+        for pos in ready:
+            lock = locks.get((order[pos], model))
+            if lock is None or lock.until <= now:
+                return True
+        return False
+
     def probe_key(self, now: int, model: str, lockouts: ModelLockouts
                   ) -> tuple[str, int] | None:
         """When no connection is available, the one the breaker's probe may use and until

@@ -29,15 +29,18 @@ from ..engine.jitter import Jitter
 from ..engine.kinds import FailureKind, SkipReason
 from ..engine.reload import ReloadSummary
 from ..engine.settings import AdmissionSettings
-from .routes import Route, Strategy, Target
+from .rate_limits import RateLimitInfo
+from .routes import ORDERING_STRATEGIES, Route, Strategy, Target
 from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
+from .strategies import Headroom, LeastBusy, available, weighted_pick
 
 __all__ = ["RequestRouting", "Router", "UnknownRoute"]
 
 #: where a request goes after an attempt of each kind (the consequences table)
 _THEN = {kind: row.then for kind, row in CONSEQUENCES.items()}
 # enum members bound once: attribute access on an Enum class is slow on the hot path
-_ROUND_ROBIN = Strategy.ROUND_ROBIN
+_ROUND_ROBIN, _WEIGHTED = Strategy.ROUND_ROBIN, Strategy.WEIGHTED
+_LEAST_BUSY, _HEADROOM = Strategy.LEAST_BUSY, Strategy.HEADROOM
 _RESPOND, _NEXT_TARGET = Then.RESPOND, Then.NEXT_TARGET
 
 
@@ -85,6 +88,7 @@ class Router:
         admission: AdmissionSettings | None = None,
         jitter: Jitter | None = None,
         models: Mapping[str, frozenset[str]] | None = None,
+        seed: int = 0,
     ) -> None:
         self.engine = engine
         self.routes = dict(routes)
@@ -98,6 +102,18 @@ class Router:
         self._rotations: dict[str, tuple[int, ...]] = {}
         self._direct: dict[str, Route] = {}
         self._starts: dict[str, tuple[Route, Plan]] = {}  # model as asked -> route and plan
+        #: the strategies' counters, this process's own (docs/fleet.md)
+        self._weighted: dict[str, list[int]] = {}  # route -> smooth WRR current weights
+        self.load = LeastBusy(seed)
+        self.headroom = Headroom()
+        self._tracks_load = False  # whether attempts are counted in flight (least_busy)
+        self._watch_routes()
+
+    def _watch_routes(self) -> None:
+        self._tracks_load = any(r.strategy is _LEAST_BUSY for r in self.routes.values())
+        self._weighted = {name: current for name, current in self._weighted.items()
+                          if name in self.routes and len(current) == len(
+                              self.routes[name].targets)}
 
     def reconfigure(
         self,
@@ -125,7 +141,12 @@ class Router:
         if remodelled:
             summary = replace(summary,
                               providers_changed=(*summary.providers_changed, *remodelled))
+        changed_routes = [name for name, route in routes.items()
+                          if name in self.routes and self.routes[name] != route]
+        for name in changed_routes:  # a route changed: its weights count from zero
+            self._weighted.pop(name, None)
         self.routes = dict(routes)
+        self._watch_routes()
         self.models = dict(models)
         self.max_attempts = max_attempts
         self.admission = admission
@@ -185,6 +206,68 @@ class Router:
         self._rr_counters[provider] = count + 1
         return rotation[count % len(rotation)]
 
+    def order(self, route: Route, plan: Plan, now: int, explain: bool) -> tuple[Plan, str | None]:
+        """The order an ordering strategy gives a request's targets, and why (when
+        `explain`): its choice first, the others after it in the route's order."""
+        strategy = route.strategy
+        if strategy is _HEADROOM:
+            return self._headroom_order(plan, now, explain)
+        usable = [i for i, (target, layers, _) in enumerate(plan)
+                  if available(layers, target.model, now)]
+        if not usable:  # nothing to choose: the walk skips each for its reason
+            return plan, None
+        why: str | None = None
+        if strategy is _WEIGHTED:
+            weights = route.weights or (1,) * len(plan)
+            current = self._weighted.get(route.name)
+            if current is None:
+                current = self._weighted[route.name] = [0] * len(plan)
+            best = weighted_pick(current, weights, usable)
+            if explain:
+                total = sum(weights[i] for i in usable)
+                left_out = [plan[i][2] for i in range(len(plan)) if i not in usable]
+                why = (f"weighted: {plan[best][2]} (weight {weights[best]} of {total}"
+                       + (f"; {', '.join(left_out)} unavailable, its share to the others)"
+                          if left_out else ")"))
+        else:
+            best, reason = self.load.pick_target(
+                [layers.name for _, layers, _ in plan], [label for _, _, label in plan],
+                usable)
+            why = reason if explain else None
+        if best == 0:
+            return plan, why
+        return (plan[best], *plan[:best], *plan[best + 1:]), why
+
+    def _headroom_order(self, plan: Plan, now: int, explain: bool
+                        ) -> tuple[Plan, str | None]:
+        """Targets in order, but one whose every ready key said it is out until its reset
+        goes after the others (held back: tried only when they fail)."""
+        if not self.headroom.keys:
+            return plan, None
+        out = [entry for entry in plan if self.headroom.exhausted(entry[1], now)]
+        if not out or len(out) == len(plan):
+            return plan, None
+        kept = tuple(entry for entry in plan if entry not in out)
+        why = (f"headroom: {', '.join(label for _, _, label in out)} out of requests until "
+               "the reset, tried last") if explain else None
+        return (*kept, *out), why
+
+    def connection_start(self, strategy: Strategy, layers: ProviderLayers, now: int,
+                         explain: bool) -> tuple[int, str | None]:
+        """Where an ordering strategy starts on a provider's connections, and why (without
+        the strategy's name)."""
+        start = 0 if strategy is _LEAST_BUSY else self.rotation_start(layers)
+        if strategy is _WEIGHTED:
+            return start, None
+        if strategy is _LEAST_BUSY:
+            pick = self.load.pick_connection(layers, now)
+        else:
+            pick = self.headroom.pick_connection(layers, now, start)
+        if pick is None:
+            return start, ("no key has said its rate limits yet: in rotation"
+                           if strategy is _HEADROOM and explain else None)
+        return pick[0], pick[1] if explain else None
+
 
 class RequestRouting:
     """One request's walk over its route's targets, as an explicit state machine.
@@ -196,9 +279,9 @@ class RequestRouting:
     """
 
     __slots__ = ("_admission", "_candidates", "_inflight", "_label", "_layers", "_next",
-                 "_on_provider", "_pass", "_plan", "_round_robin", "_target", "_target_index",
-                 "_wait", "engine", "records", "request_id", "response", "route", "router", "skips",
-                 "started_at", "waited_ms")
+                 "_on_provider", "_ordering", "_pass", "_plan", "_round_robin", "_strategy",
+                 "_target", "_target_index", "_wait", "_why", "engine", "records", "request_id",
+                 "response", "route", "router", "skips", "started_at", "waited_ms")
 
     def __init__(self, router: Router, request_id: str, route: Route, plan: Plan) -> None:
         self.router = router
@@ -226,6 +309,16 @@ class RequestRouting:
         bus = self.engine.bus
         if bus.wants(RequestEvent):  # events are built only for someone (here and below)
             bus.emit(RequestEvent(self.started_at, request_id, route.name))
+        #: an ordering strategy's name, written on the attempt and skip events (None for
+        #: priority and round_robin, whose events stay as they were), and the reason for
+        #: its choice, written on the next attempt
+        self._strategy: str | None = None
+        self._why: str | None = None
+        self._ordering = route.strategy in ORDERING_STRATEGIES
+        if self._ordering:
+            self._strategy = route.strategy.value
+            self._plan, self._why = router.order(route, plan, self.started_at,
+                                                 bus.wants(AttemptEvent) is not None)
 
     # -- driver interface --------------------------------------------------------------
 
@@ -241,13 +334,17 @@ class RequestRouting:
             self._inflight = step
         return step
 
-    def record(self, status: int, outcome: Classification) -> None:
-        """Report the attempt's HTTP status (0 for transport errors) and its class."""
+    def record(self, status: int, outcome: Classification,
+               rate_limits: RateLimitInfo | None = None) -> None:
+        """Report the attempt's HTTP status (0 for transport errors) and its class, and
+        what the answer's headers said of the key's rate limits (`parse_rate_limits`)."""
         attempt = self._inflight
         if attempt is None:
             raise RuntimeError("record() without an attempt in flight")
         self._inflight = None
         now = self.engine.clock.now_ms()
+        if rate_limits is not None:
+            self.router.headroom.note(attempt.provider, attempt.connection, now, rate_limits)
         self._note_result(now, attempt, status, outcome)
         kind = outcome.kind
         then = _RESPOND if kind is None else _THEN[kind]
@@ -329,7 +426,15 @@ class RequestRouting:
                     assert granted.skip is not None
                     self._skip(now, next_target, granted.skip, granted.retry_after_ms)
                     continue
-                start = self.router.rotation_start(next_layers) if self._round_robin else 0
+                if self._ordering:
+                    start, why = self.router.connection_start(
+                        self.route.strategy, next_layers, now,
+                        self.engine.bus.wants(AttemptEvent) is not None)
+                    if why is not None:
+                        self._why = (f"{self._strategy}: {why}" if self._why is None
+                                     else f"{self._why}; {why}")
+                else:
+                    start = self.router.rotation_start(next_layers) if self._round_robin else 0
                 candidates = self._candidates = next_layers.pool.candidates(
                     now, next_target.model, next_layers.lockouts, start)
                 self._target, self._layers, self._admission = next_target, next_layers, granted
@@ -374,10 +479,17 @@ class RequestRouting:
             n = len(records) + 1
             attempt = Attempt(self.request_id, n, layers.name, connection, target.model, probe,
                               layers.timeout_ms, now, admission)
+            router = self.router
+            if router._tracks_load:
+                router.load.started(layers.name, connection)
+            if router.headroom.keys:
+                router.headroom.spend(layers.name, connection, now)
             bus = self.engine.bus
             if bus.wants(AttemptEvent):
                 bus.emit(AttemptEvent(now, self.request_id, n, layers.name, connection,
-                                      target.model, probe, cooling_until))
+                                      target.model, probe, cooling_until, self._strategy,
+                                      self._why))
+            self._why = None
             return attempt
 
     def _note_result(self, now: int, attempt: Attempt, status: int, outcome: Classification
@@ -390,6 +502,9 @@ class RequestRouting:
                                  attempt.connection, attempt.model, status, kind,
                                  now - attempt.started_at))
         self.records.append(AttemptRecord(self._label, attempt.connection, status, kind))
+        if self.router._tracks_load:
+            self.router.load.finished(attempt.provider, attempt.connection,
+                                      now - attempt.started_at)
         layers = self._layers  # the attempt's: nothing moves the walk while it is in flight
         assert layers is not None
         layers.record(now, attempt.connection, attempt.model, attempt.admission, outcome)
@@ -400,7 +515,7 @@ class RequestRouting:
         bus = self.engine.bus
         if bus.wants(SkipEvent):
             bus.emit(SkipEvent(now, self.request_id, target.provider, target.model,
-                               reason, retry_after_ms))
+                               reason, retry_after_ms, self._strategy))
 
     def _admission_wait(self) -> tuple[int, Skip] | None:
         """The wait before routing once more and the skip it waits out (the earliest to

@@ -5,12 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Route", "Strategy", "Target"]
+__all__ = ["ORDERING_STRATEGIES", "Route", "Strategy", "Target"]
 
 
 class Strategy(StrEnum):
-    PRIORITY = "priority"
-    ROUND_ROBIN = "round_robin"
+    """How a route orders its targets and their connections (docs/design.md §7)."""
+
+    PRIORITY = "priority"  # targets in order, each provider's connections in config order
+    ROUND_ROBIN = "round_robin"  # targets in order, each provider's connections rotate
+    WEIGHTED = "weighted"  # targets by smooth weighted round robin, connections rotate
+    LEAST_BUSY = "least_busy"  # power of two choices by requests in flight
+    HEADROOM = "headroom"  # the connection with the most rate limit left first
+
+
+#: the strategies that reorder per request and say why in the events
+ORDERING_STRATEGIES = frozenset({Strategy.WEIGHTED, Strategy.LEAST_BUSY, Strategy.HEADROOM})
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,3 +36,5 @@ class Route:
     name: str
     targets: tuple[Target, ...]
     strategy: Strategy = Strategy.PRIORITY
+    #: one weight per target (read by `weighted` only); None: every target weighs 1
+    weights: tuple[int, ...] | None = None

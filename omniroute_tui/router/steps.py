@@ -11,6 +11,7 @@ from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
 from ..engine.kinds import FailureKind, SkipReason
 from ..engine.values import value
+from .rate_limits import RateLimitInfo
 
 __all__ = ["Attempt", "AttemptRecord", "Response", "Routine", "Skip", "Step", "StepMachine",
            "Wait"]
@@ -122,6 +123,8 @@ class StepMachine:
             self._routine.close()
         return step
 
-    def record(self, status: int, outcome: Classification) -> None:
-        """Report the attempt's HTTP status (0 for transport errors) and its class."""
+    def record(self, status: int, outcome: Classification,
+               rate_limits: RateLimitInfo | None = None) -> None:
+        """Report the attempt's HTTP status (0 for transport errors) and its class; the
+        answer's rate limits are for the routing core's `headroom` (ignored here)."""
         self._next = self._routine.send((status, outcome))

@@ -1,0 +1,504 @@
+"""Route strategies (docs/design.md §7): hand-worked traces on a manual clock for each,
+hostile rate-limit headers, config errors, and properties over random runs."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from omniroute_tui.config import ConfigError, load_router_config
+from omniroute_tui.drivers.async_driver import AsyncDriver
+from omniroute_tui.drivers.upstream import UpstreamReply
+from omniroute_tui.engine import BreakerState, Classification, FailureKind
+from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target, Wait
+from omniroute_tui.router.rate_limits import MAX_COUNT, RateLimitInfo, parse_rate_limits
+
+from .helpers import ADMIT, OK, fail, make_engine
+
+MODEL = "m"
+
+
+def route_of(strategy: Strategy, *targets: str, weights: tuple[int, ...] | None = None
+             ) -> Route:
+    return Route("r", tuple(Target(t, MODEL) for t in targets), strategy, weights)
+
+
+def serve(router: Router, request_id: str, clock: Any, answer: Classification = OK,
+          limits: RateLimitInfo | None = None, latency: int = 0) -> Attempt:
+    """One request answered by its first attempt; returns that attempt."""
+    routing = router.start(request_id, "r")
+    step = routing.next_step()
+    assert isinstance(step, Attempt)
+    clock.advance(latency)
+    routing.record(200 if answer.kind is None else 429, answer, limits)
+    if answer.kind is None:
+        assert isinstance(routing.next_step(), Response)
+    return step
+
+
+# -- weighted -------------------------------------------------------------------------
+
+
+def test_weighted_two_to_one_over_100_requests_is_67_and_33_in_a_smooth_order() -> None:
+    # smooth WRR on (2, 1): currents [2,1] -> alpha [-1,1]; [1,2] -> beta [1,-1];
+    # [3,0] -> alpha [0,0]: the period is alpha, beta, alpha; 33 periods and one alpha
+    engine, clock, rec = make_engine({"alpha": ("a", "b"), "beta": ("x",)})
+    router = Router(engine, {"r": route_of(Strategy.WEIGHTED, "alpha", "beta",
+                                           weights=(2, 1))})
+    chosen = [serve(router, str(i), clock) for i in range(100)]
+    assert [a.provider for a in chosen[:6]] == ["alpha", "beta", "alpha"] * 2
+    assert Counter(a.provider for a in chosen) == {"alpha": 67, "beta": 33}
+    # connections as round_robin: alpha's two keys alternate
+    assert Counter(a.connection for a in chosen if a.provider == "alpha") == {"a": 34, "b": 33}
+    first, second = rec.of("attempt")[:2]
+    assert first["strategy"] == "weighted" and first["why"] == "weighted: alpha/m (weight 2 of 3)"
+    assert second["why"] == "weighted: beta/m (weight 1 of 3)"
+
+
+def test_an_unavailable_target_is_skipped_and_its_share_goes_to_the_others() -> None:
+    # weights 3:2:1; beta's only key cools 4 s (a hinted 429); one request every 100 ms.
+    # Requests 0..39 (t < 4000): beta left out, (3, 1) gives alpha, alpha, gamma, alpha
+    # per 4 with every current back to 0: 30 alpha, 10 gamma. Requests 40..99: the full
+    # (3, 2, 1) period of 6, ten times: 30 alpha, 20 beta, 10 gamma.
+    engine, clock, rec = make_engine({"alpha": ("a",), "beta": ("x",), "gamma": ("g",)})
+    engine.record("beta", "x", MODEL, ADMIT, fail(FailureKind.RATE_LIMITED, 4000))
+    router = Router(engine, {"r": route_of(Strategy.WEIGHTED, "alpha", "beta", "gamma",
+                                           weights=(3, 2, 1))})
+    chosen = []
+    for i in range(100):
+        chosen.append(serve(router, str(i), clock).provider)
+        clock.advance(100)
+    assert chosen[:4] == ["alpha", "alpha", "gamma", "alpha"]
+    assert Counter(chosen[:40]) == {"alpha": 30, "gamma": 10}
+    assert Counter(chosen[40:]) == {"alpha": 30, "beta": 20, "gamma": 10}
+    assert rec.of("attempt")[0]["why"] == (
+        "weighted: alpha/m (weight 3 of 4; beta/m unavailable, its share to the others)")
+    assert rec.of("skip") == []  # ordered around, never tried: nothing to skip
+
+
+def test_weighted_choice_first_then_the_others_in_route_order_as_fallbacks() -> None:
+    engine, clock, rec = make_engine({"alpha": ("a",), "beta": ("x",), "gamma": ("g",)})
+    router = Router(engine, {"r": route_of(Strategy.WEIGHTED, "alpha", "beta", "gamma",
+                                           weights=(1, 1, 5))})
+    routing = router.start("1", "r")
+    tried = []
+    while isinstance(step := routing.next_step(), Attempt):
+        tried.append(step.provider)
+        routing.record(500, fail(FailureKind.SERVER_ERROR))
+    assert tried == ["gamma", "alpha", "beta"]
+    attempts = rec.of("attempt")
+    assert [a.get("why") for a in attempts] == [
+        "weighted: gamma/m (weight 5 of 7)", None, None]
+    assert {a["strategy"] for a in attempts} == {"weighted"}
+
+
+# -- least_busy -----------------------------------------------------------------------
+
+
+def test_least_busy_takes_the_less_busy_of_two_drawn_with_the_router_seed() -> None:
+    # one key per provider, so only targets are drawn: two of three positions from
+    # Random(seed ^ 0x1EA57); requests stay in flight, so the counts grow
+    engine, clock, rec = make_engine({"alpha": ("a",), "beta": ("x",), "gamma": ("g",)})
+    router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha", "beta", "gamma")},
+                    seed=7)
+    draws = random.Random(7 ^ 0x1EA57)
+    names = ["alpha", "beta", "gamma"]
+    busy = dict.fromkeys(names, 0)
+    latency = dict.fromkeys(names, 0.0)
+    expected = []
+    for _ in range(12):
+        a = draws.randrange(3)
+        b = draws.randrange(2)
+        b = b + 1 if b >= a else b
+        x, y = names[a], names[b]
+        win = x if busy[x] < busy[y] or (busy[x] == busy[y] and latency[x] <= latency[y]) \
+            else y
+        busy[win] += 1
+        expected.append(win)
+    chosen = []
+    for i in range(12):
+        routing = router.start(str(i), "r")
+        step = routing.next_step()
+        assert isinstance(step, Attempt)
+        chosen.append(step.provider)  # left in flight
+    assert chosen == expected
+    # by hand, seed 7: drawn (in flight) -> chosen; a tie goes to the first drawn
+    #  gamma 0, alpha 0 -> gamma | alpha 0, beta 0 -> alpha | gamma 1, beta 0 -> beta
+    #  beta 1, alpha 1 -> beta   | alpha 1, gamma 1 -> alpha | beta 2, alpha 2 -> beta
+    #  alpha 2, beta 3 -> alpha  | gamma 1, beta 3 -> gamma  | alpha 3, beta 3 -> alpha
+    #  beta 3, alpha 4 -> beta   | gamma 2, beta 4 -> gamma  | beta 4, gamma 3 -> gamma
+    assert chosen == ["gamma", "alpha", "beta", "beta", "alpha", "beta", "alpha", "gamma",
+                      "alpha", "beta", "gamma", "gamma"]
+    whys = [a["why"] for a in rec.of("attempt")]
+    assert whys[0] == ("least_busy: gamma/m and alpha/m 0 in flight each, "
+                       "latency 0 ms vs 0 ms")
+    assert whys[2] == "least_busy: beta/m 0 in flight vs 1 on gamma/m"
+    assert whys[11] == "least_busy: gamma/m 3 in flight vs 4 on beta/m"
+
+
+def test_least_busy_breaks_a_tie_by_the_ewma_latency() -> None:
+    engine, clock, rec = make_engine({"alpha": ("a",), "beta": ("x",)})
+    router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha", "beta")}, seed=3)
+    # with two targets both are always drawn: nothing in flight, so latency decides
+    first = serve(router, "1", clock, latency=400)  # the first seen has no latency yet
+    second = serve(router, "2", clock, latency=100)
+    assert {first.provider, second.provider} == {"alpha", "beta"}
+    slow, fast = first.provider, second.provider
+    # EWMA: the first answer sets it (400, 100); now the faster one wins every tie
+    for i in range(3, 8):
+        assert serve(router, str(i), clock, latency=100).provider == fast
+    # fast's EWMA: 100 each time; slow stays 400
+    assert rec.of("attempt")[-1]["why"] == (
+        f"least_busy: {fast}/m and {slow}/m 0 in flight each, latency 100 ms vs 400 ms")
+
+
+def test_least_busy_draws_two_keys_of_the_chosen_provider() -> None:
+    engine, clock, rec = make_engine({"alpha": ("a", "b", "c")})
+    router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha")}, seed=5)
+    draws = random.Random(5 ^ 0x1EA57)
+    busy = dict.fromkeys("abc", 0)
+    for i in range(9):
+        a = draws.randrange(3)
+        b = draws.randrange(2)
+        b = b + 1 if b >= a else b
+        x, y = "abc"[a], "abc"[b]
+        want = y if busy[y] < busy[x] else x
+        routing = router.start(str(i), "r")
+        step = routing.next_step()
+        assert isinstance(step, Attempt) and step.connection == want
+        busy[want] += 1
+    assert max(busy.values()) - min(busy.values()) <= 1
+    assert rec.of("attempt")[0]["why"].startswith(
+        "least_busy: alpha/m is the only target available; key ")
+
+
+# -- headroom -------------------------------------------------------------------------
+
+
+def limits(left: int, reset_ms: int, limit: int | None = None) -> RateLimitInfo:
+    return RateLimitInfo(requests_remaining=left, requests_reset_ms=reset_ms,
+                         requests_limit=limit)
+
+
+def test_headroom_without_headers_is_round_robin() -> None:
+    engine, clock, rec = make_engine({"alpha": ("a", "b", "c"), "beta": ("x",)})
+    router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha", "beta")})
+    assert [serve(router, str(i), clock).connection for i in range(6)] == list("abcabc")
+    assert rec.of("attempt")[0]["why"] == (
+        "headroom: no key has said its rate limits yet: in rotation")
+
+
+def test_headroom_chooses_by_remaining_and_resets_at_the_reset_time() -> None:
+    engine, clock, rec = make_engine({"alpha": ("a", "b", "c")})
+    router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha")})
+    # the first three discover the keys (a key that never said counts as full)
+    assert serve(router, "1", clock, limits=limits(10, 60_000)).connection == "a"
+    assert serve(router, "2", clock, limits=limits(50, 60_000)).connection == "b"
+    assert serve(router, "3", clock, limits=limits(30, 60_000)).connection == "c"
+    # b has the most left (50 in 60 s); each attempt takes one off until an answer says
+    routing = router.start("4", "r")
+    step = routing.next_step()
+    assert isinstance(step, Attempt) and step.connection == "b"
+    assert rec.of("attempt")[-1]["why"] == (
+        "headroom: b has 50 requests left for 60.0 s (0.8/s) vs 0.5/s next")
+    routing.record(200, OK, limits(31, 60_000))  # b says 31
+    assert serve(router, "5", clock).connection == "b"  # 31 vs c's 30; spent to 30
+    assert serve(router, "6", clock).connection == "c"  # 30 each: c is next in rotation
+    # b (30) vs c (29) vs a (10); b answers that it is out until 5 s from now
+    assert serve(router, "7", clock, limits=limits(0, 5000, limit=100)).connection == "b"
+    # held back: c, then c again (29, 28 left, against a's 10)
+    assert [serve(router, str(i), clock).connection for i in (8, 9)] == ["c", "c"]
+    assert "b" not in {a["connection"] for a in rec.of("attempt")[-2:]}
+    clock.advance(4999)
+    assert serve(router, "10", clock).connection == "c"  # b's reset has not passed
+    clock.advance(1)  # it has: b's count is back to its limit, 100, the most by far
+    assert serve(router, "11", clock).connection == "b"
+    # c spent 4 of its 30 (requests 6, 8, 9, 10): 26 for the 55 s to its reset
+    assert rec.of("attempt")[-1]["why"] == (
+        "headroom: b has 100 requests left for 60.0 s (1.7/s) vs 0.5/s next")
+
+
+def test_headroom_holds_back_an_exhausted_key_and_then_an_exhausted_target() -> None:
+    engine, clock, rec = make_engine({"alpha": ("a", "b"), "beta": ("x",)})
+    router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha", "beta")})
+    assert serve(router, "1", clock, limits=limits(0, 10_000)).connection == "a"
+    assert serve(router, "2", clock, limits=limits(5, 10_000)).connection == "b"
+    assert serve(router, "3", clock, limits=limits(1, 10_000)).connection == "b"
+    assert serve(router, "4", clock).connection == "b"  # a has none: b's last one
+    # every alpha key is out until the reset: beta goes first, alpha stays a fallback
+    routing = router.start("5", "r")
+    step = routing.next_step()
+    assert isinstance(step, Attempt) and (step.provider, step.connection) == ("beta", "x")
+    assert rec.of("attempt")[-1]["why"] == (
+        "headroom: alpha/m out of requests until the reset, tried last; "
+        "no key has said its rate limits yet: in rotation")
+    routing.record(500, fail(FailureKind.SERVER_ERROR))
+    fallback = routing.next_step()
+    assert isinstance(fallback, Attempt) and fallback.provider == "alpha"
+    routing.record(200, OK)
+    clock.advance(10_000)  # both alpha keys reset (no limit said: unknown again = full)
+    assert serve(router, "6", clock).provider == "alpha"
+
+
+@pytest.mark.parametrize("headers", [
+    {"x-ratelimit-remaining-requests": "-5"},
+    {"x-ratelimit-remaining-requests": "1e9999"},
+    {"x-ratelimit-remaining-requests": str(MAX_COUNT + 1)},
+    {"x-ratelimit-remaining-requests": "9" * 5000},
+    {"x-ratelimit-remaining-requests": "NaN"},
+    {"x-ratelimit-remaining-requests": "٣"},  # a digit, but not ASCII
+    {"x-ratelimit-remaining-requests": 12},  # not text
+    {"x-ratelimit-remaining-requests": None},
+    {"x-ratelimit-reset-requests": "1s"},  # a reset without a count
+    {"content-type": "application/json"},
+    {},
+])
+def test_garbage_rate_limit_headers_are_ignored(headers: dict[str, Any]) -> None:
+    assert parse_rate_limits(headers, 0) is None
+
+
+def test_rate_limit_headers_parse_durations_timestamps_and_drop_nonsense_fields() -> None:
+    got = parse_rate_limits({
+        "X-RateLimit-Remaining-Requests": " 42 ", "x-ratelimit-limit-requests": "500",
+        "x-ratelimit-reset-requests": "1m30.5s", "x-ratelimit-remaining-tokens": "9000",
+        "x-ratelimit-reset-tokens": "-3s"}, 0)
+    assert got == RateLimitInfo(42, 500, 90_500, 9000, None, None)
+    assert parse_rate_limits({"x-ratelimit-remaining-requests": "1",
+                              "x-ratelimit-reset-requests": "20ms"}) == RateLimitInfo(
+        requests_remaining=1, requests_reset_ms=20)
+    assert parse_rate_limits({"x-ratelimit-remaining-requests": "1",
+                              "x-ratelimit-reset-requests": "0.25"}) == RateLimitInfo(
+        requests_remaining=1, requests_reset_ms=250)
+    for nonsense in ("99999999h", "1e400", "inf", "s", "1x", "--", "1h2q"):
+        info = parse_rate_limits({"x-ratelimit-remaining-requests": "7",
+                                  "x-ratelimit-reset-requests": nonsense}, 0)
+        assert info == RateLimitInfo(requests_remaining=7), nonsense
+    now = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    anthropic = {"anthropic-ratelimit-requests-remaining": "3",
+                 "anthropic-ratelimit-requests-reset": "2026-01-01T00:00:12Z",
+                 "anthropic-ratelimit-tokens-remaining": "80000",
+                 "anthropic-ratelimit-tokens-reset": "2025-12-31T23:59:00Z"}  # passed: 0
+    assert parse_rate_limits(anthropic, now) == RateLimitInfo(3, None, 12_000, 80_000, None, 0)
+    assert parse_rate_limits(anthropic, None) == RateLimitInfo(
+        requests_remaining=3, tokens_remaining=80_000)  # no clock to read a time against
+    assert parse_rate_limits({"anthropic-ratelimit-requests-remaining": "3",
+                              "anthropic-ratelimit-requests-reset": "2026-13-45T99:00:00Z"},
+                             now) == RateLimitInfo(requests_remaining=3)
+
+
+def test_a_hostile_header_mapping_never_raises() -> None:
+    class Hostile(dict):  # type: ignore[type-arg]
+        def items(self):  # type: ignore[no-untyped-def, override]
+            raise RuntimeError("boom")
+
+    assert parse_rate_limits(Hostile(), 0) is None
+    assert parse_rate_limits({b"x": "1", 3: "4"}, 0) is None  # type: ignore[dict-item]
+
+
+def test_huge_and_zero_values_from_headers_order_keys_without_failing() -> None:
+    engine, clock, _ = make_engine({"alpha": ("a", "b")})
+    router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha")})
+    huge = parse_rate_limits({"x-ratelimit-remaining-requests": str(MAX_COUNT),
+                              "x-ratelimit-reset-requests": "0s"}, 0)
+    assert serve(router, "1", clock, limits=huge).connection == "a"
+    assert serve(router, "2", clock, limits=limits(0, 1)).connection == "b"
+    clock.advance(1)  # a's reset passed (0 ms from its answer); b's after 1 ms
+    assert [serve(router, str(i), clock).connection for i in range(3, 7)] == list("abab")
+
+
+def test_the_async_driver_hands_the_parsed_headers_to_the_core() -> None:
+    from omniroute_tui.config.router_config import ProviderConfig
+    from omniroute_tui.engine import default_settings
+    from omniroute_tui.engine.settings import AuthKind
+
+    class Fake:
+        def __init__(self) -> None:
+            self.left = {"a": "5", "b": "50"}
+
+        async def send(self, base_url: str, body: Any, *, api_key: Any, timeout_ms: int,
+                       stream: bool, now_epoch_ms: int) -> UpstreamReply:
+            key = api_key
+            return UpstreamReply(200, OK, {"x-ratelimit-remaining-requests": self.left[key],
+                                           "x-ratelimit-reset-requests": "60s"}, b"{}")
+
+    from omniroute_tui.config.router_config import ConnectionConfig
+
+    engine, clock, _ = make_engine({"alpha": ("a", "b")})
+    router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha")})
+    provider = ProviderConfig("alpha", AuthKind.APIKEY, (MODEL,),
+                              (ConnectionConfig("a"), ConnectionConfig("b")),
+                              default_settings(), base_url="http://127.0.0.1:9")
+    fake = Fake()
+
+    async def send(base_url: str, body: Any, *, api_key: Any, timeout_ms: int, stream: bool,
+                   now_epoch_ms: int) -> UpstreamReply:
+        return await fake.send(base_url, body, api_key=served.pop(0), timeout_ms=timeout_ms,
+                               stream=stream, now_epoch_ms=now_epoch_ms)
+
+    served = ["a", "b", "b"]
+    client = type("Client", (), {"send": staticmethod(send)})()
+    driver = AsyncDriver(router, {"alpha": provider}, client)  # type: ignore[arg-type]
+    order = [asyncio.run(driver.complete({"model": "r"})).response.upstream
+             for _ in range(3)]
+    assert [a.connection for a in order if a is not None] == ["a", "b", "b"]
+    known = router.headroom.keys["alpha"]
+    assert known["b"].requests_left == 50 and known["a"].requests_left == 5
+
+
+# -- config ---------------------------------------------------------------------------
+
+PROVIDERS = """\
+providers:
+  alpha: {models: [gpt-4o], connections: [k1]}
+  beta: {models: [gpt-4o], connections: [k2]}
+"""
+
+
+def load(routes: str) -> Any:
+    return load_router_config("router.yaml", text=PROVIDERS + "routes:\n" + routes)
+
+
+def test_weights_in_the_config() -> None:
+    config = load("  fast:\n    strategy: weighted\n    targets:\n"
+                  "      - {target: alpha/gpt-4o, weight: 2}\n      - beta/gpt-4o\n")
+    route = config.routes["fast"]
+    assert route.strategy is Strategy.WEIGHTED and route.weights == (2, 1)
+    assert load("  fast: {strategy: weighted, targets: [alpha/gpt-4o, beta/gpt-4o]}\n"
+                ).routes["fast"].weights is None
+    for name in ("least_busy", "headroom", "priority", "round_robin"):
+        assert load(f"  fast: {{strategy: {name}, targets: [alpha/gpt-4o]}}\n"
+                    ).routes["fast"].strategy is Strategy(name)
+
+
+@pytest.mark.parametrize(("routes", "expected"), [
+    ("  fast: {strategy: fastest, targets: [alpha/gpt-4o]}\n",
+     "router.yaml:5: routes.fast.strategy: expected one of priority, round_robin, weighted, "
+     "least_busy, headroom, got 'fastest'"),
+    ("  fast: {strategy: [weighted], targets: [alpha/gpt-4o]}\n",
+     "router.yaml:5: routes.fast.strategy: expected one of"),
+    ("  fast:\n    strategy: weighted\n    targets:\n      - {target: alpha/gpt-4o, weight: 0}\n",
+     "router.yaml:8: routes.fast.targets[0].weight: expected a whole number from 1 to "
+     "1,000,000, got 0"),
+    ("  fast:\n    strategy: weighted\n    targets:\n      - {target: alpha/gpt-4o, weight: -2}\n",
+     "routes.fast.targets[0].weight: expected a whole number from 1 to 1,000,000, got -2"),
+    ("  fast:\n    strategy: weighted\n    targets:\n      - {target: alpha/gpt-4o, weight: 1.5}\n",
+     "routes.fast.targets[0].weight: expected a whole number from 1 to 1,000,000, got 1.5"),
+    ("  fast:\n    strategy: weighted\n    targets:\n      - {target: alpha/gpt-4o, weight: '2'}\n",
+     "got '2'"),
+    ("  fast:\n    strategy: weighted\n    targets:\n"
+     "      - {target: alpha/gpt-4o, weight: true}\n", "got True"),
+    ("  fast:\n    strategy: weighted\n    targets:\n"
+     "      - {target: alpha/gpt-4o, weight: 10000000}\n", "got 10000000"),
+    ("  fast:\n    targets:\n      - {target: alpha/gpt-4o, weight: 2}\n",
+     "router.yaml:7: routes.fast.targets[0].weight: a weight is read only by strategy "
+     "weighted; this route's is priority"),
+    ("  fast:\n    strategy: weighted\n    targets:\n      - {target: alpha/gpt-4o, wieght: 2}\n",
+     "router.yaml:8: routes.fast.targets[0].wieght: unknown field"),
+    ("  fast:\n    strategy: weighted\n    targets:\n      - {weight: 2}\n",
+     "routes.fast.targets[0].target: expected provider/model or {target: provider/model, "
+     "weight: N}, got NoneType"),
+])
+def test_strategy_and_weight_errors_name_file_line_and_field(routes: str, expected: str
+                                                             ) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(routes)
+    assert expected in str(info.value)
+
+
+# -- properties -----------------------------------------------------------------------
+
+KINDS = [None, None, None, FailureKind.RATE_LIMITED, FailureKind.SERVER_ERROR,
+         FailureKind.QUOTA_EXHAUSTED, FailureKind.FORBIDDEN, FailureKind.TIMEOUT,
+         FailureKind.AUTH_FAILED]
+STATUS = {None: 200, FailureKind.RATE_LIMITED: 429, FailureKind.SERVER_ERROR: 500,
+          FailureKind.QUOTA_EXHAUSTED: 429, FailureKind.FORBIDDEN: 403,
+          FailureKind.TIMEOUT: 0, FailureKind.AUTH_FAILED: 401}
+
+requests = st.lists(st.tuples(
+    st.integers(min_value=0, max_value=20_000),  # clock jump before the request
+    st.lists(st.tuples(st.sampled_from(KINDS),
+                       st.one_of(st.none(), st.integers(min_value=0, max_value=200)),
+                       st.integers(min_value=0, max_value=90_000)), max_size=4),
+    st.booleans(),  # left in flight (never answered)
+), max_size=40)
+
+
+def run(strategy: Strategy, steps: list[Any], seed: int, check: bool) -> list[str]:
+    engine, clock, rec = make_engine({"alpha": ("a", "b", "c"), "beta": ("x", "y"),
+                                      "gamma": ("g",)}, seed=seed)
+    route = route_of(strategy, "alpha", "beta", "gamma",
+                     weights=(3, 2, 1) if strategy is Strategy.WEIGHTED else None)
+    router = Router(engine, {"r": route}, seed=seed)
+    for i, (jump, answers, leave) in enumerate(steps):
+        clock.advance(jump)
+        routing = router.start(str(i), "r")
+        answers = list(answers)
+        while True:
+            step = routing.next_step()
+            if isinstance(step, Response):
+                break
+            if isinstance(step, Wait):
+                clock.advance(step.delay_ms)
+                continue
+            if check:
+                refused(engine, step, rec, clock.now_ms())
+            if leave or not answers:
+                break
+            kind, left, latency = answers.pop(0)
+            clock.advance(latency)
+            info = None if left is None else RateLimitInfo(requests_remaining=left,
+                                                           requests_reset_ms=30_000)
+            routing.record(STATUS[kind], Classification(kind), info)
+    return [e.to_json() for e in rec.events]
+
+
+def refused(engine: Any, attempt: Attempt, rec: Any, now: int) -> None:
+    """Fail when the layers would refuse the attempt: breaker OPEN, key cooling (unless
+    the breaker's probe on a backoff key, as announced) or disabled, model locked."""
+    assert engine.breaker_snapshot(attempt.provider).state is not BreakerState.OPEN
+    conn = engine.connection_snapshot(attempt.provider, attempt.connection)
+    assert not conn.disabled
+    announced = rec.events[-1]
+    if conn.cooling(now):
+        assert attempt.probe and announced.cooling_until == conn.cooling_until
+    for lock in engine.lockout_snapshots(attempt.provider):
+        assert not (lock.connection == attempt.connection and lock.model == attempt.model
+                    and lock.until > now)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(list(Strategy)), requests, st.integers(min_value=0, max_value=99))
+def test_no_strategy_tries_what_the_layers_refuse_and_a_replay_is_identical(
+        strategy: Strategy, steps: list[Any], seed: int) -> None:
+    first = run(strategy, steps, seed, check=True)
+    assert run(strategy, steps, seed, check=False) == first
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=20), min_size=2, max_size=4))
+def test_weighted_shares_are_within_one_percent_over_10000_requests(weights: list[int]
+                                                                    ) -> None:
+    names = ["p0", "p1", "p2", "p3"][:len(weights)]
+    engine, clock, _ = make_engine({name: ("k",) for name in names})
+    router = Router(engine, {"r": route_of(Strategy.WEIGHTED, *names,
+                                           weights=tuple(weights))})
+    counts = Counter(serve(router, str(i), clock).provider for i in range(10_000))
+    total = sum(weights)
+    for name, weight in zip(names, weights, strict=True):
+        assert abs(counts[name] / 10_000 - weight / total) <= 0.01
+
+
+def test_priority_and_round_robin_events_carry_no_strategy_fields() -> None:
+    for strategy in (Strategy.PRIORITY, Strategy.ROUND_ROBIN):
+        engine, clock, rec = make_engine({"alpha": ("a",), "beta": ("x",)})
+        engine.record("alpha", "a", MODEL, ADMIT, fail(FailureKind.RATE_LIMITED, 4000))
+        router = Router(engine, {"r": route_of(strategy, "alpha", "beta")})
+        serve(router, "1", clock)
+        assert "strategy" not in rec.of("attempt")[0] and "why" not in rec.of("attempt")[0]
+        assert "strategy" not in rec.of("skip")[0]
