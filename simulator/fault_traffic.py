@@ -48,7 +48,7 @@ def _reason(scenario: Scenario, fault: Fault) -> str:
     if len(fallback_of) == len(holding & live):
         plural = "s" if len(fallback_of) > 1 else ""
         return f"{what} is only a fallback of route{plural} {', '.join(fallback_of)}"
-    return f"the requests to {what} never reached {aim}"
+    return f"no attempt reached {aim} while it was on"
 
 
 def silent_faults(scenario: Scenario, resilient: Mapping[str, Any]) -> list[str]:
