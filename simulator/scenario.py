@@ -78,7 +78,7 @@ MAX_SIMULATED_REQUESTS = 2_000_000
 
 TOP_FIELDS = ("name", "description", "seed", "duration", "clock", "resilience", "providers",
               "routes", "traffic", "faults", "expect", "replicas", "shared_state", "propagation",
-              "latency", "strategies")
+              "latency", "limits", "strategies")
 #: what a router config (`--config`) brings instead of the scenario
 ROUTER_FIELDS = ("providers", "routes", "resilience")
 RUN_METRICS = frozenset({
@@ -704,9 +704,11 @@ def load_scenario(
     if router is None:
         router = _own_router(src, data)
         origin = ""
-        if "latency" in data:
-            src.problem(("latency",), "a self-contained scenario gives each provider's "
-                                      "latency in its providers section")
+        for key in ("latency", "limits"):
+            if key in data:
+                src.problem((key,), f"a self-contained scenario gives each provider's {key} "
+                                    "in its providers section")
+        limits = _key_limits(router.providers)
     else:
         for key in ROUTER_FIELDS:
             if key in data:
@@ -716,6 +718,7 @@ def load_scenario(
         origin = f" in {router.source}"
         if "latency" in data:
             profiles = _read_latencies(src, data["latency"], router.providers, origin)
+        limits = _read_key_limits(src, data.get("limits", {}), router.providers, origin)
     providers, routes = router.providers, router.routes
     traffic = _items(src, data, "traffic", lambda v, p: _read_traffic(
         src, v, p, set(routes), providers, duration, origin))
@@ -738,7 +741,7 @@ def load_scenario(
         expect=tuple(expect), live=clock == "live", source=src.name,
         replicas=replicas or 1, shared_state=shared is not False,
         propagation_ms=50 if propagation is None else propagation,
-        limits=_key_limits(providers), strategies=strategies,
+        limits=limits, strategies=strategies,
     )
 
 
@@ -806,6 +809,39 @@ def _own_router(src: Source, data: dict[str, Any]) -> RouterConfig:
     own = {key: data[key] for key in ROUTER_FIELDS if key in data}
     return RouterConfig(providers=providers, routes=routes, settings=settings,
                         source=src.name, raw=own)
+
+
+def _read_key_limits(
+    src: Source, value: Any, providers: Mapping[str, ProviderConfig], origin: str
+) -> dict[tuple[str, str], RateLimits]:
+    """The `limits:` section of a scenario run against a config: `provider` (each of its
+    keys) or `provider/connection` -> limits; a key's own entry wins over its provider's."""
+    mapping = read_mapping(src, value, ("limits",))
+    limits: dict[tuple[str, str], RateLimits] = {}
+    own: set[tuple[str, str]] = set()
+    for name, body in (mapping or {}).items():
+        where: Path = ("limits", str(name))
+        provider_name, _, connection = str(name).partition("/")
+        provider = providers.get(provider_name)
+        if provider is None:
+            src.problem(where, f"unknown provider {provider_name!r}{origin} "
+                               f"(providers: {', '.join(providers)})")
+            continue
+        ids = [c.id for c in provider.connections]
+        if connection and connection not in ids:
+            src.problem(where, f"provider {provider_name!r}{origin} has no connection "
+                               f"{connection!r} (connections: {', '.join(ids)})")
+            continue
+        read = read_limits(src, body, where)
+        if read is None:
+            continue
+        for key in ([(provider_name, connection)] if connection else
+                    [(provider_name, c) for c in ids]):
+            if connection or key not in own:
+                limits[key] = read
+        if connection:
+            own.add((provider_name, connection))
+    return limits
 
 
 def _read_latencies(

@@ -158,3 +158,24 @@ def test_a_connections_limits_are_checked_too(tmp_path: Path) -> None:
         load_scenario(path)
     problem = caught.value.problems[0]
     assert (problem.line, problem.field) == (10, "providers.alpha.connections[1].limits.tpm")
+
+
+def test_a_scenario_against_a_router_config_gives_its_limits_by_key(tmp_path: Path) -> None:
+    config = tmp_path / "router.yaml"
+    config.write_text("providers:\n  alpha: {models: [m], connections: [a, b]}\n"
+                      "routes:\n  r: {targets: [alpha/m]}\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("duration: 1m\nlimits:\n  alpha/b: {rpm: 5}\n  alpha: {rpm: 9}\n")
+    loaded = load_scenario(scenario, config=config)
+    assert loaded.limits == {("alpha", "a"): RateLimits(rpm=9), ("alpha", "b"): RateLimits(rpm=5)}
+    scenario.write_text("duration: 1m\nlimits:\n  alpha/z: {rpm: 5}\n  gamma: {rpm: 0}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(scenario, config=config)
+    assert [(p.line, p.field, p.reason.split(" (")[0]) for p in caught.value.problems] == [
+        (3, "limits.alpha/z", f"provider 'alpha' in {config} has no connection 'z'"),
+        (4, "limits.gamma", f"unknown provider 'gamma' in {config}"),
+    ]
+    own = tmp_path / "own.yaml"
+    own.write_text(SCENARIO + "limits: {alpha: {rpm: 1}}\n")
+    with pytest.raises(ConfigError, match="gives each provider's limits in its providers"):
+        load_scenario(own)
