@@ -44,7 +44,8 @@ async def test_80x24_keeps_the_tabs_and_the_overview_is_a_summary() -> None:
         assert not app.query_one("#dashboard").display
         lines = str(app.query_one("#overview-summary", Static).render()).splitlines()
         assert [line.split()[0] for line in lines] == [
-            "breakers", "cooldowns", "lockouts", "traffic"]
+            "breakers", "cooldowns", "lockouts", "traffic", "routes"]
+        assert lines[-1] == "routes     chat priority"
         await pilot.resize_terminal(160, 48)  # the dashboard follows the size
         await pilot.pause()
         assert all(on_screen(app, s) for s in DASHBOARD)

@@ -48,5 +48,5 @@ async def test_the_overview_names_each_routes_strategy() -> None:
         await pilot.press("0")
         await pilot.pause()
         lines = app.model.overview_lines(app.backend.now_ms())
-        assert lines[-1] == "routes     chat priority, fast round_robin, reason priority"
+        assert lines[-1] == "routes     chat priority, fast round_robin, reason weighted"
         assert lines[-1] in str(app.query_one("#overview-summary").render())
