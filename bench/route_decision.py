@@ -1,4 +1,5 @@
-"""Cost of one whole routing decision on pools of 10 and 1,000 connections per provider.
+"""Cost of one whole routing decision on pools of 10 and 1,000 connections per provider,
+under each route strategy.
 
 Three providers; 30% of each pool cooling (the first 30%, the worst case for a scan),
 and a few models locked on the available connections. A decision is what a driver pays
@@ -9,9 +10,11 @@ It is compared with a hand-written floor doing the same essential work in the sa
 process (the first target whose breaker admits, the first connection neither cooling nor
 locked, success recorded on the breaker and the connection, a response built): the ratio
 is what the engine's generality and its events cost. Times are CPU time per decision,
-medians of paired batches (targets: 1000/10 <= 1.2, decision <= 4x the floor).
-`--instructions` counts instructions per decision under valgrind's callgrind instead,
-which is steady on a busy machine (about a minute).
+medians of paired batches (targets: 1000/10 <= 1.2, decision <= 4x the floor, and
+weighted, least_busy and headroom <= 1.3x a priority decision). Under headroom every
+answer carries rate-limit headers (the key's remaining requests and reset), as a
+provider's would. `--instructions` counts instructions per decision under valgrind's
+callgrind instead, which is steady on a busy machine (a few minutes).
 """
 
 from __future__ import annotations
@@ -38,9 +41,14 @@ from omniroute_tui.engine import (
     default_settings,
 )
 from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target
+from omniroute_tui.router.rate_limits import RateLimitInfo
 
 OK = Classification(None)
 PROVIDERS = ("p0", "p1", "p2")
+STRATEGIES = tuple(Strategy)
+#: what every answer says under headroom: plenty left, the window resets in 30 s
+HEADERS = RateLimitInfo(requests_remaining=5000, requests_limit=10_000,
+                        requests_reset_ms=30_000)
 
 
 def build(pool: int, strategy: Strategy) -> Router:
@@ -58,18 +66,20 @@ def build(pool: int, strategy: Strategy) -> Router:
         for conn in conns[cooling:cooling + 3]:  # some models locked
             engine.record(p, conn, "m", admission, Classification(FailureKind.FORBIDDEN))
             engine.record(p, conn, "n", admission, Classification(FailureKind.FORBIDDEN))
-    routes = {"r": Route("r", tuple(Target(p, "m") for p in PROVIDERS), strategy)}
+    weights = (3, 2, 1) if strategy is Strategy.WEIGHTED else None
+    routes = {"r": Route("r", tuple(Target(p, "m") for p in PROVIDERS), strategy, weights)}
     return Router(engine, routes)
 
 
 def decide(router: Router, n: int, counter: list[int]) -> None:
     """`n` whole decisions, each answered by its first attempt."""
+    headers = HEADERS if router.routes["r"].strategy is Strategy.HEADROOM else None
     for _ in range(n):
         counter[0] += 1
         routing = router.start(str(counter[0]), "r")
         step = routing.next_step()
         assert isinstance(step, Attempt)
-        routing.record(200, OK)
+        routing.record(200, OK, headers)
         assert isinstance(routing.next_step(), Response)
 
 
@@ -117,23 +127,27 @@ def cpu_ns_per(run: Callable[[int, list[int]], None], n: int, counter: list[int]
 
 
 def measure(args: argparse.Namespace) -> None:
-    for strategy in (Strategy.PRIORITY, Strategy.ROUND_ROBIN):
-        small, large = build(10, strategy), build(1000, strategy)
-        floor = Floor(10)
-        counter = [0]
-        rows: dict[str, list[float]] = {"small": [], "large": [], "floor": []}
-        for _ in range(args.batches):  # interleaved, so machine noise hits all alike
-            rows["small"].append(cpu_ns_per(partial(decide, small), args.per_batch, counter))
-            rows["large"].append(cpu_ns_per(partial(decide, large), args.per_batch, counter))
-            rows["floor"].append(cpu_ns_per(floor.decide, args.per_batch, counter))
-        pairs = list(zip(rows["small"], rows["large"], rows["floor"], strict=True))
-        size_ratio = statistics.median(large / small for small, large, _ in pairs)
-        floor_ratio = statistics.median(small / floor for small, _, floor in pairs)
-        print(f"{strategy.value:12s} decision, 10/provider: "
-              f"{statistics.median(rows['small']) / 1000:6.2f} µs   1000/provider: "
-              f"{statistics.median(rows['large']) / 1000:6.2f} µs (ratio {size_ratio:.2f})   "
-              f"floor: {statistics.median(rows['floor']) / 1000:5.2f} µs "
-              f"(decision / floor {floor_ratio:.1f}x)")
+    routers = {(strategy, pool): build(pool, strategy)
+               for strategy in STRATEGIES for pool in (10, 1000)}
+    floor = Floor(10)
+    counter = [0]
+    rows: dict[tuple[Strategy, int] | str, list[float]] = {key: [] for key in routers}
+    rows["floor"] = []
+    for _ in range(args.batches):  # interleaved, so machine noise hits all alike
+        for key, router in routers.items():
+            rows[key].append(cpu_ns_per(partial(decide, router), args.per_batch, counter))
+        rows["floor"].append(cpu_ns_per(floor.decide, args.per_batch, counter))
+    priority = rows[(Strategy.PRIORITY, 10)]
+    print(f"floor (the essential work): {statistics.median(rows['floor']) / 1000:5.2f} µs")
+    for strategy in STRATEGIES:
+        small, large = rows[(strategy, 10)], rows[(strategy, 1000)]
+        size_ratio = statistics.median(b / a for a, b in zip(small, large, strict=True))
+        vs_priority = statistics.median(a / p for a, p in zip(small, priority, strict=True))
+        vs_floor = statistics.median(a / f for a, f in zip(small, rows["floor"], strict=True))
+        print(f"{strategy.value:12s} decision, 10/provider: {statistics.median(small) / 1000:6.2f}"
+              f" µs   1000/provider: {statistics.median(large) / 1000:6.2f} µs "
+              f"(ratio {size_ratio:.2f})   vs priority {vs_priority:.2f}x   "
+              f"vs floor {vs_floor:.1f}x")
 
 
 def _callgrind_total(argv: list[str]) -> int:
@@ -149,19 +163,29 @@ def _callgrind_total(argv: list[str]) -> int:
 
 def instructions(count: int) -> None:
     """Instructions per decision: a run of `count` decisions less a run of none."""
-    for what in ("priority", "round_robin", "floor"):
-        base = _callgrind_total(["--run", what, "0"])
-        full = _callgrind_total(["--run", what, str(count)])
-        print(f"{what:12s} {(full - base) / count:10,.0f} instructions a decision "
-              f"(10 connections per provider)")
+    per: dict[str, float] = {}
+    for what in (*(s.value for s in STRATEGIES), "floor"):
+        for pool in (10, 1000) if what != "floor" else (10,):
+            base = _callgrind_total(["--run", what, "0", str(pool)])
+            full = _callgrind_total(["--run", what, str(count), str(pool)])
+            per[f"{what}/{pool}"] = (full - base) / count
+    priority = per["priority/10"]
+    for what in (*(s.value for s in STRATEGIES), "floor"):
+        small = per[f"{what}/10"]
+        line = f"{what:12s} {small:10,.0f} instructions a decision (10/provider)"
+        if what != "floor":
+            large = per[f"{what}/1000"]
+            line += (f", {large:10,.0f} (1000/provider, ratio {large / small:.2f}), "
+                     f"vs priority {small / priority:.2f}x")
+        print(line)
 
 
-def run_only(what: str, count: int) -> None:
+def run_only(what: str, count: int, pool: int) -> None:
     counter = [0]
     if what == "floor":
-        Floor(10).decide(count, counter)
+        Floor(pool).decide(count, counter)
     else:
-        decide(build(10, Strategy(what)), count, counter)
+        decide(build(pool, Strategy(what)), count, counter)
 
 
 def main() -> None:
@@ -170,10 +194,11 @@ def main() -> None:
     parser.add_argument("--per-batch", type=int, default=200)
     parser.add_argument("--instructions", type=int, nargs="?", const=2000, metavar="N",
                         help="count instructions per decision under callgrind (N decisions)")
-    parser.add_argument("--run", nargs=2, metavar=("WHAT", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--run", nargs=3, metavar=("WHAT", "N", "POOL"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
-        run_only(args.run[0], int(args.run[1]))
+        run_only(args.run[0], int(args.run[1]), int(args.run[2]))
     elif args.instructions:
         if os.system("valgrind --version > /dev/null 2>&1") != 0:
             sys.exit("--instructions needs valgrind")

@@ -16,7 +16,7 @@ from omniroute_tui.config import load_router_config
 from omniroute_tui.config.limits import GatewayLimits, StoreRetention
 from omniroute_tui.engine import Classification, FailureKind
 from omniroute_tui.engine.settings import AuthKind, ResilienceSettings, default_settings
-from omniroute_tui.router import Attempt, Response
+from omniroute_tui.router import Attempt, Response, Strategy
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
@@ -187,7 +187,7 @@ def test_the_tour_quotes_the_chaos_run(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_the_config_examples_load() -> None:
     page = DOCS / "configuration.md"
-    example, kinds = blocks(page.read_text(), "yaml")
+    example, strategies, kinds = blocks(page.read_text(), "yaml")
     config = load_router_config(page, text=example, env={
         "OPENAI_API_KEY": "sk-docs-example-0001", "OPENAI_SPARE_KEY": "sk-docs-example-0002"})
     openai = config.providers["openai"]
@@ -196,6 +196,9 @@ def test_the_config_examples_load() -> None:
     assert openai.settings.cooldown.base_ms == 3000
     assert config.store_path == "omniroute.db"
     assert config.store_retention == StoreRetention()  # the example spells out the defaults
+    routes = load_router_config(page, text=strategies).routes
+    assert (routes["fast"].strategy, routes["fast"].weights) == (Strategy.WEIGHTED, (2, 1))
+    assert routes["steady"].strategy is Strategy.HEADROOM
     with_kinds = load_router_config(page, text=kinds + ROUTER_YAML)
     override = with_kinds.providers["openai"].settings.breaker.kinds[
         FailureKind.QUOTA_EXHAUSTED]

@@ -103,22 +103,21 @@ def test_weighted_choice_first_then_the_others_in_route_order_as_fallbacks() -> 
 
 def test_least_busy_takes_the_less_busy_of_two_drawn_with_the_router_seed() -> None:
     # one key per provider, so only targets are drawn: two of three positions from
-    # Random(seed ^ 0x1EA57); requests stay in flight, so the counts grow
+    # Random(seed ^ 0x1EA57), each int(random() * n) (the second shifted past the
+    # first); requests stay in flight, so the counts grow
     engine, clock, rec = make_engine({"alpha": ("a",), "beta": ("x",), "gamma": ("g",)})
     router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha", "beta", "gamma")},
                     seed=7)
     draws = random.Random(7 ^ 0x1EA57)
     names = ["alpha", "beta", "gamma"]
     busy = dict.fromkeys(names, 0)
-    latency = dict.fromkeys(names, 0.0)
     expected = []
     for _ in range(12):
-        a = draws.randrange(3)
-        b = draws.randrange(2)
+        a = int(draws.random() * 3)
+        b = int(draws.random() * 2)
         b = b + 1 if b >= a else b
         x, y = names[a], names[b]
-        win = x if busy[x] < busy[y] or (busy[x] == busy[y] and latency[x] <= latency[y]) \
-            else y
+        win = x if busy[x] <= busy[y] else y  # no latency yet: a tie goes to the first
         busy[win] += 1
         expected.append(win)
     chosen = []
@@ -128,18 +127,18 @@ def test_least_busy_takes_the_less_busy_of_two_drawn_with_the_router_seed() -> N
         assert isinstance(step, Attempt)
         chosen.append(step.provider)  # left in flight
     assert chosen == expected
-    # by hand, seed 7: drawn (in flight) -> chosen; a tie goes to the first drawn
-    #  gamma 0, alpha 0 -> gamma | alpha 0, beta 0 -> alpha | gamma 1, beta 0 -> beta
-    #  beta 1, alpha 1 -> beta   | alpha 1, gamma 1 -> alpha | beta 2, alpha 2 -> beta
-    #  alpha 2, beta 3 -> alpha  | gamma 1, beta 3 -> gamma  | alpha 3, beta 3 -> alpha
-    #  beta 3, alpha 4 -> beta   | gamma 2, beta 4 -> gamma  | beta 4, gamma 3 -> gamma
-    assert chosen == ["gamma", "alpha", "beta", "beta", "alpha", "beta", "alpha", "gamma",
-                      "alpha", "beta", "gamma", "gamma"]
+    # by hand, seed 7: drawn (in flight) -> chosen
+    #  beta 0, alpha 0 -> beta   | gamma 0, beta 1 -> gamma  | alpha 0, beta 1 -> alpha
+    #  beta 1, alpha 1 -> beta   | alpha 1, beta 2 -> alpha  | alpha 2, beta 2 -> alpha
+    #  gamma 1, alpha 3 -> gamma | alpha 3, gamma 2 -> gamma | gamma 3, beta 2 -> beta
+    #  beta 3, gamma 3 -> beta   | gamma 3, beta 4 -> gamma  | gamma 4, alpha 3 -> alpha
+    assert chosen == ["beta", "gamma", "alpha", "beta", "alpha", "alpha", "gamma", "gamma",
+                      "beta", "beta", "gamma", "alpha"]
     whys = [a["why"] for a in rec.of("attempt")]
-    assert whys[0] == ("least_busy: gamma/m and alpha/m 0 in flight each, "
+    assert whys[0] == ("least_busy: beta/m and alpha/m 0 in flight each, "
                        "latency 0 ms vs 0 ms")
-    assert whys[2] == "least_busy: beta/m 0 in flight vs 1 on gamma/m"
-    assert whys[11] == "least_busy: gamma/m 3 in flight vs 4 on beta/m"
+    assert whys[1] == "least_busy: gamma/m 0 in flight vs 1 on beta/m"
+    assert whys[11] == "least_busy: alpha/m 3 in flight vs 4 on gamma/m"
 
 
 def test_least_busy_breaks_a_tie_by_the_ewma_latency() -> None:
@@ -164,8 +163,8 @@ def test_least_busy_draws_two_keys_of_the_chosen_provider() -> None:
     draws = random.Random(5 ^ 0x1EA57)
     busy = dict.fromkeys("abc", 0)
     for i in range(9):
-        a = draws.randrange(3)
-        b = draws.randrange(2)
+        a = int(draws.random() * 3)
+        b = int(draws.random() * 2)
         b = b + 1 if b >= a else b
         x, y = "abc"[a], "abc"[b]
         want = y if busy[y] < busy[x] else x
@@ -173,7 +172,7 @@ def test_least_busy_draws_two_keys_of_the_chosen_provider() -> None:
         step = routing.next_step()
         assert isinstance(step, Attempt) and step.connection == want
         busy[want] += 1
-    assert max(busy.values()) - min(busy.values()) <= 1
+    assert busy == {"a": 3, "b": 4, "c": 2}  # two choices, not a rotation: seed 5's draws
     assert rec.of("attempt")[0]["why"].startswith(
         "least_busy: alpha/m is the only target available; key ")
 
@@ -502,3 +501,62 @@ def test_priority_and_round_robin_events_carry_no_strategy_fields() -> None:
         serve(router, "1", clock)
         assert "strategy" not in rec.of("attempt")[0] and "why" not in rec.of("attempt")[0]
         assert "strategy" not in rec.of("skip")[0]
+
+
+def test_the_why_view_says_which_strategy_chose_and_why() -> None:
+    from omniroute_tui.console.model.console_model import ConsoleModel
+
+    engine, clock, _ = make_engine({"alpha": ("a",), "beta": ("x",)})
+    model = ConsoleModel({}, clock.now_ms)
+    engine.bus.subscribe(model.on_event)
+    router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha", "beta")}, seed=7)
+    held = router.start("1", "r")
+    first = held.next_step()  # stays in flight
+    assert isinstance(first, Attempt)
+    other = serve(router, "2", clock)
+    assert other.provider != first.provider
+    steps = model.requests["2"].steps
+    assert steps[1] == (0, "strategy", f"least_busy: {other.provider}/m 0 in flight vs 1 on "
+                                       f"{first.provider}/m")
+    assert steps[2][1:] == ("router", f"attempt 1 on {other.provider}/{other.connection}/m")
+
+
+def test_headroom_compares_a_window_of_8_ready_keys_from_the_rotation() -> None:
+    keys = tuple(f"k{i}" for i in range(12))
+    engine, clock, _ = make_engine({"alpha": keys})
+    router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha")})
+    for i in range(12):  # the rotation discovers each key: k_i has 10 * (i + 1) left
+        assert serve(router, str(i), clock, limits=limits(10 * (i + 1), 60_000)
+                     ).connection == f"k{i}"
+    # the rotation is back at k0: the window is k0..k7, and k7 (80 left) is its best,
+    # though k11 (120) is better; one position on, the window k1..k8 gives k8
+    assert serve(router, "12", clock).connection == "k7"
+    assert serve(router, "13", clock).connection == "k8"
+    # at k8 the window wraps (k8..k11, k0..k3): k11 at last
+    for i in range(14, 20):
+        serve(router, str(i), clock)
+    assert serve(router, "20", clock).connection == "k11"
+
+
+def test_a_reload_keeps_the_weighted_counters_of_an_unchanged_route_only() -> None:
+    from omniroute_tui.clock import ManualClock
+
+    text = PROVIDERS + ("routes:\n  fast:\n    strategy: weighted\n    targets:\n"
+                        "      - {target: alpha/gpt-4o, weight: 2}\n      - beta/gpt-4o\n")
+    config = load_router_config("router.yaml", text=text)
+    clock = ManualClock()
+    router = config.build(clock)
+
+    def pick() -> str:
+        routing = router.start("x", "fast")
+        step = routing.next_step()
+        assert isinstance(step, Attempt)
+        routing.record(200, OK)
+        return step.provider
+
+    assert [pick(), pick()] == ["alpha", "beta"]
+    load_router_config("router.yaml", text=text + "\n").reconfigure(router, previous=config)
+    assert pick() == "alpha"  # unchanged route: the period goes on (alpha, beta, alpha)
+    changed = load_router_config("router.yaml", text=text.replace("weight: 2", "weight: 3"))
+    changed.reconfigure(router, previous=config)
+    assert [pick() for _ in range(4)] == ["alpha", "alpha", "beta", "alpha"]  # from zero

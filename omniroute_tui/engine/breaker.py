@@ -122,6 +122,17 @@ class ProviderBreaker:
             return max(0, min(self._leases.values()) - now) if self._leases else None
         return None
 
+    def could_admit(self, now: int) -> bool:
+        """Whether `admit()` could let an attempt through now (an ordinary one, or a probe
+        while a slot is free), without claiming anything: what a route strategy asks of
+        every target before it orders them."""
+        if self._state is not _CLOSED or self._failures:
+            self._refresh(now)
+        state = self._state
+        if state is _CLOSED or state is _DEGRADED:
+            return True
+        return state is _HALF_OPEN and self._free_slots > 0
+
     def admits_traffic(self, now: int) -> bool:
         """True when ordinary (non-probe) attempts may go to the provider."""
         return self.state(now) in (_CLOSED, _DEGRADED)

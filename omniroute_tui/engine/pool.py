@@ -190,10 +190,15 @@ class ConnectionPool:
 
     def has_candidate(self, now: int, model: str, lockouts: ModelLockouts) -> bool:
         """Whether `candidates()` would offer anything: a ready connection not locked."""
-        ready = self.ready(now)
+        cooling = self._cooling
+        if cooling and cooling[0][0] <= now:
+            self._refresh(now)
+        ready = self._ready
         locks = lockouts.entries
-        if not locks:
-            return bool(ready)
+        if len(ready) > len(locks):  # more ready keys than locks of any model: one is free
+            return True
+        if not ready:
+            return False
         order = self.order
         for pos in ready:
             lock = locks.get((order[pos], model))

@@ -26,13 +26,13 @@ from ..engine.events import (
     WaitEvent,
 )
 from ..engine.jitter import Jitter
-from ..engine.kinds import FailureKind, SkipReason
+from ..engine.kinds import BreakerState, FailureKind, SkipReason
 from ..engine.reload import ReloadSummary
 from ..engine.settings import AdmissionSettings
 from .rate_limits import RateLimitInfo
 from .routes import ORDERING_STRATEGIES, Route, Strategy, Target
 from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
-from .strategies import Headroom, LeastBusy, available, weighted_pick
+from .strategies import Headroom, LeastBusy, weighted_pick
 
 __all__ = ["RequestRouting", "Router", "UnknownRoute"]
 
@@ -41,6 +41,7 @@ _THEN = {kind: row.then for kind, row in CONSEQUENCES.items()}
 # enum members bound once: attribute access on an Enum class is slow on the hot path
 _ROUND_ROBIN, _WEIGHTED = Strategy.ROUND_ROBIN, Strategy.WEIGHTED
 _LEAST_BUSY, _HEADROOM = Strategy.LEAST_BUSY, Strategy.HEADROOM
+_HALF_OPEN_STATE = BreakerState.HALF_OPEN
 _RESPOND, _NEXT_TARGET = Then.RESPOND, Then.NEXT_TARGET
 
 
@@ -101,15 +102,18 @@ class Router:
         self._rr_counters: dict[str, int] = {}
         self._rotations: dict[str, tuple[int, ...]] = {}
         self._direct: dict[str, Route] = {}
-        self._starts: dict[str, tuple[Route, Plan]] = {}  # model as asked -> route and plan
+        #: model as asked -> route, plan and whether an ordering strategy orders it
+        self._starts: dict[str, tuple[Route, Plan, bool]] = {}
         #: the strategies' counters, this process's own (docs/fleet.md)
         self._weighted: dict[str, list[int]] = {}  # route -> smooth WRR current weights
+        self._provider_names: dict[str, tuple[str, ...]] = {}  # route -> its providers
         self.load = LeastBusy(seed)
         self.headroom = Headroom()
         self._tracks_load = False  # whether attempts are counted in flight (least_busy)
         self._watch_routes()
 
     def _watch_routes(self) -> None:
+        self._provider_names.clear()
         self._tracks_load = any(r.strategy is _LEAST_BUSY for r in self.routes.values())
         self._weighted = {name: current for name, current in self._weighted.items()
                           if name in self.routes and len(current) == len(
@@ -190,7 +194,7 @@ class Router:
         if known is None:  # the route's providers are looked up once per name asked for
             route = self.resolve(model)
             plan = tuple((t, self.engine.layers(t.provider), str(t)) for t in route.targets)
-            known = self._starts[model] = (route, plan)
+            known = self._starts[model] = (route, plan, route.strategy in ORDERING_STRATEGIES)
         return RequestRouting(self, request_id, *known)
 
     def rotation_start(self, layers: ProviderLayers) -> int:
@@ -212,8 +216,16 @@ class Router:
         strategy = route.strategy
         if strategy is _HEADROOM:
             return self._headroom_order(plan, now, explain)
-        usable = [i for i, (target, layers, _) in enumerate(plan)
-                  if available(layers, target.model, now)]
+        # a target is usable when its breaker could admit (a HALF_OPEN one with a probe
+        # slot free counts: the probe decides) and a connection is neither cooling nor
+        # locked for the model; asked of every target, claiming nothing
+        usable = []
+        for i, (target, layers, _) in enumerate(plan):
+            breaker = layers.breaker
+            if breaker.could_admit(now) and (breaker._state is _HALF_OPEN_STATE or
+                                             layers.pool.has_candidate(now, target.model,
+                                                                       layers.lockouts)):
+                usable.append(i)
         if not usable:  # nothing to choose: the walk skips each for its reason
             return plan, None
         why: str | None = None
@@ -230,10 +242,12 @@ class Router:
                        + (f"; {', '.join(left_out)} unavailable, its share to the others)"
                           if left_out else ")"))
         else:
-            best, reason = self.load.pick_target(
-                [layers.name for _, layers, _ in plan], [label for _, _, label in plan],
-                usable)
-            why = reason if explain else None
+            names = self._provider_names.get(route.name)
+            if names is None:
+                names = self._provider_names[route.name] = tuple(e[1].name for e in plan)
+            best, other = self.load.pick_target(names, usable)
+            if explain:
+                why = self.load.explain_target(names, [e[2] for e in plan], best, other)
         if best == 0:
             return plan, why
         return (plan[best], *plan[:best], *plan[best + 1:]), why
@@ -254,19 +268,17 @@ class Router:
 
     def connection_start(self, strategy: Strategy, layers: ProviderLayers, now: int,
                          explain: bool) -> tuple[int, str | None]:
-        """Where an ordering strategy starts on a provider's connections, and why (without
-        the strategy's name)."""
+        """Where least_busy or headroom starts on a provider's connections, and why
+        (without the strategy's name)."""
         start = 0 if strategy is _LEAST_BUSY else self.rotation_start(layers)
-        if strategy is _WEIGHTED:
-            return start, None
         if strategy is _LEAST_BUSY:
-            pick = self.load.pick_connection(layers, now)
+            pick = self.load.pick_connection(layers, now, explain)
         else:
-            pick = self.headroom.pick_connection(layers, now, start)
+            pick = self.headroom.pick_connection(layers, now, start, explain)
         if pick is None:
             return start, ("no key has said its rate limits yet: in rotation"
                            if strategy is _HEADROOM and explain else None)
-        return pick[0], pick[1] if explain else None
+        return pick
 
 
 class RequestRouting:
@@ -283,7 +295,8 @@ class RequestRouting:
                  "_target", "_target_index", "_wait", "_why", "engine", "records", "request_id",
                  "response", "route", "router", "skips", "started_at", "waited_ms")
 
-    def __init__(self, router: Router, request_id: str, route: Route, plan: Plan) -> None:
+    def __init__(self, router: Router, request_id: str, route: Route, plan: Plan,
+                 ordering: bool = False) -> None:
         self.router = router
         self.engine = router.engine
         self.request_id = request_id
@@ -314,11 +327,11 @@ class RequestRouting:
         #: its choice, written on the next attempt
         self._strategy: str | None = None
         self._why: str | None = None
-        self._ordering = route.strategy in ORDERING_STRATEGIES
-        if self._ordering:
+        self._ordering = ordering
+        if ordering:
             self._strategy = route.strategy.value
             self._plan, self._why = router.order(route, plan, self.started_at,
-                                                 bus.wants(AttemptEvent) is not None)
+                                                 bool(bus.wants(AttemptEvent)))
 
     # -- driver interface --------------------------------------------------------------
 
@@ -426,10 +439,12 @@ class RequestRouting:
                     assert granted.skip is not None
                     self._skip(now, next_target, granted.skip, granted.retry_after_ms)
                     continue
-                if self._ordering:
+                if self._ordering and self.route.strategy is _WEIGHTED:
+                    start = self.router.rotation_start(next_layers)  # as round_robin
+                elif self._ordering:
                     start, why = self.router.connection_start(
                         self.route.strategy, next_layers, now,
-                        self.engine.bus.wants(AttemptEvent) is not None)
+                        bool(self.engine.bus.wants(AttemptEvent)))
                     if why is not None:
                         self._why = (f"{self._strategy}: {why}" if self._why is None
                                      else f"{self._why}; {why}")

@@ -8,31 +8,22 @@ Every counter here is this process's own (a fleet's replicas each keep theirs).
 from __future__ import annotations
 
 import random
+from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import chain, islice
 
 from ..engine.engine import ProviderLayers
-from ..engine.kinds import BreakerState
 from .rate_limits import RateLimitInfo
 
-__all__ = ["UNSET_WINDOW_MS", "Headroom", "KeyLimits", "LeastBusy", "available",
-           "weighted_pick"]
+__all__ = ["UNSET_WINDOW_MS", "WINDOW", "Headroom", "KeyLimits", "LeastBusy", "weighted_pick"]
 
-_HALF_OPEN = BreakerState.HALF_OPEN
 #: how long a remaining count without a reset time is trusted (a typical window)
 UNSET_WINDOW_MS = 60_000
 #: the EWMA's weight of a new latency
 LATENCY_ALPHA = 0.2
-
-
-def available(layers: ProviderLayers, model: str, now: int) -> bool:
-    """Whether a target could take an attempt now: its breaker admits (a HALF_OPEN one
-    with a probe slot free counts: the probe decides) and some connection is neither
-    cooling nor locked for `model`. Reads, claims nothing."""
-    breaker = layers.breaker
-    if breaker.retry_after_ms(now) is not None:
-        return False
-    return breaker.state(now) is _HALF_OPEN or layers.pool.has_candidate(
-        now, model, layers.lockouts)
+#: how many ready keys `headroom` compares per decision, from the rotation's position
+WINDOW = 8
+_FULL = float("inf")  # the score of a key that never said its limits
 
 
 def weighted_pick(current: list[int], weights: Sequence[int], usable: Sequence[int]) -> int:
@@ -85,34 +76,48 @@ class LeastBusy:
             old + LATENCY_ALPHA * (latency_ms - old))
 
     def two(self, n: int) -> tuple[int, int]:
-        """Two different positions out of `n` >= 2, drawn from the seeded generator."""
-        a = self.rng.randrange(n)
-        b = self.rng.randrange(n - 1)
+        """Two different positions out of `n` >= 2, drawn from the seeded generator
+        (`random()` scaled: a fifth of `randrange`'s cost)."""
+        draw = self.rng.random
+        a = int(draw() * n)
+        b = int(draw() * (n - 1))
         return a, b + 1 if b >= a else b
 
-    def pick_target(self, providers: Sequence[str], labels: Sequence[str],
-                    usable: Sequence[int]) -> tuple[int, str]:
+    def pick_target(self, providers: Sequence[str], usable: Sequence[int]
+                    ) -> tuple[int, int]:
         """The less busy of two usable targets drawn at random (the lower EWMA latency on
-        a tie, then the first drawn), and why."""
+        a tie, then the first drawn), and the other one drawn (-1 when only one is
+        usable)."""
         if len(usable) == 1:
-            return usable[0], f"least_busy: {labels[usable[0]]} is the only target available"
+            return usable[0], -1
         x, y = self.two(len(usable))
         a, b = usable[x], usable[y]
-        busy_a, busy_b = self.by_provider.get(providers[a], 0), self.by_provider.get(
-            providers[b], 0)
+        by_provider = self.by_provider
+        busy_a, busy_b = by_provider.get(providers[a], 0), by_provider.get(providers[b], 0)
         if busy_a != busy_b:
-            win, lose, wb, lb = (a, b, busy_a, busy_b) if busy_a < busy_b else (
-                b, a, busy_b, busy_a)
-            return win, f"least_busy: {labels[win]} {wb} in flight vs {lb} on {labels[lose]}"
-        lat_a = self.latency.get(providers[a], 0.0)
-        lat_b = self.latency.get(providers[b], 0.0)
-        win, lose, wl, ll = (b, a, lat_b, lat_a) if lat_b < lat_a else (a, b, lat_a, lat_b)
-        return win, (f"least_busy: {labels[win]} and {labels[lose]} {busy_a} in flight "
-                     f"each, latency {wl:.0f} ms vs {ll:.0f} ms")
+            return (a, b) if busy_a < busy_b else (b, a)
+        latency = self.latency
+        if latency.get(providers[b], 0.0) < latency.get(providers[a], 0.0):
+            return b, a
+        return a, b
 
-    def pick_connection(self, layers: ProviderLayers, now: int) -> tuple[int, str] | None:
+    def explain_target(self, providers: Sequence[str], labels: Sequence[str], win: int,
+                       lose: int) -> str:
+        if lose < 0:
+            return f"least_busy: {labels[win]} is the only target available"
+        busy_w = self.by_provider.get(providers[win], 0)
+        busy_l = self.by_provider.get(providers[lose], 0)
+        if busy_w != busy_l:
+            return f"least_busy: {labels[win]} {busy_w} in flight vs {busy_l} on {labels[lose]}"
+        return (f"least_busy: {labels[win]} and {labels[lose]} {busy_w} in flight each, "
+                f"latency {self.latency.get(providers[win], 0.0):.0f} ms vs "
+                f"{self.latency.get(providers[lose], 0.0):.0f} ms")
+
+    def pick_connection(self, layers: ProviderLayers, now: int, explain: bool
+                        ) -> tuple[int, str | None] | None:
         """The less busy of two ready connections drawn at random (the first drawn on a
-        tie) as the position to start from, and why; None when fewer than two are ready."""
+        tie) as the position to start from, and why (when `explain`); None when fewer
+        than two are ready."""
         ready = layers.pool.ready(now)
         if len(ready) < 2:
             return None
@@ -122,8 +127,9 @@ class LeastBusy:
         busy_a = self.by_connection.get((layers.name, order[a]), 0)
         busy_b = self.by_connection.get((layers.name, order[b]), 0)
         if busy_b < busy_a:
-            return b, f"key {order[b]} {busy_b} in flight vs {busy_a} on {order[a]}"
-        return a, f"key {order[a]} {busy_a} in flight vs {busy_b} on {order[b]}"
+            a, b, busy_a, busy_b = b, a, busy_b, busy_a
+        return a, (f"key {order[a]} {busy_a} in flight vs {busy_b} on {order[b]}"
+                   if explain else None)
 
 
 class KeyLimits:
@@ -185,10 +191,13 @@ class KeyLimits:
 class Headroom:
     """Each connection's `KeyLimits`, by provider, and the choice they make."""
 
-    __slots__ = ("keys",)
+    __slots__ = ("keys", "out")
 
     def __init__(self) -> None:
         self.keys: dict[str, dict[str, KeyLimits]] = {}
+        #: per provider, the keys last seen at 0 requests or tokens (some may have reset
+        #: since): a provider with none has no exhausted key, without looking
+        self.out: dict[str, set[str]] = {}
 
     def note(self, provider: str, connection: str, now: int, info: RateLimitInfo) -> None:
         known = self.keys.setdefault(provider, {})
@@ -196,17 +205,26 @@ class Headroom:
         if limits is None:
             limits = known[connection] = KeyLimits()
         limits.note(now, info)
+        self._watch(provider, connection, limits)
 
     def spend(self, provider: str, connection: str, now: int) -> None:
         known = self.keys.get(provider)
         if known is not None and (limits := known.get(connection)) is not None:
             limits.spend(now)
+            if limits.requests_left == 0:
+                self._watch(provider, connection, limits)
+
+    def _watch(self, provider: str, connection: str, limits: KeyLimits) -> None:
+        if limits.requests_left == 0 or limits.tokens_left == 0:
+            self.out.setdefault(provider, set()).add(connection)
+        elif (out := self.out.get(provider)) is not None:
+            out.discard(connection)
 
     def exhausted(self, layers: ProviderLayers, now: int) -> bool:
         """Whether every ready connection of the provider said it is out until its reset
         (then the target is tried after the others)."""
         known = self.keys.get(layers.name)
-        if not known:
+        if not known or not self.out.get(layers.name):
             return False
         order = layers.pool.order
         for pos in layers.pool.ready(now):
@@ -215,11 +233,13 @@ class Headroom:
                 return False
         return True
 
-    def pick_connection(self, layers: ProviderLayers, now: int, start: int
-                        ) -> tuple[int, str] | None:
-        """The ready connection with the most requests left per second until its reset
-        (one that never said counts as full; from `start` in rotation order on a tie),
-        and why; None when the provider's answers never carried the headers."""
+    def pick_connection(self, layers: ProviderLayers, now: int, start: int, explain: bool
+                        ) -> tuple[int, str | None] | None:
+        """Among the first `WINDOW` ready connections from `start` in rotation order, the
+        one with the most requests left per second until its reset (one that never said
+        counts as full; the earlier in rotation on a tie), and why; None when the
+        provider's answers never carried the headers. The window keeps a decision's cost
+        flat for 1,000 keys; as the rotation moves, every key comes into it."""
         known = self.keys.get(layers.name)
         if not known:
             return None
@@ -227,25 +247,33 @@ class Headroom:
         if not ready:
             return None
         order = layers.pool.order
-        count = len(order)
+        at = bisect_left(ready, start)
         best_pos, best_pace, runner = -1, -1.0, -1.0
-        for pos in sorted(ready, key=lambda p: (p - start) % count):
+        for pos in islice(chain(ready[at:at + WINDOW], ready[:WINDOW]), min(WINDOW, len(ready))):
             limits = known.get(order[pos])
-            pace = limits.pace(now) if limits is not None else None
-            score = float("inf") if pace is None else pace
+            if limits is None:
+                score = _FULL
+            elif ((left := limits.requests_left) is not None and limits.tokens_left is None
+                  and now < (reset_at := limits.requests_reset_at)):
+                # `pace()` for the usual case, inlined: this runs for every key compared
+                score = left * 1000 / (reset_at - now if reset_at - now > 1000 else 1000)
+            else:
+                pace = limits.pace(now)
+                score = _FULL if pace is None else pace
             if score > best_pace:
                 best_pos, runner, best_pace = pos, best_pace, score
             elif score > runner:
                 runner = score
+        if not explain:
+            return best_pos, None
         name = order[best_pos]
         limits = known.get(name)
         if limits is None:
             return best_pos, f"{name} has not said its limits yet"
         requests, tokens = limits.left(now)
-        left = (f"{requests} requests" if requests is not None else f"{tokens} tokens")
+        said = (f"{requests} requests" if requests is not None else f"{tokens} tokens")
         reset_at = limits.requests_reset_at if requests is not None else limits.tokens_reset_at
         versus = "" if runner < 0 else (
-            " vs a key that has not said" if runner == float("inf")
-            else f" vs {runner:.1f}/s next")
-        return best_pos, (f"{name} has {left} left for {max(0, reset_at - now) / 1000:.1f} s "
+            " vs a key that has not said" if runner == _FULL else f" vs {runner:.1f}/s next")
+        return best_pos, (f"{name} has {said} left for {max(0, reset_at - now) / 1000:.1f} s "
                           f"({best_pace:.1f}/s){versus}")

@@ -379,6 +379,8 @@ class ConsoleModel:
         if event.cooling_until is not None:
             probe += (f", on a key cooling for backoff until {clock_text(event.cooling_until)}"
                       " (every key was cooling: the probe tests the provider, not the key)")
+        if event.why is not None:  # an ordering strategy's reason for this choice
+            self._step(event.request, event.t, "strategy", event.why)
         trail = self._step(event.request, event.t, "router", f"attempt {event.n} on "
                            f"{event.provider}/{event.connection}/{event.model}{probe}")
         if trail is not None:
