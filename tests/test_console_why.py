@@ -27,8 +27,8 @@ def test_providers_say_why_in_a_429_storm() -> None:
 
 
 async def test_the_request_view_explains_a_skip_and_an_admission_wait() -> None:
-    # 12 minutes into the hour-long replay, mistral/small's keys are all cooling and
-    # requests wait for the first one back
+    # 12 minutes into the hour-long replay, in the blip on every provider, openai's
+    # gpt-4o-mini keys are all cooling and requests wait for the first one back
     app, _ = console_app("hour-long-mixed", at_ms=724_500)
     trail = next(t for t in reversed(app.model.requests.values())
                  if t.waited_ms and t.status is not None)
@@ -45,9 +45,9 @@ async def test_the_request_view_explains_a_skip_and_an_admission_wait() -> None:
         assert layers[0] == "router" and layers[-1] == "router"
         assert "cooldown" in layers and "admission" in layers
         wait = next(line for line in steps if " waits " in line)
-        assert "for mistral/small (all_cooling)" in wait
+        assert "for openai/gpt-4o-mini (all_cooling)" in wait
         assert any("routes again after waiting" in line for line in steps)
-        assert any("skipped mistral/small: all_cooling, back in" in line for line in steps)
+        assert any("skipped openai/gpt-4o-mini: all_cooling, back in" in line for line in steps)
         assert dict(app.screen.current)["waited"] != "–"
 
 
