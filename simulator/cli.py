@@ -35,6 +35,7 @@ from .alerts import (
     report_entries,
     run_with_alerts,
 )
+from .fault_traffic import silent_faults
 from .html_report import write_html
 from .junit import ScenarioOutcome, write_junit
 from .report import build_report, evaluate, format_value, render
@@ -46,6 +47,8 @@ from .scenario import (
     Scenario,
     load_scenario,
     resolve_scenario,
+    strategy_names,
+    with_strategy,
 )
 from .terminal_chart import herd_chart
 from .timeline import Timeline
@@ -80,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="override the scenarios' seed")
     run.add_argument("--policy", default="all", choices=[*POLICIES, "all"],
                      help="the policy to run (default: all, side by side)")
+    run.add_argument("--strategy", action="append", metavar="NAME",
+                     choices=strategy_names(),
+                     help="also run the resilient policy with every route on this strategy "
+                          f"({', '.join(strategy_names())}), one column each; repeat it "
+                          "for several (default: the scenario's `strategies:`)")
     # kept as written: a trailing `/` says "a folder", and Path() would drop it
     run.add_argument("--report", metavar="PATH",
                      help="write the JSON report here" + _folder_help("report"))
@@ -365,7 +373,8 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
                              f"{' and '.join(LIVE_POLICIES)}")
     traced = Policy.RESILIENT if Policy.RESILIENT in policies else policies[0]
     trace_path = _output(args.trace, scenario, REPORT_OPTIONS["trace"], many)
-    results, timelines = {}, {}
+    results: dict[str, dict[str, Any]] = {}
+    timelines: dict[str, Timeline | None] = {}
     alerts = None
     for policy in policies:
         progress = RunProgress(console, scenario.duration_ms, f"{scenario.name} [{policy}]")
@@ -392,8 +401,34 @@ def _run_one(scenario: Scenario, args: argparse.Namespace, console: Console, man
             progress.done()
             if trace is not None:
                 trace.close()
+    _run_strategies(scenario, tuple(args.strategy or scenario.strategies), results, timelines,
+                    charts, console)
     outcome = ScenarioOutcome(scenario, results, evaluate(scenario, results, alerts), alerts)
     return outcome, {p: t for p, t in timelines.items() if t is not None}
+
+
+def _run_strategies(scenario: Scenario, strategies: tuple[str, ...],
+                    results: dict[str, dict[str, Any]], timelines: dict[str, Timeline | None],
+                    charts: str | None, console: Console) -> None:
+    """The resilient policy once more per strategy, every route set to it: a column each,
+    named after the strategy. A strategy every route has already is the resilient run."""
+    if strategies and scenario.live:
+        raise ValueError(f"{scenario.name} runs live; strategies side by side run in "
+                         "virtual time only")
+    for strategy in strategies:
+        if Policy.RESILIENT in results and all(
+                route.strategy == strategy for route in scenario.config.routes.values()):
+            results[strategy] = results[Policy.RESILIENT]
+            timelines[strategy] = timelines.get(Policy.RESILIENT)
+            continue
+        progress = RunProgress(console, scenario.duration_ms, f"{scenario.name} [{strategy}]")
+        timeline = timelines[strategy] = Timeline(scenario) if charts == "all" else None
+        try:
+            results[strategy] = run_virtual(with_strategy(scenario, strategy),
+                                            Policy.RESILIENT, progress=progress.update,
+                                            timeline=timeline)
+        finally:
+            progress.done()
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
@@ -406,6 +441,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     for scenario in scenarios:
         outcome, timelines = _run_one(scenario, args, console, many, charts, alerting)
         outcomes.append(outcome)
+        if Policy.RESILIENT in outcome.results:
+            _warn(silent_faults(outcome.scenario, outcome.results[Policy.RESILIENT]))
         render(console, outcome.scenario, outcome.results, outcome.checks)
         if outcome.alerts is not None:
             console.print(alerts_table(outcome.alerts, outcome.scenario))
@@ -436,6 +473,12 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                           f"(observed {format_value(check['value'])})", soft_wrap=True)
         return 1
     return 0
+
+
+def _warn(warnings: list[str]) -> None:
+    errors = Console(stderr=True, highlight=False)
+    for warning in warnings:
+        errors.print(f"[yellow]warning:[/] {escape(visible(warning))}", soft_wrap=True)
 
 
 def alerts_table(run: AlertRun, scenario: Scenario) -> Table | Text:
@@ -507,6 +550,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               f"providers, {len(scenario.traffic)} traffic items, "
                               f"{len(scenario.faults)} faults, {len(scenario.expect)} "
                               "expectations)")), soft_wrap=True)
+                if scenario.faults and scenario.traffic:  # in virtual time, whatever its clock
+                    _warn(silent_faults(scenario, run_virtual(scenario, Policy.RESILIENT)))
             return 0
         if args.command == "list":
             return _list(console)

@@ -20,6 +20,7 @@ from omniroute_tui.engine.classify import (
 )
 from omniroute_tui.engine.values import value
 
+from .rate_limits import KeyWindow
 from .scenario import Fault, FaultAction, Scenario
 
 __all__ = ["FakeAnswer", "FakeProviders", "error_body"]
@@ -82,6 +83,9 @@ class FakeProviders:
                         if f.target.provider is None or f.target.provider == name)
             for name in scenario.providers
         }
+        #: the keys with `limits:`, each with its window's counts
+        self.windows = {key: KeyWindow(limits) for key, limits in scenario.limits.items()}
+        self._limited: dict[int, Classification] = {}
 
     def fault_for(
         self, t: int, provider: str, connection: str | None, model: str | None,
@@ -105,10 +109,50 @@ class FakeProviders:
         fault = self.fault_for(t, provider, connection, model, rng)
         if (provider, model) not in self._served:
             return self._status(404, latency, None, timeout_ms)
+        window = self.windows.get((provider, connection)) if self.windows else None
+        if window is not None:
+            return self._limited_answer(window, t, latency, fault, timeout_ms)
         if fault is None:
             if latency >= timeout_ms:
                 return _timed_out(timeout_ms)
             return FakeAnswer(latency, 200, _OK)
+        return self._fault_answer(fault, latency, timeout_ms)
+
+    def _limited_answer(
+        self, window: KeyWindow, t: int, latency: int, fault: Fault | None, timeout_ms: int
+    ) -> FakeAnswer:
+        """A key with limits: a fault's answer as ever (a transport failure takes no
+        request of the window), else a 429 when the window is spent; every HTTP answer
+        says what is left (docs/simulator.md "Rate limits")."""
+        if fault is None:
+            if not window.take(t):
+                return self._rate_limited(window, t, latency, timeout_ms)
+            if latency >= timeout_ms:
+                return _timed_out(timeout_ms)
+            return FakeAnswer(latency, 200, _OK, window.headers(t, latency))
+        answer = self._fault_answer(fault, latency, timeout_ms)
+        if answer.status == 0:
+            return answer
+        if answer.status == 200:
+            window.take(t)  # a slow answer is still an answer
+        return FakeAnswer(answer.delay_ms, answer.status, answer.classification,
+                          {**answer.headers, **window.headers(t, answer.delay_ms)},
+                          answer.body)
+
+    def _rate_limited(self, window: KeyWindow, t: int, latency: int, timeout_ms: int
+                      ) -> FakeAnswer:
+        if latency >= timeout_ms:
+            return _timed_out(timeout_ms)
+        seconds = max(1, -(-window.retry_after_ms(t, latency) // 1000))
+        headers = {"content-type": "application/json", "retry-after": str(seconds),
+                   **window.headers(t, latency)}
+        body = error_body(429)
+        outcome = self._limited.get(seconds)
+        if outcome is None:  # one classification per hint: at most 60 of them
+            outcome = self._limited[seconds] = classify(429, headers, body)
+        return FakeAnswer(latency, 429, outcome, headers, body)
+
+    def _fault_answer(self, fault: Fault, latency: int, timeout_ms: int) -> FakeAnswer:
         action = fault.action
         if action is FaultAction.STATUS:
             assert fault.status is not None

@@ -127,7 +127,7 @@ def _expectations(outcome: ScenarioOutcome) -> str:
                         False: ("fail", "FAIL")}[check["ok"]])
         observed = check.get("observed") or (
             "–" if check["value"] is None else f"{check['value']:g}")
-        rows.append(f"<tr><td>{_text(expect.label)}</td><td>{expect.policy}</td>"
+        rows.append(f"<tr><td>{_text(expect.label)}</td><td>{_text(expect.column)}</td>"
                     f"<td>{observed}</td><td>{_text(expect.bound)}</td>"
                     f'<td class="{state}">{word}</td></tr>')
     if not rows:

@@ -2,7 +2,8 @@
 
 Each attempt's fate comes from `FakeProviders.answer()`, the same function the virtual
 runner uses, with the scenario's time counted from launch. Rendering over a socket:
-errors after the provider's latency as JSON bodies with `Retry-After`; `reset` cuts the
+errors after the provider's latency as JSON bodies with `Retry-After`, and a limited key's
+`x-ratelimit-*` headers on every answer (`simulator.rate_limits`); `reset` cuts the
 connection mid-body (mid-stream for SSE); `refused` cuts it at once; `timeout` holds
 the request past the client's timeout; `slow` adds its latency, then succeeds.
 """
@@ -119,9 +120,10 @@ def provider_app(
             return Response(fate.body, fate.status, headers=fate.headers,
                             media_type="application/json")
         text = faker.paragraph(nb_sentences=2)
-        if stream:
-            return StreamingResponse(_stream(model, text), media_type="text/event-stream")
-        return JSONResponse(_completion(model, text))
+        if stream:  # the rate-limit headers (a key with `limits:`) come with successes too
+            return StreamingResponse(_stream(model, text), media_type="text/event-stream",
+                                     headers=fate.headers)
+        return JSONResponse(_completion(model, text), headers=fate.headers)
 
     async def list_models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [

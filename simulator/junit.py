@@ -11,7 +11,7 @@ from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from omniroute_tui.config.hidden import visible
 
-from .scenario import AlertExpect, Expect, Policy, Scenario
+from .scenario import AlertExpect, Expect, Scenario
 
 if TYPE_CHECKING:
     from .alerts import AlertRun
@@ -21,10 +21,11 @@ __all__ = ["ScenarioOutcome", "write_junit"]
 
 @dataclass(frozen=True)
 class ScenarioOutcome:
-    """One scenario's run: its policies' metrics and its checks, in `expect` order."""
+    """One scenario's run: its policies' (and strategies') metrics and its checks, in
+    `expect` order."""
 
     scenario: Scenario
-    results: dict[Policy, dict[str, Any]]
+    results: dict[str, dict[str, Any]]
     checks: list[dict[str, Any]]
     alerts: AlertRun | None = None  # with --alerts: what the rules did over the run
 
@@ -40,12 +41,14 @@ class ScenarioOutcome:
 def _case(outcome: ScenarioOutcome, expect: Expect | AlertExpect, check: dict[str, Any]
           ) -> TestCase:
     scenario = outcome.scenario
-    case = TestCase(visible(expect.label), classname=visible(f"{scenario.name}.{expect.policy}"),
+    case = TestCase(visible(expect.label), classname=visible(f"{scenario.name}.{expect.column}"),
                     time=0.0)
     where = visible(f"{scenario.source}:{expect.line}" if expect.line else scenario.source)
     if check["ok"] is None:
         skipped = Skipped()  # the reason as text: the JUnit schema gives <skipped> no message
-        skipped.text = check.get("skipped") or f"the {expect.policy} policy was not run"
+        skipped.text = check.get("skipped") or (
+            f"the {expect.strategy} strategy was not run" if expect.strategy
+            else f"the {expect.policy} policy was not run")
         case.result = [skipped]
     else:
         observed = check.get("observed") or (

@@ -14,7 +14,7 @@ from rich.text import Text
 from omniroute_tui.config.durations import format_ms
 from omniroute_tui.config.hidden import visible
 
-from .scenario import AlertExpect, Expect, Policy, Scenario
+from .scenario import POLICIES, AlertExpect, Expect, Scenario
 
 if TYPE_CHECKING:
     from .alerts import AlertRun
@@ -43,7 +43,7 @@ def metric_value(metrics: dict[str, Any], expect: Expect) -> float | None:
     return None if value is None else float(value)
 
 
-def evaluate(scenario: Scenario, results: dict[Policy, dict[str, Any]],
+def evaluate(scenario: Scenario, results: dict[str, dict[str, Any]],
              alerts: AlertRun | None = None) -> list[dict[str, Any]]:
     """Every expectation in file order; one whose run did not happen (a policy not run, an
     alert without `--alerts`) is neither passed nor failed, and says why."""
@@ -60,23 +60,28 @@ def evaluate(scenario: Scenario, results: dict[Policy, dict[str, Any]],
             checks.append({"expect": str(expect), "policy": expect.policy, "value": value,
                            "ok": expect.holds(value), "observed": expect.observed(value)})
             continue
-        metrics = results.get(expect.policy)
-        if metrics is None:  # that policy was not run: neither pass nor fail
-            checks.append({"expect": str(expect), "policy": expect.policy, "value": None,
-                           "ok": None})
+        metrics = results.get(expect.column)
+        check: dict[str, Any] = {"expect": str(expect), "policy": expect.policy}
+        if expect.strategy is not None:
+            check["strategy"] = expect.strategy
+        if metrics is None:  # that run was not made: neither pass nor fail
+            checks.append({**check, "value": None, "ok": None})
             continue
         value = metric_value(metrics, expect)
-        checks.append({"expect": str(expect), "policy": expect.policy, "value": value,
-                       "ok": expect.holds(value)})
+        checks.append({**check, "value": value, "ok": expect.holds(value)})
     return checks
 
 
 def build_report(
-    scenario: Scenario, results: dict[Policy, dict[str, Any]], checks: list[dict[str, Any]],
+    scenario: Scenario, results: dict[str, dict[str, Any]], checks: list[dict[str, Any]],
     alerts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    report = {"scenario": scenario.name, "seed": scenario.seed, "policies": results,
-              "checks": checks}
+    policies = {k: v for k, v in results.items() if k in POLICIES}
+    report: dict[str, Any] = {"scenario": scenario.name, "seed": scenario.seed,
+                              "policies": policies}
+    if strategies := {k: v for k, v in results.items() if k not in POLICIES}:
+        report["strategies"] = strategies  # the resilient policy, every route on each
+    report["checks"] = checks
     if alerts is not None:
         report["alerts"] = alerts
     return report
@@ -129,7 +134,7 @@ _FAULT_ROWS: tuple[tuple[str, Any], ...] = (
 )
 
 
-def summary_rows(scenario: Scenario, results: dict[Policy, dict[str, Any]]
+def summary_rows(scenario: Scenario, results: dict[str, dict[str, Any]]
                  ) -> Iterator[tuple[str, list[str] | None]]:
     """(label, a cell per policy) for the run, then each provider and fault under a
     heading row (cells None); names in labels have their hidden characters escaped."""
@@ -146,11 +151,13 @@ def summary_rows(scenario: Scenario, results: dict[Policy, dict[str, Any]]
             yield f"  {label}", [cell(results[p]["faults"][fault.name]) for p in policies]
 
 
-def summary_table(scenario: Scenario, results: dict[Policy, dict[str, Any]]) -> Table:
-    """Policies as columns, one short row per figure: fits 80 columns with five policies."""
+def summary_table(scenario: Scenario, results: dict[str, dict[str, Any]],
+                  title: str | None = None) -> Table:
+    """Policies (or strategies) as columns, one short row per figure: fits 80 columns
+    with five of them."""
     policies = list(results)
-    title = Text(visible(f"{scenario.name} (seed {scenario.seed})"))
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+    heading = Text(visible(title or f"{scenario.name} (seed {scenario.seed})"))
+    table = Table(title=heading, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   padding=(0, 1))
     table.add_column("", no_wrap=True, overflow="ellipsis")
     for policy in policies:
@@ -164,14 +171,23 @@ def summary_table(scenario: Scenario, results: dict[Policy, dict[str, Any]]) -> 
     return table
 
 
-def render(console: Console, scenario: Scenario, results: dict[Policy, dict[str, Any]],
+def render(console: Console, scenario: Scenario, results: dict[str, dict[str, Any]],
            checks: list[dict[str, Any]]) -> None:
-    """The policies side by side (runs, providers, faults), then the checks."""
-    console.print(summary_table(scenario, results))
+    """The policies side by side (runs, providers, faults), the strategies side by side
+    (a table of their own: the resilient policy with every route on each), then the
+    checks."""
+    policies = {k: v for k, v in results.items() if k in POLICIES}
+    strategies = {k: v for k, v in results.items() if k not in POLICIES}
+    if policies:
+        console.print(summary_table(scenario, policies))
+    if strategies:
+        console.print(summary_table(scenario, strategies, f"{scenario.name} (seed "
+                                    f"{scenario.seed}), resilient, every route on"))
     for check in checks:
         expect = escape(visible(check["expect"]))
         if check["ok"] is None:
-            why = check.get("skipped") or f"{check['policy']} was not run"
+            why = check.get("skipped") or \
+                f"{check.get('strategy') or check['policy']} was not run"
             console.print(f"[dim]SKIP {expect}: {escape(why)}[/]")
             continue
         mark = "[green]PASS[/]" if check["ok"] else "[red]FAIL[/]"

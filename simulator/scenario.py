@@ -11,7 +11,7 @@ import os
 import random
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path as FsPath
@@ -40,6 +40,9 @@ from omniroute_tui.config.router_config import (
 )
 from omniroute_tui.config.yaml_source import Source, load_source
 from omniroute_tui.engine.settings import default_settings
+from omniroute_tui.router.routes import Strategy
+
+from .rate_limits import RateLimits, read_limits
 
 __all__ = [
     "POLICIES",
@@ -75,7 +78,7 @@ MAX_SIMULATED_REQUESTS = 2_000_000
 
 TOP_FIELDS = ("name", "description", "seed", "duration", "clock", "resilience", "providers",
               "routes", "traffic", "faults", "expect", "replicas", "shared_state", "propagation",
-              "latency")
+              "latency", "limits", "strategies")
 #: what a router config (`--config`) brings instead of the scenario
 ROUTER_FIELDS = ("providers", "routes", "resilience")
 RUN_METRICS = frozenset({
@@ -168,6 +171,7 @@ class Fault:
     body: str | None = None
     rate: float = 1.0
     latency_ms: int = 0
+    line: int | None = None
 
     def active(self, t: int) -> bool:
         return self.at_ms <= t < self.until_ms
@@ -221,6 +225,8 @@ class Expect:
     during: str | None = None
     provider: str | None = None
     line: int | None = None
+    #: the run with every route on this strategy (`strategies:`), not the routes as written
+    strategy: str | None = None
 
     def holds(self, observed: float | None) -> bool:
         if observed is None:
@@ -246,8 +252,13 @@ class Expect:
         ])
         return f"{self.metric}{scope} {self.bound}"
 
+    @property
+    def column(self) -> str:
+        """The run it speaks of: its strategy's, or its policy's."""
+        return self.strategy or self.policy
+
     def __str__(self) -> str:
-        return f"{self.label} ({self.policy})"
+        return f"{self.label} ({self.column})"
 
 
 @dataclass(frozen=True)
@@ -264,6 +275,11 @@ class AlertExpect:
     never: bool = False
     line: int | None = None
     policy: Policy = Policy.RESILIENT
+    strategy: None = None  # alerts are evaluated over the routes as written
+
+    @property
+    def column(self) -> str:
+        return self.policy
 
     def holds(self, observed: float | None) -> bool:
         if observed is None:
@@ -327,6 +343,10 @@ class Scenario:
     replicas: int = 1
     shared_state: bool = True
     propagation_ms: int = 50
+    #: the fakes' rate limits per key, (provider, connection) -> limits (`limits:`)
+    limits: Mapping[tuple[str, str], RateLimits] = field(default_factory=dict)
+    #: the strategies the resilient policy is also run under, every route set to each
+    strategies: tuple[str, ...] = ()
 
     @property
     def policies(self) -> tuple[Policy, ...]:
@@ -446,7 +466,8 @@ def _read_fault(
     import json
 
     text_body = json.dumps(fault_body) if isinstance(fault_body, dict) else fault_body
-    return Fault(name, at, until, target, action, status, retry_after, text_body, rate, latency)
+    return Fault(name, at, until, target, action, status, retry_after, text_body, rate, latency,
+                 src.line(path))
 
 
 def _read_error(src: Source, value: Any, path: Path) -> tuple[FaultAction | None, int | None]:
@@ -563,14 +584,15 @@ def _read_alert_expect(src: Source, body: dict[str, Any], path: Path, faults: se
 
 def _read_expect(
     src: Source, value: Any, path: Path, faults: set[str], providers: Mapping[str, Any],
-    origin: str,
+    origin: str, strategies: tuple[str, ...],
 ) -> Expect | AlertExpect | None:
     body = read_mapping(src, value, path)
     if body is None:
         return None
     if "alert" in body:
         return _read_alert_expect(src, body, path, faults)
-    reject_unknown(src, body, path, ("metric", "check", "policy", "during", "provider"))
+    reject_unknown(src, body, path, ("metric", "check", "policy", "during", "provider",
+                                     "strategy"))
     metric = read_str(src, body.get("metric"), path + ("metric",))
     check = read_str(src, body.get("check"), path + ("check",))
     policy = body.get("policy", "resilient")
@@ -581,6 +603,15 @@ def _read_expect(
         ok = False
     if during is not None and during not in faults:
         src.problem(path + ("during",), f"no fault named {during!r}")
+        ok = False
+    strategy = body.get("strategy")
+    if strategy is not None and strategy not in strategies:
+        src.problem(path + ("strategy",), f"{strategy!r} is not one of the scenario's "
+                    f"strategies ({', '.join(strategies) or 'it names none: strategies: '})"
+                    [:300])
+        ok = False
+    elif strategy is not None and policy != Policy.RESILIENT:
+        src.problem(path + ("policy",), "the strategies are run under the resilient policy")
         ok = False
     if provider is not None and provider not in providers:
         src.problem(path + ("provider",), f"unknown provider {provider!r}{origin} "
@@ -602,7 +633,7 @@ def _read_expect(
     if not ok or match is None or metric is None:
         return None
     return Expect(metric, match.group(1), float(match.group(2)), Policy(policy), during,
-                  provider, src.line(path))
+                  provider, src.line(path), strategy)
 
 
 #: the scenarios that ship with the package (`omniroute-sim list`)
@@ -673,9 +704,11 @@ def load_scenario(
     if router is None:
         router = _own_router(src, data)
         origin = ""
-        if "latency" in data:
-            src.problem(("latency",), "a self-contained scenario gives each provider's "
-                                      "latency in its providers section")
+        for key in ("latency", "limits"):
+            if key in data:
+                src.problem((key,), f"a self-contained scenario gives each provider's {key} "
+                                    "in its providers section")
+        limits = _key_limits(router.providers)
     else:
         for key in ROUTER_FIELDS:
             if key in data:
@@ -685,6 +718,7 @@ def load_scenario(
         origin = f" in {router.source}"
         if "latency" in data:
             profiles = _read_latencies(src, data["latency"], router.providers, origin)
+        limits = _read_key_limits(src, data.get("limits", {}), router.providers, origin)
     providers, routes = router.providers, router.routes
     traffic = _items(src, data, "traffic", lambda v, p: _read_traffic(
         src, v, p, set(routes), providers, duration, origin))
@@ -692,8 +726,10 @@ def load_scenario(
         src, v, p, providers, duration, origin))
     _check_volume(src, traffic, duration)
     fault_names = _fault_names(src, data.get("faults"))
+    strategies = read_strategies(src, data["strategies"], ("strategies",)) \
+        if "strategies" in data else ()
     expect = _items(src, data, "expect", lambda v, p: _read_expect(
-        src, v, p, fault_names, providers, origin))
+        src, v, p, fault_names, providers, origin, strategies))
     src.raise_if_problems()
     latencies = {
         name: profiles.get(name) or provider.extra.get("latency") or DEFAULT_LATENCY
@@ -705,7 +741,55 @@ def load_scenario(
         expect=tuple(expect), live=clock == "live", source=src.name,
         replicas=replicas or 1, shared_state=shared is not False,
         propagation_ms=50 if propagation is None else propagation,
+        limits=limits, strategies=strategies,
     )
+
+
+#: the most strategies one scenario is run under, side by side
+MAX_STRATEGIES = 8
+
+
+def strategy_names() -> tuple[str, ...]:
+    return tuple(Strategy)
+
+
+def read_strategies(src: Source, value: Any, path: Path) -> tuple[str, ...]:
+    """`strategies: [priority, headroom]`: known names, each once."""
+    if not isinstance(value, list) or not value:
+        src.problem(path, "expected a non-empty list of strategies, like [priority, headroom]")
+        return ()
+    if len(value) > MAX_STRATEGIES:
+        src.problem(path, f"{len(value):,} strategies: at most {MAX_STRATEGIES} side by side")
+        return ()
+    names: list[str] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or item not in strategy_names():
+            shown = repr(item)[:60]
+            src.problem(path + (index,), f"expected one of {', '.join(strategy_names())}, "
+                                         f"got {shown}")
+        elif item in names:
+            src.problem(path + (index,), f"{item} is listed twice")
+        else:
+            names.append(item)
+    return tuple(names)
+
+
+def with_strategy(scenario: Scenario, strategy: str) -> Scenario:
+    """`scenario` with every route on `strategy` (its targets and weights as written)."""
+    routes = {name: replace(route, strategy=Strategy(strategy))
+              for name, route in scenario.config.routes.items()}
+    return replace(scenario, config=replace(scenario.config, routes=routes))
+
+
+def _key_limits(providers: Mapping[str, ProviderConfig]) -> dict[tuple[str, str], RateLimits]:
+    """Each key's limits: its own `limits:`, else its provider's."""
+    limits: dict[tuple[str, str], RateLimits] = {}
+    for name, provider in providers.items():
+        for connection in provider.connections:
+            own = connection.extra.get("limits") or provider.extra.get("limits")
+            if own is not None:
+                limits[(name, connection.id)] = own
+    return limits
 
 
 def _own_router(src: Source, data: dict[str, Any]) -> RouterConfig:
@@ -718,12 +802,46 @@ def _own_router(src: Source, data: dict[str, Any]) -> RouterConfig:
                         "--config)")
     providers = parse_providers(
         src, data.get("providers", {}), ("providers",), patch, env=os.environ,
-        extra_fields={"latency": _read_latency},
+        extra_fields={"latency": _read_latency, "limits": read_limits},
+        connection_fields={"limits": read_limits},
     )
     routes = parse_routes(src, data.get("routes", {}), ("routes",), providers)
     own = {key: data[key] for key in ROUTER_FIELDS if key in data}
     return RouterConfig(providers=providers, routes=routes, settings=settings,
                         source=src.name, raw=own)
+
+
+def _read_key_limits(
+    src: Source, value: Any, providers: Mapping[str, ProviderConfig], origin: str
+) -> dict[tuple[str, str], RateLimits]:
+    """The `limits:` section of a scenario run against a config: `provider` (each of its
+    keys) or `provider/connection` -> limits; a key's own entry wins over its provider's."""
+    mapping = read_mapping(src, value, ("limits",))
+    limits: dict[tuple[str, str], RateLimits] = {}
+    own: set[tuple[str, str]] = set()
+    for name, body in (mapping or {}).items():
+        where: Path = ("limits", str(name))
+        provider_name, _, connection = str(name).partition("/")
+        provider = providers.get(provider_name)
+        if provider is None:
+            src.problem(where, f"unknown provider {provider_name!r}{origin} "
+                               f"(providers: {', '.join(providers)})")
+            continue
+        ids = [c.id for c in provider.connections]
+        if connection and connection not in ids:
+            src.problem(where, f"provider {provider_name!r}{origin} has no connection "
+                               f"{connection!r} (connections: {', '.join(ids)})")
+            continue
+        read = read_limits(src, body, where)
+        if read is None:
+            continue
+        for key in ([(provider_name, connection)] if connection else
+                    [(provider_name, c) for c in ids]):
+            if connection or key not in own:
+                limits[key] = read
+        if connection:
+            own.add((provider_name, connection))
+    return limits
 
 
 def _read_latencies(

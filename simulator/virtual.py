@@ -16,6 +16,7 @@ from typing import IO, Any
 from omniroute_tui.clock import ManualClock
 from omniroute_tui.engine.bus import EventBus
 from omniroute_tui.engine.events import EVENT_CLASSES, Event, FaultEvent, json_encoder
+from omniroute_tui.router.rate_limits import parse_rate_limits
 from omniroute_tui.router.steps import Attempt, Wait
 
 from .fakes import FakeProviders
@@ -172,7 +173,9 @@ class VirtualRun:
             elif phase == _STEP:
                 routing, fate = payload
                 if fate is not None:
-                    routing.record(fate.status, fate.classification)
+                    # a key with `limits:` says what is left in its headers, as over HTTP
+                    routing.record(fate.status, fate.classification,
+                                   parse_rate_limits(fate.headers) if fate.headers else None)
                 advance(routing, now)
             elif phase == _SHARE:
                 payload()

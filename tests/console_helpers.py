@@ -14,7 +14,7 @@ def console_app(scenario: str = "demo", at_ms: int = 40_000, *, read_only: bool 
     """The app paused at `at_ms` with no timers running; also every event it sees."""
     loaded = load_scenario(SCENARIOS_DIR / f"{scenario}.yaml")
     seen: list[Event] = []
-    model = ConsoleModel(loaded.providers, lambda: 0)
+    model = ConsoleModel(loaded.providers, lambda: 0, routes=loaded.config.routes)
     backend = SimulationBackend(loaded, speed=2.0, subscribers=(model.on_event, seen.append))
     model.now = backend.now_ms
     backend.step(at_ms)

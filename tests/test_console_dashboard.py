@@ -44,7 +44,8 @@ async def test_80x24_keeps_the_tabs_and_the_overview_is_a_summary() -> None:
         # four summary lines, then a compact providers table that fits 80 columns
         lines = str(app.query_one("#overview-summary", Static).render()).splitlines()
         assert [line.split()[0] for line in lines] == [
-            "breakers", "cooldowns", "lockouts", "traffic"]
+            "breakers", "cooldowns", "lockouts", "traffic", "routes"]
+        assert lines[-1] == "routes     chat priority"
         providers = app.query_one("#dash-providers", KeyedTable)
         assert on_screen(app, "#dash-providers") and providers.row_count == 2
         assert [str(c.label) for c in providers.columns.values()] == [

@@ -15,7 +15,7 @@ from .console_helpers import console_app
 def test_providers_say_why_in_a_429_storm() -> None:
     app, seen = console_app("429-storm", at_ms=45_000)
     rows = app.model.provider_rows(app.backend.now_ms())
-    budget, dedup, waits, skipped = rows["alpha"][8:]
+    budget, dedup, waits, skipped = rows["alpha"][9:]
     deduped = sum(1 for e in seen if e.TYPE == "dedup" and e.provider == "alpha")  # type: ignore[attr-defined]
     reasons = Counter(e.reason for e in seen  # type: ignore[attr-defined]
                       if e.TYPE == "skip" and e.provider == "alpha")  # type: ignore[attr-defined]
@@ -26,12 +26,12 @@ def test_providers_say_why_in_a_429_storm() -> None:
     # the gauge as the last retry left it, and how long ago that was
     age = format_ms(app.backend.now_ms() - last.t)
     assert budget.endswith(f" {int(last.tokens)}/10 {age}")  # type: ignore[attr-defined]
-    assert rows["beta"][8:] == ("full", "0", "0", "–")
+    assert rows["beta"][9:] == ("full", "0", "0", "–")
 
 
 async def test_the_request_view_explains_a_skip_and_an_admission_wait() -> None:
-    # 12 minutes into the hour-long replay, mistral/small's keys are all cooling and
-    # requests wait for the first one back
+    # 12 minutes into the hour-long replay, in the blip on every provider, openai's
+    # gpt-4o-mini keys are all cooling and requests wait for the first one back
     app, _ = console_app("hour-long-mixed", at_ms=724_500)
     trail = next(t for t in reversed(app.model.requests.values())
                  if t.waited_ms and t.status is not None)
@@ -48,9 +48,9 @@ async def test_the_request_view_explains_a_skip_and_an_admission_wait() -> None:
         assert layers[0] == "router" and layers[-1] == "router"
         assert "cooldown" in layers and "admission" in layers
         wait = next(line for line in steps if " waits " in line)
-        assert "for mistral/small (all_cooling)" in wait
+        assert "for openai/gpt-4o-mini (all_cooling)" in wait
         assert any("routes again after waiting" in line for line in steps)
-        assert any("skipped mistral/small: all_cooling, back in" in line for line in steps)
+        assert any("skipped openai/gpt-4o-mini: all_cooling, back in" in line for line in steps)
         assert dict(app.screen.current)["waited"] != "–"
 
 

@@ -26,12 +26,16 @@ def split(name: str, where: Path) -> tuple[Path, Path]:
     """A shipped scenario as a router config plus a scenario that has no providers."""
     data = yaml.safe_load((SCENARIOS_DIR / f"{name}.yaml").read_text())
     config = {key: data.pop(key) for key in ROUTER_FIELDS if key in data}
-    latency = {}
+    latency, limits = {}, {}
     for provider, body in config["providers"].items():
         if "latency" in body:
             latency[provider] = body.pop("latency")
+        if "limits" in body:
+            limits[provider] = body.pop("limits")
     if latency:
         data["latency"] = latency
+    if limits:
+        data["limits"] = limits
     config_path, scenario_path = where / f"{name}.router.yaml", where / f"{name}.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     scenario_path.write_text(yaml.safe_dump(data, sort_keys=False))

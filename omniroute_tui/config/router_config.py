@@ -71,6 +71,7 @@ class ConnectionConfig:
     id: str
     api_key: Secret | None = None
     weight: int = 1
+    extra: Mapping[str, Any] = field(default_factory=dict)  # fields a caller asked to keep
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,8 @@ def _secret(src: Source, value: Any, path: Path, env: Mapping[str, str]) -> Secr
 
 
 def _connections(
-    src: Source, value: Any, path: Path, env: Mapping[str, str] | None
+    src: Source, value: Any, path: Path, env: Mapping[str, str] | None,
+    extra_fields: Mapping[str, Callable[[Source, Any, Path], Any]],
 ) -> tuple[ConnectionConfig, ...]:
     if not isinstance(value, list) or not value:
         src.problem(path, "expected a non-empty list of connections ({id, api_key} or bare ids)")
@@ -209,7 +211,7 @@ def _connections(
         body = read_mapping(src, item, where)
         if body is None:
             continue
-        reject_unknown(src, body, where, ("id", "api_key", "weight"))
+        reject_unknown(src, body, where, ("id", "api_key", "weight", *extra_fields))
         conn_id = _identifier(src, str(body.get("id", "")), where + ("id",), "a connection id")
         if conn_id is None:
             continue
@@ -221,7 +223,9 @@ def _connections(
             if body.get("api_key") is not None and env is not None else None
         weight = read_int(src, body["weight"], where + ("weight",), minimum=1) \
             if "weight" in body else 1
-        result.append(ConnectionConfig(conn_id, secret, weight or 1))
+        extra = {key: reader(src, body[key], where + (key,))
+                 for key, reader in extra_fields.items() if key in body}
+        result.append(ConnectionConfig(conn_id, secret, weight or 1, extra))
     return tuple(result)
 
 
@@ -233,8 +237,10 @@ def parse_providers(
     *,
     env: Mapping[str, str] | None,
     extra_fields: Mapping[str, Callable[[Source, Any, Path], Any]] | None = None,
+    connection_fields: Mapping[str, Callable[[Source, Any, Path], Any]] | None = None,
 ) -> dict[str, ProviderConfig]:
-    """The `providers:` mapping; `extra_fields` lets the simulator read e.g. `latency`.
+    """The `providers:` mapping; `extra_fields` (`connection_fields`) lets the simulator
+    read e.g. `latency` of a provider (`limits` of a connection).
 
     With `env` None the keys are not read at all (a simulation against the config).
     """
@@ -271,7 +277,8 @@ def parse_providers(
                      if "per_model_quota" in body else False)
         base_url = (read_str(src, body["base_url"], where + ("base_url",))
                     if body.get("base_url") is not None else None)
-        connections = _connections(src, body.get("connections"), where + ("connections",), env)
+        connections = _connections(src, body.get("connections"), where + ("connections",), env,
+                                   connection_fields or {})
         extra = {key: reader(src, body[key], where + (key,))
                  for key, reader in extra_fields.items() if key in body}
         providers[provider_id] = ProviderConfig(

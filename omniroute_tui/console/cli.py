@@ -155,7 +155,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
         bus = EventBus()
         router_backend = RouterBackend(config, bus, db=args.db or config.store_path,
                                        recover=args.db_recover == "set-aside")
-        model = ConsoleModel(config.providers, router_backend.now_ms)
+        model = ConsoleModel(config.providers, router_backend.now_ms, routes=config.routes)
         bus.subscribe(model.on_event)
         status = None
         if listen is not None:
@@ -170,7 +170,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
     from simulator.scenario import load_scenario, resolve_scenario
 
     scenario = load_scenario(resolve_scenario(scenario_name or "demo"), config=args.config)
-    model = ConsoleModel(scenario.providers, lambda: 0)
+    model = ConsoleModel(scenario.providers, lambda: 0, routes=scenario.config.routes)
     backend: LiveBackend | SimulationBackend
     if args.live or scenario.live:
         backend = LiveBackend(scenario, subscribers=(model.on_event,))

@@ -24,7 +24,7 @@ __all__ = ["DASHBOARD_PICKS", "DASHBOARD_SIZE", "TARGETS", "PaneView"]
 #: from this size up, the overview pane is a dashboard: every layer and the events at once
 DASHBOARD_SIZE = (120, 36)
 #: the dashboard's compact tables: which of each pane's columns they show
-DASHBOARD_PICKS = {Pane.PROVIDERS: (0, 1, 2, 3, 5, 6, 8), Pane.CONNECTIONS: (0, 1, 2, 3),
+DASHBOARD_PICKS = {Pane.PROVIDERS: (0, 1, 2, 3, 5, 6, 9), Pane.CONNECTIONS: (0, 1, 2, 3),
                    Pane.LOCKOUTS: (0, 1, 2, 3, 5)}
 #: the providers' columns that fit 80 columns: name, breaker, failures, retry, last error
 #: (the rest: `w`, or the row's detail)

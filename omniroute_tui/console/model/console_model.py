@@ -40,6 +40,7 @@ from ...engine.kinds import (
     SkipReason,
 )
 from ...engine.reload import ReloadSummary
+from ...router.routes import Route
 from .panes import Pane
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 HISTORY = 30  # seconds of sparkline
+SHARE_S = 60  # a provider's share of the attempts: over the last minute
 #: an OPEN breaker that an operator forced: its own state on screen, not a tripped one
 FORCED_OPEN = "FORCED OPEN"
 BREAKER_GLYPHS: dict[str, str] = {
@@ -86,7 +88,7 @@ COLUMNS: dict[Pane, tuple[tuple[str, int | None], ...]] = {
         ("fail/thr", None), ("retry in", max(len("probe due"), _LONGEST_DURATION)),
         ("cycles", None),
         ("last error, age", _longest(FailureKind) + len(" (429) ") + _AGE),
-        ("attempts", HISTORY // 3), ("fails", HISTORY // 3),
+        ("attempts", HISTORY // 3), ("share", len("100%")), ("fails", HISTORY // 3),
         # why: retry budget left, failures dedup suppressed, admission waits, skips
         ("budget, age", len("▰▰▰▰▰ 99/99 ") + _AGE), ("dedup", None), ("waits", None),
         ("skipped", _longest(SkipReason) + len(" 99999")),
@@ -165,10 +167,14 @@ def level_gauge(level: int, max_level: int, width: int = 8) -> str:
 
 @dataclass
 class _Buckets:
-    """Per-second counts over the last HISTORY seconds."""
+    """Per-second counts over the last `size` seconds (HISTORY unless told)."""
 
-    counts: deque[int] = field(default_factory=lambda: deque([0] * HISTORY, maxlen=HISTORY))
+    size: int = HISTORY
+    counts: deque[int] = field(init=False)
     second: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = deque([0] * self.size, maxlen=self.size)
 
     def add(self, t_ms: int) -> None:
         self.roll(t_ms)
@@ -177,7 +183,7 @@ class _Buckets:
     def roll(self, t_ms: int) -> None:
         second = t_ms // 1000
         if second > self.second:
-            for _ in range(min(HISTORY, second - self.second)):
+            for _ in range(min(self.size, second - self.second)):
                 self.counts.append(0)
             self.second = second
 
@@ -197,6 +203,7 @@ class ProviderView:
     last_error_at: int | None = None
     attempts: _Buckets = field(default_factory=_Buckets)
     errors: _Buckets = field(default_factory=_Buckets)
+    minute: _Buckets = field(default_factory=lambda: _Buckets(SHARE_S))  # for its share
     history: deque[str] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
     budget_burst: float = 0.0
     budget_tokens: float | None = None  # as the last retry found it
@@ -306,8 +313,11 @@ class LockoutView:
 class ConsoleModel:
     """Everything the panes show, updated by `on_event`; `now()` gives the data's clock."""
 
-    def __init__(self, providers: Mapping[str, ProviderConfig], now: Callable[[], int]) -> None:
+    def __init__(self, providers: Mapping[str, ProviderConfig], now: Callable[[], int],
+                 *, routes: Mapping[str, Route] | None = None) -> None:
         self.now = now
+        #: the routes and their strategies, for the overview (none when attached)
+        self.routes: dict[str, Route] = dict(routes or {})
         self.providers: dict[str, ProviderView] = {}
         self.connections: dict[tuple[str, str], ConnectionView] = {}
         self.lockouts: dict[tuple[str, str, str], LockoutView] = {}
@@ -378,6 +388,7 @@ class ConsoleModel:
         view = self.providers.get(event.provider)
         if view is not None:
             view.attempts.add(event.t)
+            view.minute.add(event.t)
         self.series.add(event.provider, event.t)
         probe = " as the breaker's probe" if event.probe else ""
         if event.probe and view is not None:
@@ -657,9 +668,13 @@ class ConsoleModel:
 
     def provider_rows(self, now: int) -> dict[str, tuple[str, ...]]:
         rows: dict[str, tuple[str, ...]] = {}
+        for v in self.providers.values():
+            v.minute.roll(now)
+        total = sum(sum(v.minute.counts) for v in self.providers.values())
         for name, v in self.providers.items():
             v.attempts.roll(now)
             v.errors.roll(now)
+            share = f"{round(100 * sum(v.minute.counts) / total)}%" if total else "–"
             if v.open_until is not None:
                 left = v.open_until - now
                 retry = format_ms(left) if left > 0 else "probe due"
@@ -677,7 +692,7 @@ class ConsoleModel:
             rows[name] = (
                 name, f"{BREAKER_GLYPHS.get(state, '?')} {state}",
                 f"{failures}/{v.threshold}", retry, str(v.cycles), error,
-                sparkline(v.attempts.counts)[-10:], sparkline(v.errors.counts)[-10:],
+                sparkline(v.attempts.counts)[-10:], share, sparkline(v.errors.counts)[-10:],
                 *self._why(v, now),
             )
         return rows
@@ -826,8 +841,9 @@ class ConsoleModel:
 
 
     def overview_lines(self, now: int) -> list[str]:
-        """All three layers and the traffic in four lines (the overview pane, and the
-        dashboard's header)."""
+        """All three layers and the traffic in four lines, and the routes' strategies in
+        a fifth when the routes are known (the overview pane, and the dashboard's
+        header)."""
         by_state: dict[str, list[str]] = {}
         for v in self.providers.values():
             word = FORCED_OPEN if v.forced and v.state == BreakerState.OPEN else v.state
@@ -868,6 +884,8 @@ class ConsoleModel:
             f"cooldowns  {cooling_line}; {disabled} disabled",
             f"lockouts   {locked_line}",
             f"traffic    {rate:.1f} req/s, {answered} answered ok; faults: {faults}",
+            *(["routes     " + ", ".join(f"{name} {route.strategy}" for name, route
+                                          in self.routes.items())] if self.routes else []),
         ]
 
     def order(self, pane: Pane, sort: str, now: int) -> list[str] | None:

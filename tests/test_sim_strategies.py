@@ -1,0 +1,148 @@
+"""Strategies side by side in the simulator (`strategies:`, `--strategy`), the shipped
+`rate-limit-headroom` scenario, and the warning for a fault that sees no traffic."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from omniroute_tui.config import ConfigError
+from simulator.cli import main
+from simulator.fault_traffic import silent_faults
+from simulator.scenario import SCENARIOS_DIR, load_scenario, shipped_scenarios, with_strategy
+from simulator.virtual import run_virtual
+
+HEADROOM = SCENARIOS_DIR / "rate-limit-headroom.yaml"
+
+
+def test_under_priority_the_first_key_meets_429s_every_minute_and_under_headroom_none() -> None:
+    scenario = load_scenario(HEADROOM)
+    limited: dict[str, Counter[tuple[int, str]]] = {}
+    for strategy in ("priority", "headroom"):
+        out = io.StringIO()
+        metrics = run_virtual(with_strategy(scenario, strategy), "resilient", trace=out)
+        lines = [json.loads(line) for line in out.getvalue().splitlines()]
+        limited[strategy] = Counter((e["t"] // 60_000, e["connection"]) for e in lines
+                                    if e["type"] == "result" and e["status"] == 429)
+        assert metrics["success_rate"] == 1.0
+    assert sum(limited["priority"].values()) == 49
+    assert {minute for minute, key in limited["priority"]} == set(range(10))  # every minute
+    assert {key for minute, key in limited["priority"]} == {"k1"}
+    assert limited["headroom"] == Counter()
+
+
+def test_the_scenario_runs_its_strategies_side_by_side_in_every_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report, junit, html = tmp_path / "r.json", tmp_path / "j.xml", tmp_path / "h.html"
+    assert main(["run", str(HEADROOM), "--policy", "resilient", "--check", "--report",
+                 str(report), "--junit", str(junit), "--html", str(html)]) == 0
+    data = json.loads(report.read_text())
+    assert list(data["policies"]) == ["resilient"]
+    assert list(data["strategies"]) == ["priority", "headroom"]
+    limited = {s: m["providers"]["openai"]["failures"].get("rate_limited", 0)
+               for s, m in data["strategies"].items()}
+    assert limited == {"priority": 49, "headroom": 0}
+    assert [(c["strategy"], c["ok"]) for c in data["checks"]] == [
+        ("priority", True), ("headroom", True), ("priority", True), ("headroom", True),
+        ("headroom", True)]
+    xml = junit.read_text()
+    assert 'classname="rate-limit-headroom.priority"' in xml
+    assert 'classname="rate-limit-headroom.headroom"' in xml
+    page = html.read_text()
+    assert "<th>priority</th><th>headroom</th>" in page
+    assert 'aria-label="priority"' in page and 'aria-label="headroom"' in page
+    out = capsys.readouterr().out
+    assert "every route on" in out and "priority" in out and "headroom" in out
+    assert "PASS failures.rate_limited on openai == 0 (headroom): observed 0" in out
+
+
+def test_strategy_on_the_command_line_replaces_the_scenarios(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    assert main(["run", "429-storm", "--policy", "resilient", "--strategy", "round_robin",
+                 "--strategy", "weighted", "--report", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert list(data["strategies"]) == ["round_robin", "weighted"]
+    # 429-storm's route is priority: round_robin is a run of its own, with other figures
+    assert data["strategies"]["round_robin"]["attempts"] != data["policies"]["resilient"][
+        "attempts"]
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "429-storm", "--strategy", "fastest"])
+    assert caught.value.code == 2
+
+
+@pytest.mark.parametrize(("edit", "line", "field", "reason"), [
+    (("strategies: [priority, headroom]", "strategies: [priority, fastest]"), 20,
+     "strategies[1]", "expected one of priority, round_robin"),
+    (("strategies: [priority, headroom]", "strategies: [priority, priority]"), 20,
+     "strategies[1]", "listed twice"),
+    (("strategies: [priority, headroom]", "strategies: headroom"), 20, "strategies",
+     "non-empty list"),
+    (("strategy: priority, check", "strategy: weighted, check"), 24, "expect[0].strategy",
+     "not one of the scenario's strategies"),
+    (("strategy: priority, check: \">= 0.99\"", "strategy: priority, policy: naive, "
+      "check: \">= 0.99\""), 26, "expect[2].policy", "under the resilient policy"),
+])
+def test_bad_strategies_are_errors_with_file_line_and_field(
+    tmp_path: Path, edit: tuple[str, str], line: int, field: str, reason: str
+) -> None:
+    text = HEADROOM.read_text()
+    assert edit[0] in text
+    path = tmp_path / "s.yaml"
+    path.write_text(text.replace(edit[0], edit[1], 1))
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(path)
+    problem = caught.value.problems[0]
+    assert (problem.line, problem.field) == (line, field)
+    assert reason in problem.reason
+
+
+@pytest.mark.parametrize("name", shipped_scenarios())
+def test_every_shipped_scenarios_faults_see_traffic(name: str) -> None:
+    scenario = load_scenario(SCENARIOS_DIR / f"{name}.yaml")
+    assert silent_faults(scenario, run_virtual(scenario, "resilient")) == []
+
+
+FALLBACK_ONLY = """\
+name: fallback-only
+duration: 2m
+providers:
+  alpha: {models: [m], latency: 100ms, connections: [a]}
+  beta: {models: [m], latency: 100ms, connections: [b]}
+routes:
+  fast: {strategy: priority, targets: [alpha/m, beta/m]}
+traffic:
+  - {route: fast, every: 1s, to: 100s}
+  - {route: alpha/m, every: 1s, from: 101s, to: 102s}
+faults:
+  - {name: alpha-blip, target: alpha, error: reset, at: 10s, for: 2s}
+  - {name: beta-outage, target: beta, error: 503, at: 30s, for: 30s}
+  - {name: late, target: alpha, error: 500, at: 110s, for: 5s}
+  - {name: between, target: alpha, error: 500, at: 101500ms, for: 400ms}
+"""
+
+
+def test_a_fault_on_a_fallback_is_named_with_its_line_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "fallback-only.yaml"
+    path.write_text(FALLBACK_ONLY)
+    scenario = load_scenario(path)
+    assert silent_faults(scenario, run_virtual(scenario, "resilient")) == [
+        f"{path}:13: fault 'beta-outage' saw no traffic: beta is only a fallback of route fast",
+        f"{path}:14: fault 'late' saw no traffic: no traffic runs on a route to alpha while "
+        "it does",
+        f"{path}:15: fault 'between' saw no traffic: no attempt reached alpha while it was on",
+    ]
+    assert main(["validate", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "fault 'beta-outage' saw no traffic: beta is only a fallback of route fast" in err
+    assert main(["run", str(path), "--policy", "resilient"]) == 0
+    assert "fault 'late' saw no traffic" in capsys.readouterr().err
+    # under naive the warning is not given: it speaks of the resilient policy only
+    assert main(["run", str(path), "--policy", "naive"]) == 0
+    assert "saw no traffic" not in capsys.readouterr().err
