@@ -24,7 +24,7 @@ async def test_the_providers_pane_shows_the_last_minutes_share_of_attempts() -> 
     assert {name: round(100 * n / total) for name, n in counts.items()} == {
         "alpha": 69, "beta": 31}
     async with app.run_test(size=(160, 30)) as pilot:
-        await pilot.press("1")
+        await pilot.press("1", "w")  # every column: at 160 the pane shows the narrow ones
         await pilot.pause()
         table = app.query_one("#providers-table", KeyedTable)
         shown = {key: table.get_row(key)[_SHARE] for key in ("alpha", "beta")}
