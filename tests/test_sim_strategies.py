@@ -146,3 +146,11 @@ def test_a_fault_on_a_fallback_is_named_with_its_line_and_why(
     # under naive the warning is not given: it speaks of the resilient policy only
     assert main(["run", str(path), "--policy", "naive"]) == 0
     assert "saw no traffic" not in capsys.readouterr().err
+
+
+def test_the_readme_quotes_the_headroom_lesson_as_pinned() -> None:
+    """49 and none, pinned above, are the README's figures for rate-limit-headroom."""
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    assert "meets 49 429s under `priority` and none under `headroom`" in readme
