@@ -74,7 +74,7 @@ class PaneView(App[None]):
                 matched = self._paint_table(self.query_one(f"#{pane}-table", KeyedTable), now)
             elif pane == Pane.EVENTS:
                 log = self.query_one("#events-log", EventLog)
-                log.catch_up(model.events, model.event_serial)
+                log.catch_up(model.events, model.event_serial, now)
                 log.set_title(self._title(Pane.EVENTS, log.matched, None, now,
                                          log.filter_text))
                 matched = log.matched
@@ -139,7 +139,7 @@ class PaneView(App[None]):
             for kind in (Pane.CONNECTIONS, Pane.LOCKOUTS):
                 self._paint_table(self.query_one(f"#dash-{kind}", KeyedTable), now)
             log = self.query_one("#dash-events", EventLog)
-            log.catch_up(model.events, model.event_serial)
+            log.catch_up(model.events, model.event_serial, now)
             log.set_title(self._title(Pane.EVENTS, log.matched, None, now,
                                          log.filter_text))
 
@@ -243,6 +243,15 @@ class PaneView(App[None]):
         self.notify("every provider column (the name stays put: scroll right with →)"
                     if self._wide else "the providers' most useful columns", timeout=3)
         self.refresh_view()
+
+    def action_times(self) -> None:
+        """`t`: the events' lines start with clock times instead of ages, or back."""
+        logs = list(self.query(EventLog).results(EventLog))
+        show_clock = not logs[0].show_clock
+        for log in logs:
+            log.use_clock(show_clock)
+        self.notify("events: clock times (t: ages)" if show_clock else
+                    "events: how long ago (t: clock times)", timeout=3)
 
     def action_freeze(self) -> None:
         """`z`: hold the panes as they are to read them; the model keeps consuming events

@@ -56,6 +56,7 @@ __all__ = [
     "ProviderView",
     "RequestTrail",
     "age_text",
+    "event_age",
     "level_gauge",
     "plural",
     "sparkline",
@@ -930,6 +931,16 @@ def age_text(now: int, then: int | None) -> str:
         return ""
     ago = max(0, now - then)
     return ">1h" if ago >= 3_600_000 else format_ms(ago)
+
+
+def event_age(ms: int) -> str:
+    """An event line's age in whole seconds (`<1s`, `12s`, `4m05s`, `3h20m`, `12d`): at
+    most six characters, whatever the gap (a gateway's history goes back days)."""
+    if ms < 1000:
+        return "<1s"
+    if ms >= 100 * 3_600_000:
+        return f"{ms // 86_400_000}d"
+    return format_ms(ms)
 
 
 def clock_text(t_ms: int) -> str:
