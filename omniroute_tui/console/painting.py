@@ -210,11 +210,13 @@ class PaneView(App[None]):
                   f"({share:.0%}), {state}; {self.model.total_requests:,} requests")
         body = "\n".join(timeline_lines(faults, scenario.duration_ms, now, width))
         description = scenario.description.replace("\n", " ")
+        gap = "\n\n"
         if not self.dashboard_fits:  # a short screen keeps room for the chart
             room = 2 * max(20, self.size.width - 4)
             if len(description) > room:
                 description = description[:room - 20].rsplit(" ", 1)[0] + " … (enter: all)"
-        timeline.update(f"{header}\n\n{body}\n\n{description}")
+            gap = "\n"
+        timeline.update(f"{header}{gap}{body}{gap}{description}")
         chart = self.query_one(HerdChartPlot)
         windows = [(f.name, f.at_ms, f.until_ms) for f in scenario.faults]
         until = min(now, scenario.duration_ms)

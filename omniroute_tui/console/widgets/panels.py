@@ -105,6 +105,12 @@ class EventLog(RichLog):
         if self._following:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
 
+    def watch_show_horizontal_scrollbar(self, shown: bool) -> None:
+        """The same when a line wider than the log brings the horizontal scrollbar (it
+        takes the last row: the newest line would sit under it)."""
+        if self._following:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
     def set_title(self, text: str) -> None:
         """The title over the log, as written (a typed filter is never markup)."""
         if text != self.title_text:
