@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from rich.segment import Segment
 from rich.style import Style
@@ -19,6 +19,9 @@ from textual.widgets import RichLog, Static
 from ...config.hidden import DESCRIPTION_KEEPS, visible
 from ..model.console_model import clock_text, event_age
 from .scrollbars import whole_cell_scrollbars
+
+if TYPE_CHECKING:
+    from ..model.console_model import ConsoleModel
 
 __all__ = ["EventLog", "FaultBanner", "PlainStatic", "ScenarioTimeline", "StatusBar",
            "timeline_lines"]
@@ -85,6 +88,7 @@ class EventLog(RichLog):
         self.times: deque[int] = deque(maxlen=self.max_lines)
         self.now_ms = 0  # the data's clock at the last paint: the ages are counted to it
         self.show_clock = False  # `t`: clock times instead of ages
+        self.shown_epoch = 0  # the model's log epoch the lines are of
 
     def on_mount(self) -> None:
         whole_cell_scrollbars(self)
@@ -169,15 +173,19 @@ class EventLog(RichLog):
         """Scrolled up from the newest line (to read): new lines wait, the view stays."""
         return bool(self.lines) and not self._following
 
-    def catch_up(self, events: Sequence[tuple[int, str, str]], serial: int, now: int
-                 ) -> None:
+    def catch_up(self, model: ConsoleModel, now: int) -> None:
         """Append what the model logged since this log last caught up (at most what it
-        still holds), the ages counted to `now`. While scrolled back nothing is written: a
-        write would drop lines at the top (the log keeps 500) and the text read would
-        creep up; `G` or scrolling to the end catches up (the ages still move on)."""
+        still holds), the ages counted to `now`; a log the model started again (a room's
+        new run) starts again too. While scrolled back nothing is written: a write would
+        drop lines at the top (the log keeps 500) and the text read would creep up; `G`
+        or scrolling to the end catches up (the ages still move on)."""
+        if model.log_epoch != self.shown_epoch:
+            self.clear()
+            self.shown_epoch = model.log_epoch
         if now // 1000 != self.now_ms // 1000 and not self.show_clock:
             self.refresh()  # an age shown in whole seconds changes at most once a second
         self.now_ms = now
+        events, serial = model.events, model.event_serial
         new = serial - self.shown_serial
         if new <= 0 or self.scrolled_back:
             return
