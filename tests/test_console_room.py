@@ -54,6 +54,9 @@ async def test_two_viewers_follow_the_trainers_pause_and_speed() -> None:
             await eventually(lambda: all(b.connected for b in backends), what="attached")
             assert [b.status() for b in backends] == ["room sim 00:40.0 paused"] * 2
             assert all(v.read_only for v in viewers)  # type: ignore[attr-defined]
+            # the routes with their strategies come with the room's state
+            assert viewers[0].model.routes == trainer.model.routes == {  # type: ignore[attr-defined]
+                "chat": "priority", "fast": "round_robin", "reason": "weighted"}
 
             await pilot.press("space")  # the trainer plays on...
             await pilot.press("plus")  # ...and speeds up: 2 -> 5

@@ -321,6 +321,8 @@ async def test_help_lists_the_lessons_keys_first() -> None:
         assert lines[4] == "On this pane (connections):"
         await pilot.press("escape")
         assert isinstance(app, LessonApp) and app.backend.paused  # help changed nothing
+        # the overview names the lesson's routes as any replay's does
+        assert app.model.overview_lines(0)[-1] == "routes     chat priority"
         await pilot.press("q")
 
 

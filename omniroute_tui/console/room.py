@@ -189,7 +189,8 @@ class RoomServer:
     async def state(self, request: Request, replay: SimulationBackend) -> Response:
         attempts = ({} if self._attempts is None else
                     attempts_document(self._attempts, replay.now_ms()))
-        return JSONResponse({**state_document(replay.engine, replay.providers),
+        routes = None if replay.scenario is None else replay.scenario.config.routes
+        return JSONResponse({**state_document(replay.engine, replay.providers, routes),
                              "store": None, "config": None,
                              "replay": replay_document(replay, self._run),
                              "attempts": attempts})

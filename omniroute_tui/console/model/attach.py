@@ -252,6 +252,14 @@ class AttachBackend(RealTimeBackend):
         entries = audit.json().get("entries", []) if audit.status_code == 200 else []
         self._on_history(events, [e for e in entries if isinstance(e, dict)])
 
+    async def _read_state(self) -> None:
+        """The state again, after a `reload` event: the routes in force (and what the
+        reload added) are in the state, not in the event. A gateway that does not answer
+        is a broken link: the reconnection reads it anyway."""
+        reply = await self._client.get("/api/resilience/state")
+        reply.raise_for_status()
+        self._on_state(reply.json())
+
     async def _follow(self) -> None:
         """Read the event stream; on any break, wait (backing off) and reconnect."""
         failures = 0
@@ -283,6 +291,8 @@ class AttachBackend(RealTimeBackend):
                                     self._on_event(event_from_dict(data))
                             except ValueError:
                                 continue  # a frame from a newer gateway: skip it
+                            if kind == "reload":
+                                await self._read_state()
                 reason = "the stream ended"
             except (httpx.HTTPError, ValueError) as exc:
                 reason = str(exc) or type(exc).__name__

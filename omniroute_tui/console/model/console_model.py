@@ -126,6 +126,8 @@ SORTS: dict[Pane, tuple[str, ...]] = {
     Pane.AUDIT: ("newest first",),
 }
 AUDIT_ROWS = 500  # operator actions the audit pane keeps
+MAX_ROUTES = 1000  # routes a state document may list (a config's own bound)
+ROUTES_SHOWN = 8  # routes the overview names; the rest are counted
 RECENT_REQUESTS = 200  # requests the "why" view keeps, each with its steps
 #: a request id's cell at most (a client's may be 128 characters); the detail has it whole
 REQUEST_ID_CELL = 24
@@ -321,8 +323,10 @@ class ConsoleModel:
     def __init__(self, providers: Mapping[str, ProviderConfig], now: Callable[[], int],
                  *, routes: Mapping[str, Route] | None = None) -> None:
         self.now = now
-        #: the routes and their strategies, for the overview (none when attached)
-        self.routes: dict[str, Route] = dict(routes or {})
+        #: each route's strategy, for the overview: the config's, or the state's when
+        #: attached (read again after a reload)
+        self.routes: dict[str, str] = {name: route.strategy.value
+                                       for name, route in (routes or {}).items()}
         self.providers: dict[str, ProviderView] = {}
         self.connections: dict[tuple[str, str], ConnectionView] = {}
         self.lockouts: dict[tuple[str, str, str], LockoutView] = {}
@@ -667,7 +671,19 @@ class ConsoleModel:
             key3 = (lk["provider"], lk["connection"], lk["model"])
             self.lockouts[key3] = LockoutView(*key3, lk["kind"] or "", lk["failures"],
                                               lk["until"])
+        self._load_routes(state.get("routes"))
         self._load_attempts(state.get("attempts"))
+
+    def _load_routes(self, routes: object) -> None:
+        """The routes of a state document (a gateway's, a room's): the whole set in
+        force, each name with its strategy; a document without them (an older gateway)
+        leaves the routes known as they are. At most MAX_ROUTES; an entry of another
+        shape is left out."""
+        if not isinstance(routes, list):
+            return
+        self.routes = {route["name"]: route["strategy"] for route in routes[:MAX_ROUTES]
+                       if isinstance(route, dict) and isinstance(route.get("name"), str)
+                       and isinstance(route.get("strategy"), str)}
 
     def _load_attempts(self, attempts: object) -> None:
         """A room's attempts per second so far (`{provider: [[second, count], ...]}`):
@@ -935,9 +951,15 @@ class ConsoleModel:
             f"cooldowns  {cooling_line}; {disabled} disabled",
             f"lockouts   {locked_line}",
             f"traffic    {rate:.1f} req/s, {answered} answered ok; faults: {faults}",
-            *(["routes     " + ", ".join(f"{name} {route.strategy}" for name, route
-                                          in self.routes.items())] if self.routes else []),
+            *([self._routes_line()] if self.routes else []),
         ]
+
+    def _routes_line(self) -> str:
+        """`routes     chat priority, fast weighted` (past ROUTES_SHOWN: `and 12 more`)."""
+        named = [f"{name} {strategy}" for name, strategy
+                 in list(self.routes.items())[:ROUTES_SHOWN]]
+        more = len(self.routes) - len(named)
+        return "routes     " + ", ".join(named) + (f" and {more} more" if more else "")
 
     def order(self, pane: Pane, sort: str, now: int) -> list[str] | None:
         """Row keys of `pane` in the order `sort` (one of SORTS[pane]) puts them; None for
