@@ -101,6 +101,7 @@ class HerdChartPlot(Vertical):
 
     _make: Callable[[int], HerdChart] | None = None
     xlabel = "scenario seconds"
+    _shown_key: tuple[str, list[list[tuple[str, str]]]] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="herd-key", markup=False)
@@ -158,9 +159,15 @@ class HerdChartPlot(Vertical):
         plot.refresh()
 
     def _show_key(self, chart: HerdChart) -> None:
-        """The key, then the legend in lines that fit the chart's width."""
+        """The key, then the legend in lines that fit the chart's width (written again
+        only when they change: an update lays the pane out again)."""
+        lines = legend_lines(legend(chart), max(10, self.size.width - 2))
+        shown = (chart.compared_policy, lines)
+        if shown == self._shown_key:
+            return
+        self._shown_key = shown
         text = Text(key(chart.compared_policy), no_wrap=True, overflow="ellipsis")
-        for line in legend_lines(legend(chart), max(10, self.size.width - 2)):
+        for line in lines:
             text.append("\n")
             for n, (entry, colour) in enumerate(line):
                 text.append(("  " if n else "") + entry, style=colour)
