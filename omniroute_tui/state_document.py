@@ -8,17 +8,28 @@ from typing import Any
 
 from .config.router_config import ProviderConfig
 from .engine.engine import ResilienceEngine
+from .router.routes import Route
 
-__all__ = ["state_document"]
+__all__ = ["routes_document", "state_document"]
 
 
-def state_document(engine: ResilienceEngine, providers: Mapping[str, ProviderConfig]
-               ) -> dict[str, Any]:
+def routes_document(routes: Mapping[str, Route]) -> list[dict[str, Any]]:
+    """The routes in force, each with its strategy, targets and weights (null: each
+    weighs 1): what an attached console shows of them."""
+    return [{"name": name, "strategy": route.strategy.value,
+             "targets": [str(t) for t in route.targets],
+             "weights": None if route.weights is None else list(route.weights)}
+            for name, route in routes.items()]
+
+
+def state_document(engine: ResilienceEngine, providers: Mapping[str, ProviderConfig],
+                   routes: Mapping[str, Route] | None = None) -> dict[str, Any]:
+    """With `routes` (the router's, which a reload replaces), a `routes` part too."""
     now = engine.now()
     snapshot = engine.snapshot()
     keys = {(name, c.id): (c.api_key.masked if c.api_key is not None else None)
             for name, p in providers.items() for c in p.connections}
-    return {
+    document: dict[str, Any] = {
         "now": now,
         "breakers": [
             {"provider": b.provider, "state": b.state.value, "failures": b.failures,
@@ -42,3 +53,6 @@ def state_document(engine: ResilienceEngine, providers: Mapping[str, ProviderCon
             for lk in snapshot.lockouts if lk.until > now
         ],
     }
+    if routes is not None:
+        document["routes"] = routes_document(routes)
+    return document

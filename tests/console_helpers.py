@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import html
+import re
+from typing import Any
+
 from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.model.backends import SimulationBackend
 from omniroute_tui.console.model.console_model import ConsoleModel
@@ -30,3 +34,21 @@ async def settle(pilot: object, condition: object, tries: int = 100) -> None:
         if condition():  # type: ignore[operator]
             return
         await pilot.pause(0.05)  # type: ignore[attr-defined]
+
+
+_CELL = re.compile(r'<text class="terminal-[^"]*" x="([\d.]+)" y="[\d.]+" textLength="[\d.]+" '
+                   r'clip-path="url\(#terminal-(?:\d+-)?line-(\d+)\)">([^<]*)</text>')
+
+
+def screen_lines(app: Any) -> list[str]:
+    """The screen as it is painted, one string a row (from the app's SVG screenshot: each
+    run of text sits at its cell, 12.2 units wide)."""
+    rows: dict[int, dict[int, str]] = {}
+    for match in _CELL.finditer(app.export_screenshot()):
+        column, row = round(float(match.group(1)) / 12.2), int(match.group(2))
+        cells = rows.setdefault(row, {})
+        for i, char in enumerate(html.unescape(match.group(3)).replace("\xa0", " ")):
+            cells[column + i] = char
+    return ["".join(rows.get(r, {}).get(c, " ") for c in range(max(rows.get(r, {0: ""}))
+                                                               + 1)).rstrip()
+            for r in range(max(rows, default=-1) + 1)]

@@ -5,8 +5,18 @@ from __future__ import annotations
 
 import re
 
+import pytest
+from textual.widgets import Static
+
 from omniroute_tui.console.screens.modals import DetailScreen
-from omniroute_tui.console.widgets.herd_chart import MARKERS, HerdChartPlot, key, round_ticks
+from omniroute_tui.console.widgets.herd_chart import (
+    MARKERS,
+    HerdChartPlot,
+    key,
+    legend,
+    legend_lines,
+    round_ticks,
+)
 
 from .console_helpers import console_app
 
@@ -65,23 +75,58 @@ def test_round_ticks() -> None:
     assert round_ticks(0.0) == [0.0]
 
 
+def _canvas(chart: HerdChartPlot) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", chart.plt.build())
+
+
 async def test_each_provider_has_its_own_marker_and_one_legend_entry_a_series() -> None:
     app, _ = console_app("429-storm", at_ms=300_000)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("5")
         await pilot.pause()
         chart = app.query_one(HerdChartPlot)
-        drawn = re.sub(r"\x1b\[[0-9;]*m", "", chart.plt.build())
+        shown = str(chart.query_one("#herd-key", Static).render()).splitlines()
         # the key stays at 80 columns: filled resilient, hollow naive, the shading, faults
-        assert key() in drawn
+        assert shown == [key(), "●● alpha  ■■ beta  ○○ alpha naive  □□ beta naive"]
         spans = app.model.herd_chart(300_000, 60).open_spans
         assert len(spans) > 1  # alpha opened more than once ...
-        assert drawn.count("OPEN") == 1  # ... and the shading is explained once, the key
-        for name in ("alpha", "beta"):  # one legend entry a line
-            assert drawn.count(f" {name} naive") == 1
-            assert drawn.count(f" {name}") - drawn.count(f" {name} naive") == 1
+        assert "\n".join(shown).count("OPEN") == 1  # ... and the shading is explained once
         markers = {MARKERS[0][0], MARKERS[1][0], MARKERS[0][1], MARKERS[1][1]}
-        assert all(m in drawn for m in markers)  # alpha ● ○, beta ■ □
+        assert all(m in _canvas(chart) for m in markers)  # alpha ● ○, beta ■ □
+
+
+@pytest.mark.parametrize(("scenario", "at_ms", "size"), [
+    ("429-storm", 300_000, (80, 24)), ("hour-long-mixed", 1_200_000, (120, 36)),
+    ("hour-long-mixed", 1_200_000, (160, 48))])
+async def test_the_legend_never_covers_the_data(scenario: str, at_ms: int,
+                                                size: tuple[int, int]) -> None:
+    """A busy run draws a line per provider and policy (eight in hour-long-mixed): the
+    legend is lines of its own above the plot, never rows over its top left corner."""
+    app, _ = console_app(scenario, at_ms=at_ms)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("5")
+        await pilot.pause()
+        chart = app.query_one(HerdChartPlot)
+        drawn = chart._make(max(10, chart.plot.size.width - 12)) if chart._make else None
+        assert drawn is not None
+        entries = [entry for entry, _ in legend(drawn)]
+        assert len(entries) == len(drawn.lines) + sum(1 for *_, ys in drawn.compared
+                                                      if any(ys))
+        assert len(entries) == (4 if scenario == "429-storm" else 8)
+        text = str(chart.query_one("#herd-key", Static).render())
+        assert all(text.count(entry) == 1 for entry in entries)  # one entry a line drawn
+        legend_box = chart.query_one("#herd-key").region
+        assert legend_box.bottom <= chart.plot.region.y  # above the plot, not over it
+        assert chart.plot.region.height >= 8
+        canvas = _canvas(chart)
+        assert not any(label in canvas for label, _, _ in drawn.lines)  # no name in the plot
+
+
+def test_the_legend_wraps_between_entries() -> None:
+    entries = [("●● openai", "cyan"), ("■■ anthropic", "magenta"), ("○○ openai naive", "cyan")]
+    assert legend_lines(entries, 30) == [entries[:2], entries[2:]]
+    assert legend_lines(entries, 8) == [[e] for e in entries]  # never split mid-entry
+    assert legend_lines([], 80) == []
 
 
 def test_attached_the_chart_is_the_last_ten_minutes_live() -> None:

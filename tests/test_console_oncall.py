@@ -23,7 +23,7 @@ from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.console.widgets.panels import EventLog
 from omniroute_tui.console.widgets.scrollbars import WholeCellScrollBar
 
-from .console_helpers import console_app, settle
+from .console_helpers import console_app, screen_lines, settle
 from .gateway_helpers import TOKEN, free_port, running_gateway
 from .test_console_attach import attach_args
 
@@ -280,6 +280,20 @@ async def test_the_detail_is_wide_on_a_wide_screen_and_j_k_scroll_it() -> None:
         await pilot.press("k")
         assert history.scroll_y == 1
         assert app.query_one("#providers-table", KeyedTable).cursor_row == 0  # not moved
+
+
+async def test_the_details_keys_and_history_fit_80x24() -> None:
+    app, _ = console_app(at_ms=110_000)  # openai: 15 fields and a history of transitions
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        dialog = app.screen.query_one("#dialog")
+        shown = screen_lines(app)[dialog.region.y:dialog.region.bottom]
+        # the keys whole on the dialog's bottom border, the history's first lines above
+        assert "j k scroll · escape closes" in shown[-1]
+        assert sum("→" in line for line in shown) >= 3
+        assert "00:23.8 CLOSED → DEGRADED (failures, 3 failures)" in "\n".join(shown)
 
 
 async def test_help_lists_this_panes_keys_first() -> None:

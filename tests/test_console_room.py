@@ -15,7 +15,10 @@ import httpx
 from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.cli import build_app
 from omniroute_tui.console.model.attach import AttachBackend, fetch_state
+from omniroute_tui.console.model.console_model import ConsoleModel
 from omniroute_tui.console.room import RoomServer
+from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
+from omniroute_tui.console.widgets.panels import EventLog
 
 from .console_helpers import console_app, settle
 from .waiting import eventually
@@ -51,6 +54,9 @@ async def test_two_viewers_follow_the_trainers_pause_and_speed() -> None:
             await eventually(lambda: all(b.connected for b in backends), what="attached")
             assert [b.status() for b in backends] == ["room sim 00:40.0 paused"] * 2
             assert all(v.read_only for v in viewers)  # type: ignore[attr-defined]
+            # the routes with their strategies come with the room's state
+            assert viewers[0].model.routes == trainer.model.routes == {  # type: ignore[attr-defined]
+                "chat": "priority", "fast": "round_robin", "reason": "weighted"}
 
             await pilot.press("space")  # the trainer plays on...
             await pilot.press("plus")  # ...and speeds up: 2 -> 5
@@ -109,6 +115,91 @@ async def test_a_replay_from_the_start_reconnects_the_viewers_to_the_new_run() -
                              and backend.room["run"] == 1, timeout_s=15,
                              what="the viewer on the new run")
             assert backend.now_ms() == 0 and backend.room["paused"] is True
+
+
+async def test_a_replay_from_the_start_is_marked_in_the_viewers_events() -> None:
+    async with room() as (trainer, pilot, url):
+        state = await asyncio.to_thread(fetch_state, url, None)
+        viewer = build_app(viewer_args(url), attach_state=state)
+        async with viewer.run_test(size=(100, 30)) as seen:  # type: ignore[attr-defined]
+            backend: AttachBackend = viewer.backend  # type: ignore[attr-defined]
+            model = viewer.model  # type: ignore[attr-defined]
+            await eventually(lambda: backend.connected, what="attached")
+            await pilot.press("n", "n")  # the old run goes on a little: requests, attempts
+            await eventually(lambda: model.total_requests > 0, what="the old run's traffic")
+            await seen.press("4")
+            await pilot.press("R", "y")
+            await eventually(lambda: backend.connected and backend.room is not None
+                             and backend.room["run"] == 1, timeout_s=15,
+                             what="the viewer on the new run")
+            mark = ("room: the trainer replayed demo from the start (run 2); what follows "
+                    "is the new run")
+            texts = [text for _, _, text in model.events]
+            assert texts[0] == mark and texts.count(mark) == 1
+            assert not any(text.startswith("link:") for text in texts)  # not a lost link
+            # what the old run left is gone: the new one starts paused at 0
+            assert model.total_requests == 0 and not model.requests
+            assert not any(model.series.counts.values())
+            viewer.refresh_view()  # type: ignore[attr-defined]
+            await seen.pause()
+            log = viewer.query_one("#events-log", EventLog)  # type: ignore[attr-defined]
+            assert log.render_line(0).text.rstrip() == f"   <1s  {mark}"
+
+
+async def test_a_viewers_herd_chart_draws_the_trainers_run() -> None:
+    async with room() as (trainer, pilot, url):
+        state = await asyncio.to_thread(fetch_state, url, None)
+        viewer = build_app(viewer_args(url), attach_state=state)
+        async with viewer.run_test(size=(100, 30)) as seen:  # type: ignore[attr-defined]
+            backend: AttachBackend = viewer.backend  # type: ignore[attr-defined]
+            await eventually(lambda: backend.connected, what="attached")
+            await seen.press("5")
+            chart = viewer.query_one(HerdChartPlot)  # type: ignore[attr-defined]
+            await eventually(lambda: chart._make is not None, what="the chart drawn")
+
+            def same_as_the_trainers(now: int) -> bool:
+                assert chart._make is not None
+                drawn = chart._make(40)
+                theirs = trainer.model.herd_chart(now, 40)
+                return drawn.lines == theirs.lines and (drawn.start_s, drawn.end_s) == (
+                    0, now // 1000)
+
+            # joined at 40 s: the run so far comes with the room's state, the same
+            # attempts per second as the trainer's own chart, on the run's clock
+            assert same_as_the_trainers(40_000)
+            assert sum(sum(ys) for _, _, ys in chart._make(40).lines) > 0
+            assert chart.xlabel == "scenario seconds"
+            for _ in range(5):
+                await pilot.press("n")  # five more seconds: they come over the stream
+            await eventually(lambda: backend.now_ms() == 45_000 and viewer.refresh_view()
+                             is None and same_as_the_trainers(45_000),
+                             what="the viewer's chart up to 45 s")
+            timeline = str(viewer.query_one("#timeline").render())  # type: ignore[attr-defined]
+            assert "the trainer's run at 00:45.0; attempts per second on each provider " \
+                   "since its start" in timeline
+
+
+def test_a_rooms_attempts_of_another_shape_are_left_out() -> None:
+    """A room's document is not ours to trust: only well-formed pairs for the providers
+    its state names are taken, at most the chart's ten minutes of them."""
+    def state(attempts: object) -> dict[str, object]:
+        return {"breakers": [{"provider": "alpha", "state": "CLOSED", "failures": 0,
+                              "cycles": 0, "threshold": 5, "opened_at": None,
+                              "open_for_ms": 0}],
+                "connections": [], "lockouts": [], "attempts": attempts}
+
+    model = ConsoleModel({}, lambda: 0)
+    model.load_state_document(state({
+        "alpha": [[1, 3], [2, -1], ["3", 4], [4, 5, 6], [True, 2], [5, 2.5], [2**60, 1],
+                  "x", None, [6, 7]],
+        "ghost": [[1, 1]], "beta": "no", "": {}}))
+    assert dict(model.series.counts) == {"alpha": {1: 3, 6: 7}}
+    for odd in ([1, 2], "attempts", None, 7, {"alpha": {"1": 2}}):
+        model.load_state_document(state(odd))  # never raises; takes nothing
+    assert dict(model.series.counts) == {"alpha": {1: 3, 6: 7}}
+    model.load_state_document(state({"alpha": [[s, 1] for s in range(100_000)]}))
+    assert len(model.series.counts["alpha"]) == 2 + 600
+    assert min(s for s in model.series.counts["alpha"] if s > 6) == 100_000 - 600
 
 
 async def test_a_room_with_a_token_refuses_viewers_without_it() -> None:

@@ -1,15 +1,24 @@
 """The providers pane shows each provider's share of the last minute's attempts, and the
-overview the routes with their strategies."""
+overview the routes with their strategies: the config's, or an attached gateway's as its
+state lists them, read again after a reload."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
-from omniroute_tui.console.model.console_model import COLUMNS, SHARE_S
+import httpx
+import yaml
+
+from omniroute_tui.console.cli import build_app
+from omniroute_tui.console.model.attach import fetch_state
+from omniroute_tui.console.model.console_model import COLUMNS, SHARE_S, ConsoleModel
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 
-from .console_helpers import console_app
+from .console_helpers import console_app, settle
 
 _SHARE = [name for name, _ in COLUMNS[Pane.PROVIDERS]].index("share")
 
@@ -50,3 +59,66 @@ async def test_the_overview_names_each_routes_strategy() -> None:
         lines = app.model.overview_lines(app.backend.now_ms())
         assert lines[-1] == "routes     chat priority, fast round_robin, reason weighted"
         assert lines[-1] in str(app.query_one("#overview-summary").render())
+
+
+async def test_an_attached_console_reads_the_routes_and_follows_a_reload(
+        tmp_path: Path) -> None:
+    """The gateway's state lists its routes with their strategies; a `reload` event makes
+    an attached console read them again."""
+    from .gateway_helpers import TOKEN
+    from .test_console_attach import attach_args
+    from .test_gateway_reload import AUTH, config_text, served
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    async with served(tmp_path, config_text("http://127.0.0.1:9/v1", providers=2)) as gw, \
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
+        assert state["routes"] == [{"name": "chat", "strategy": "priority",
+                                    "targets": ["p0/m", "p1/m"], "weights": None}]
+        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        async with app.run_test(size=(100, 30)) as pilot:  # type: ignore[attr-defined]
+            backend = app.backend  # type: ignore[attr-defined]
+            await settle(pilot, lambda: backend.connected)
+            await pilot.press("0")
+            await pilot.pause()
+            assert routes_line(app) == "routes     chat priority"
+            text = yaml.safe_load(gw.path.read_text())
+            text["routes"] = {
+                "chat": {"targets": [{"target": "p0/m", "weight": 3}, "p1/m"],
+                         "strategy": "weighted"},
+                "fast": {"targets": ["p1/m"], "strategy": "round_robin"}}
+            gw.path.write_text(yaml.safe_dump(text))
+            reply = await http.post("/api/resilience/reload", headers=AUTH)
+            assert reply.status_code == 200, reply.text
+            await settle(pilot, lambda: routes_line(app) ==
+                         "routes     chat weighted, fast round_robin")
+            assert routes_line(app) == "routes     chat weighted, fast round_robin"
+            reread = (await http.get("/api/resilience/state", headers=AUTH)).json()
+            assert reread["routes"][0]["weights"] == [3, 1]
+
+
+def routes_line(app: Any) -> str:
+    """The overview's routes line as painted (refreshed first: the test drives no ticks)."""
+    app.refresh_view()
+    lines = str(app.query_one("#overview-summary").render()).splitlines()
+    return next((line for line in lines if line.startswith("routes")), "")
+
+
+def test_routes_of_another_shape_are_left_out_and_many_are_counted() -> None:
+    model = ConsoleModel({}, lambda: 0)
+    empty: dict[str, list[object]] = {"breakers": [], "connections": [], "lockouts": []}
+    model.load_state_document({**empty, "routes": [
+        {"name": "chat", "strategy": "weighted"}, {"name": 5, "strategy": "priority"},
+        {"name": "x"}, "fast", None, {"name": "fast", "strategy": "least_busy",
+                                      "targets": "odd"}]})
+    assert model.routes == {"chat": "weighted", "fast": "least_busy"}
+    model.load_state_document(empty)  # an older gateway says nothing of routes
+    assert model.routes == {"chat": "weighted", "fast": "least_busy"}
+    model.load_state_document({**empty, "routes": "all of them"})
+    assert model.routes == {"chat": "weighted", "fast": "least_busy"}
+    model.load_state_document({**empty, "routes": [
+        {"name": f"r{n}", "strategy": "priority"} for n in range(5000)]})
+    assert len(model.routes) == 1000
+    assert model.overview_lines(0)[-1] == (
+        "routes     " + ", ".join(f"r{n} priority" for n in range(8)) + " and 992 more")

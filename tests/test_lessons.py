@@ -10,13 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from textual.widgets import Footer, TabbedContent
+from textual.widgets import Footer, Static, TabbedContent
 
 from omniroute_tui.config import ConfigError
 from omniroute_tui.console.cli import _parser, build_app
 from omniroute_tui.console.cli import main as console_main
 from omniroute_tui.console.lesson_app import LessonApp
 from omniroute_tui.console.model.lesson_progress import LessonBackend, LessonProgress
+from omniroute_tui.console.screens.modals import HelpScreen
 from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.console.widgets.lesson_panel import LessonPanel
@@ -302,6 +303,26 @@ async def test_enter_reveals_the_answer() -> None:
         assert "cooldown.base" not in _panel(app)
         await pilot.press("enter")
         assert "A: 3 s, level 1 of the ladder (cooldown.base" in _panel(app)
+        await pilot.press("q")
+
+
+async def test_help_lists_the_lessons_keys_first() -> None:
+    app = build_app(_parser().parse_args(["--lesson", "1-cooldown-ladder"]))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, lambda: "step 1" in _panel(app))
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        lines = str(app.screen.query_one("#keys", Static).render()).splitlines()
+        assert lines[:4] == [
+            "In this lesson:",
+            "  space  a paused lesson step: go on (no step waiting: pause or resume)",
+            "  enter  reveal the answer to the step's question (none: the row's detail)",
+            ""]
+        assert lines[4] == "On this pane (connections):"
+        await pilot.press("escape")
+        assert isinstance(app, LessonApp) and app.backend.paused  # help changed nothing
+        # the overview names the lesson's routes as any replay's does
+        assert app.model.overview_lines(0)[-1] == "routes     chat priority"
         await pilot.press("q")
 
 

@@ -56,6 +56,8 @@ ACTIONS: tuple[ConsoleAction, ...] = (
                   show=False),
     ConsoleAction("pause", "space", "Pause", "pause or resume the scenario (on real time: "
                   "freeze the display, as z)", key_display="space"),
+    ConsoleAction("times", "t", "Times", "events: how long ago (12s) or clock times "
+                  "(01:23.4)", show=False),
     ConsoleAction("freeze", "z", "Freeze", "freeze the display to read it (data keeps coming "
                   "in; z again catches up)", show=False),
     ConsoleAction("go_back", "escape", "Back", "clear this pane's filter, else back to the pane "
@@ -84,13 +86,13 @@ ACTIONS: tuple[ConsoleAction, ...] = (
 
 #: the actions that matter most on each pane: the help screen lists them first
 PANE_KEYS: dict[Pane, tuple[str, ...]] = {
-    Pane.OVERVIEW: ("detail", "sort", "reset_breaker", "force_open", "filter"),
+    Pane.OVERVIEW: ("detail", "sort", "reset_breaker", "force_open", "filter", "times"),
     Pane.PROVIDERS: ("detail", "sort", "wide", "reset_breaker", "force_open",
                      "clear_provider_lockouts", "filter"),
     Pane.CONNECTIONS: ("detail", "sort", "clear", "toggle_enabled", "filter"),
     Pane.LOCKOUTS: ("detail", "sort", "clear", "clear_provider_lockouts", "filter"),
-    Pane.EVENTS: ("filter", "move('down')", "move('up')", "move('top')", "move('bottom')",
-                  "freeze"),
+    Pane.EVENTS: ("filter", "times", "move('down')", "move('up')", "move('top')",
+                  "move('bottom')", "freeze"),
     Pane.SCENARIO: ("pause", "faster", "slower", "step", "restart", "detail"),
     Pane.REQUESTS: ("filter", "detail", "sort"),
     Pane.AUDIT: ("detail", "filter"),

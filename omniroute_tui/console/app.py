@@ -168,7 +168,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
     def refresh_view(self) -> None:
         super().refresh_view()
         if self.room is not None and self.backend.replay is not None:
-            self.room.follow(self.backend.replay)  # pause, speed and restarts reach viewers
+            # pause, speed and restarts reach viewers, and the attempts their charts draw
+            self.room.follow(self.backend.replay, self.model.series)
 
     async def _serve_gateway(self, host: str, port: int) -> None:
         """Serve the gateway from this console's own router (`--listen`)."""

@@ -213,7 +213,7 @@ def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None,
         model.load_state_document(state)
     backend = AttachBackend(args.attach, token, on_event=model.on_event,
                             on_state=model.load_state_document, on_history=model.backfill,
-                            on_note=model.note)
+                            on_note=model.note, on_run=model.new_run)
     if state is not None:
         backend.follow_room(state.get("replay"))
     model.now = backend.now_ms

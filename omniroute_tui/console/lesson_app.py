@@ -15,6 +15,7 @@ from textual.widgets import Footer
 
 from .app import ConsoleApp
 from .model.lesson_progress import LessonBackend, LessonProgress
+from .screens.modals import HelpScreen
 from .widgets.lesson_panel import LessonPanel
 
 __all__ = ["LESSON_KEYS", "LessonApp"]
@@ -24,8 +25,10 @@ _STYLES = Path(__file__).parent / "styles"
 #: a focused table's own `enter` does not take the key first; an action with nothing to
 #: do hands the key on (SkipAction) to the console's binding for it.
 LESSON_KEYS = (
-    ("space", "lesson_continue", "Continue", "a paused lesson step: go on"),
-    ("enter", "lesson_answer", "Answer", "reveal the answer to the step's question"),
+    ("space", "lesson_continue", "Continue",
+     "a paused lesson step: go on (no step waiting: pause or resume)"),
+    ("enter", "lesson_answer", "Answer",
+     "reveal the answer to the step's question (none: the row's detail)"),
 )
 
 
@@ -68,6 +71,11 @@ class LessonApp(ConsoleApp):
             self.jump(step.pane, step.row)
         else:
             self.action_pane(step.pane)
+
+    def action_help(self) -> None:
+        """Help with the lesson's keys first, then the pane's and the console's."""
+        self.push_screen(HelpScreen(self.active_pane, read_only=self.read_only,
+                                    lesson=[(key, what) for key, _, _, what in LESSON_KEYS]))
 
     def action_lesson_continue(self) -> None:
         backend = self.backend

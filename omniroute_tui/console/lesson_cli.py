@@ -24,7 +24,8 @@ def lesson_app(args: argparse.Namespace, operator: str) -> object:
             raise ValueError(f"--lesson replays a shipped scenario in virtual time: it takes "
                              f"no --{option}")
     lesson = load_lesson(resolve_lesson(args.lesson))
-    model = ConsoleModel(lesson.scenario.providers, lambda: 0)
+    model = ConsoleModel(lesson.scenario.providers, lambda: 0,
+                         routes=lesson.scenario.config.routes)
     backend = LessonBackend(lesson, speed=args.speed, subscribers=(model.on_event,))
     model.now = backend.now_ms
     return LessonApp(backend, model, operator=operator, read_only=args.read_only)

@@ -12,7 +12,14 @@ from textual.widgets import Input, Static, TabbedContent
 from ..config.durations import format_ms
 from ..config.hidden import visible
 from .model.backends import Backend
-from .model.console_model import RECENT_REQUESTS, SORTS, ConsoleModel, age_text, clock_text
+from .model.console_model import (
+    LIVE_CHART_S,
+    RECENT_REQUESTS,
+    SORTS,
+    ConsoleModel,
+    age_text,
+    clock_text,
+)
 from .model.panes import Pane
 from .screens.modals import DetailScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
@@ -36,8 +43,6 @@ WIDE_PROVIDERS = 165
 SORTED_COLUMNS = {"failures": "fail/thr", "state": "breaker", "cooldown left": "cooldown",
                   "backoff level": "backoff", "time left": "remaining",
                   "slowest": "latency", "most attempts": "attempts"}
-#: how far back the scenario pane's chart looks on real time (live, attached)
-LIVE_CHART_S = 600
 _TITLES = {Pane.PROVIDERS: "Providers", Pane.CONNECTIONS: "Conns", Pane.LOCKOUTS: "Locks",
            Pane.REQUESTS: "Requests", Pane.AUDIT: "Audit", Pane.EVENTS: "Events"}
 #: the panes whose rows are operator targets
@@ -74,7 +79,7 @@ class PaneView(App[None]):
                 matched = self._paint_table(self.query_one(f"#{pane}-table", KeyedTable), now)
             elif pane == Pane.EVENTS:
                 log = self.query_one("#events-log", EventLog)
-                log.catch_up(model.events, model.event_serial)
+                log.catch_up(model, now)
                 log.set_title(self._title(Pane.EVENTS, log.matched, None, now,
                                          log.filter_text))
                 matched = log.matched
@@ -139,7 +144,7 @@ class PaneView(App[None]):
             for kind in (Pane.CONNECTIONS, Pane.LOCKOUTS):
                 self._paint_table(self.query_one(f"#dash-{kind}", KeyedTable), now)
             log = self.query_one("#dash-events", EventLog)
-            log.catch_up(model.events, model.event_serial)
+            log.catch_up(model, now)
             log.set_title(self._title(Pane.EVENTS, log.matched, None, now,
                                          log.filter_text))
 
@@ -190,12 +195,19 @@ class PaneView(App[None]):
         timeline = self.query_one(ScenarioTimeline)
         scenario, replay = backend.scenario, backend.replay
         if scenario is None:  # real time: the herd as it happens, the last 10 minutes
-            timeline.update(f"{backend.title}: a router on real time; attempts per second "
-                            f"on each provider over the last {LIVE_CHART_S // 60} minutes "
-                            f"({self.model.total_requests:,} requests seen)")
+            # a room's viewer: the trainer's run on its own clock, from its start
+            in_room = getattr(backend, "room", None) is not None
+            seen = f"({self.model.total_requests:,} requests seen)"
+            since = ("since its start" if now <= LIVE_CHART_S * 1000 else
+                     f"over its last {LIVE_CHART_S // 60} minutes")
+            timeline.update(
+                f"{backend.title}: the trainer's run at {clock_text(now)}; attempts per "
+                f"second on each provider {since} {seen}" if in_room else
+                f"{backend.title}: a router on real time; attempts per second on each "
+                f"provider over the last {LIVE_CHART_S // 60} minutes {seen}")
             self.query_one(HerdChartPlot).show(
-                lambda points: self.model.live_chart(now, points, LIVE_CHART_S),
-                xlabel="seconds before now")
+                lambda points: self.model.live_chart(now, points, run_clock=in_room),
+                xlabel="scenario seconds" if in_room else "seconds before now")
             return
         width = max(20, self.size.width - 40)
         faults = [(f.name, f.at_ms, f.until_ms, str(f.target)) for f in scenario.faults]
@@ -210,11 +222,13 @@ class PaneView(App[None]):
                   f"({share:.0%}), {state}; {self.model.total_requests:,} requests")
         body = "\n".join(timeline_lines(faults, scenario.duration_ms, now, width))
         description = scenario.description.replace("\n", " ")
+        gap = "\n\n"
         if not self.dashboard_fits:  # a short screen keeps room for the chart
             room = 2 * max(20, self.size.width - 4)
             if len(description) > room:
                 description = description[:room - 20].rsplit(" ", 1)[0] + " … (enter: all)"
-        timeline.update(f"{header}\n\n{body}\n\n{description}")
+            gap = "\n"
+        timeline.update(f"{header}{gap}{body}{gap}{description}")
         chart = self.query_one(HerdChartPlot)
         windows = [(f.name, f.at_ms, f.until_ms) for f in scenario.faults]
         until = min(now, scenario.duration_ms)
@@ -243,6 +257,15 @@ class PaneView(App[None]):
         self.notify("every provider column (the name stays put: scroll right with →)"
                     if self._wide else "the providers' most useful columns", timeout=3)
         self.refresh_view()
+
+    def action_times(self) -> None:
+        """`t`: the events' lines start with clock times instead of ages, or back."""
+        logs = list(self.query(EventLog).results(EventLog))
+        show_clock = not logs[0].show_clock
+        for log in logs:
+            log.use_clock(show_clock)
+        self.notify("events: clock times (t: ages)" if show_clock else
+                    "events: how long ago (t: clock times)", timeout=3)
 
     def action_freeze(self) -> None:
         """`z`: hold the panes as they are to read them; the model keeps consuming events

@@ -58,7 +58,8 @@ class ReplayControls(PaneView):
         replay = self.backend.replay
         if replay is None:
             return
-        model = ConsoleModel(self.backend.providers, replay.now_ms, routes=self.model.routes)
+        model = ConsoleModel(self.backend.providers, replay.now_ms)
+        model.routes = dict(self.model.routes)
         restarted = replay.restarted(subscribers=(model.on_event,))
         model.now = restarted.now_ms
         self.backend, self.model = restarted, model

@@ -2,11 +2,11 @@
 its state the way a gateway's management API does, read-only, so that trainees attach
 (`--attach URL`, in a terminal or a browser) and follow the trainer's run.
 
-The room answers only GETs: the state document (the gateway's, plus a `replay` part), the
-event stream (the gateway's broadcaster, with a `replay` frame whenever pause, speed or the
-run change), the recent state changes, the audit and `/health`. A token, when given,
-guards all but `/health`; without one, anyone who can reach the address can watch
-(docs/design.md §12).
+The room answers only GETs: the state document (the gateway's, plus a `replay` part and
+the run's attempts per second so far, for the viewers' herd chart), the event stream (the
+gateway's broadcaster, with a `replay` frame whenever pause, speed or the run change), the
+recent state changes, the audit and `/health`. A token, when given, guards all but
+`/health`; without one, anyone who can reach the address can watch (docs/design.md §12).
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ from ..engine.bus import EventBus
 from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..gateway.app import error_response
 from ..gateway.auth import bearer_matches
-from ..gateway.events_stream import EventBroadcaster, EventStreamResponse
+from ..gateway.events_stream import EventBroadcaster, EventStreamResponse, encode_frame
 from ..gateway.protocol import limited_protocol
 from ..state_document import state_document
 from .model.backends import SimulationBackend
+from .model.console_model import LIVE_CHART_S, AttemptSeries
 
-__all__ = ["RoomServer", "replay_document"]
+__all__ = ["RoomServer", "attempts_document", "replay_document"]
 
 HISTORY_LIMIT = 1000
 #: a playing replay says where it is this often (wall seconds), so viewers' clocks keep up
@@ -48,6 +49,16 @@ def replay_document(replay: SimulationBackend, run: int) -> dict[str, Any]:
             "duration_ms": replay.duration_ms, "run": run}
 
 
+def attempts_document(series: AttemptSeries, now_ms: int) -> dict[str, list[list[int]]]:
+    """Each provider's attempts per second over the last LIVE_CHART_S seconds up to
+    `now_ms`, as `[second, count]` pairs (seconds without attempts left out): what a
+    viewer joining late (or again) needs to draw the run so far."""
+    since = now_ms // 1000 - LIVE_CHART_S
+    return {provider: [[second, count] for second, count in sorted(counts.items())
+                       if since <= second and count]
+            for provider, counts in series.counts.items()}
+
+
 class RoomServer:
     """Serves the replay the trainer's console runs; `follow()` is told of every paint,
     so a pause, a speed change or a replay from the start reaches the viewers at once."""
@@ -59,6 +70,7 @@ class RoomServer:
         self.bus = EventBus()
         self.events = EventBroadcaster(self.bus)
         self._replay: SimulationBackend | None = None
+        self._attempts: AttemptSeries | None = None  # the trainer's, for late viewers
         self._run = 0
         self._last: tuple[object, ...] = ()
         self._last_sent = 0.0
@@ -80,16 +92,21 @@ class RoomServer:
 
     # -- following the trainer's replay -----------------------------------------------------
 
-    def follow(self, replay: SimulationBackend) -> None:
-        """Called on every paint of the trainer's console with its replay: a new replay
-        (from the start) ends every stream, so viewers reconnect and read its state; a
-        change of pause or speed, a step, or a second of play is a `replay` frame."""
+    def follow(self, replay: SimulationBackend, attempts: AttemptSeries | None = None
+               ) -> None:
+        """Called on every paint of the trainer's console with its replay (and the
+        attempts its herd chart draws): a new replay (from the start) ends every stream
+        with a `replay` frame of the new run, so viewers mark it, reconnect and read its
+        state; a change of pause or speed, a step, or a second of play is a `replay`
+        frame."""
+        self._attempts = attempts
         if replay is not self._replay:
             if self._replay is not None:
                 self._run += 1
                 self._history.clear()
                 self._audit.clear()
-                self.events.close()
+                moved = json.dumps(replay_document(replay, self._run), separators=(",", ":"))
+                self.events.close(final=encode_frame("replay", moved))
             self._replay = replay
             replay.run.bus.subscribe(self._relay(replay))
         doc = replay_document(replay, self._run)
@@ -170,9 +187,13 @@ class RoomServer:
         return JSONResponse(body)
 
     async def state(self, request: Request, replay: SimulationBackend) -> Response:
-        return JSONResponse({**state_document(replay.engine, replay.providers),
+        attempts = ({} if self._attempts is None else
+                    attempts_document(self._attempts, replay.now_ms()))
+        routes = None if replay.scenario is None else replay.scenario.config.routes
+        return JSONResponse({**state_document(replay.engine, replay.providers, routes),
                              "store": None, "config": None,
-                             "replay": replay_document(replay, self._run)})
+                             "replay": replay_document(replay, self._run),
+                             "attempts": attempts})
 
     async def event_stream(self, request: Request, replay: SimulationBackend) -> Response:
         response = EventStreamResponse(self.events.stream())

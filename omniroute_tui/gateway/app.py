@@ -355,8 +355,8 @@ class Gateway:
         return name.strip()[:64] or "api"
 
     def _state(self) -> dict[str, Any]:
-        return {**state_document(self.engine, self.providers), "store": self.store_health(),
-                "config": self.config_status()}
+        return {**state_document(self.engine, self.providers, self.router.routes),
+                "store": self.store_health(), "config": self.config_status()}
 
     async def openapi(self, request: Request) -> Response:
         """The management API's description (it holds nothing secret: no token asked)."""

@@ -52,7 +52,7 @@ class _Reader:
     """Where one client is in the log: the batch it reads next, and the broadcaster's
     totals when it last read (how far behind it is, in events and bytes)."""
 
-    __slots__ = ("bytes_at", "cursor", "ended", "frames_at", "reason", "wake")
+    __slots__ = ("bytes_at", "cursor", "ended", "final", "frames_at", "reason", "wake")
 
     def __init__(self, cursor: int, frames_at: int, bytes_at: int) -> None:
         self.cursor = cursor
@@ -62,6 +62,7 @@ class _Reader:
         self.wake: asyncio.Future[bool] | None = None
         self.ended = False
         self.reason: str | None = None
+        self.final: bytes | None = None  # the frame a stream closed on purpose ends with
 
 
 class EventBroadcaster:
@@ -184,6 +185,8 @@ class EventBroadcaster:
                     yield KEEP_ALIVE
             if reader.reason is not None:
                 yield _dropped_frame(reader.reason)
+            elif reader.final is not None:
+                yield reader.final
         finally:
             self._readers.discard(reader)
             if not self._readers:
@@ -205,9 +208,11 @@ class EventBroadcaster:
         end = self._base + len(self._log)
         return not self._pending and all(r.cursor == end for r in self._readers)
 
-    def close(self) -> None:
-        """At shutdown: every stream ends now, without what it has not read."""
+    def close(self, final: bytes | None = None) -> None:
+        """At shutdown: every stream ends now, without what it has not read; with
+        `final`, each ends with that frame (a room's new run: where to read on)."""
         for reader in tuple(self._readers):
+            reader.final = final
             self._end(reader, None)
         self._forget()
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..router.routes import Strategy
+
 __all__ = ["MANAGEMENT_OPENAPI"]
 
 _NAME = {"type": "string", "minLength": 1}
@@ -175,6 +177,16 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                             "provider": {"type": "string"}, "connection": {"type": "string"},
                             "model": {"type": "string"}, "kind": {"type": ["string", "null"]},
                             "failures": {"type": "integer"}, "until": {"type": "integer"}}},
+            "Route": {"type": "object", "required": ["name", "strategy", "targets"],
+                      "properties": {
+                          "name": {"type": "string"},
+                          "strategy": {"enum": [s.value for s in Strategy]},
+                          "targets": {"type": "array", "items": {
+                              "type": "string", "description": "provider/model"}},
+                          "weights": {"type": ["array", "null"],
+                                      "items": {"type": "integer"},
+                                      "description": "One per target, for `weighted`; "
+                                                     "null: each weighs 1."}}},
             "StoreHealth": {"type": ["object", "null"], "properties": {
                 "ok": {"type": "boolean"}, "failing_since": _MS,
                 "error": {"type": ["string", "null"]}, "pending": {"type": "integer"}}},
@@ -213,6 +225,7 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                           "breakers": {"type": "array", "items": _ref("Breaker")},
                           "connections": {"type": "array", "items": _ref("Connection")},
                           "lockouts": {"type": "array", "items": _ref("Lockout")},
+                          "routes": {"type": "array", "items": _ref("Route")},
                           "store": _ref("StoreHealth"),
                           "config": _ref("ConfigStatus")}},
             "ActionResult": {"allOf": [_ref("State"), {

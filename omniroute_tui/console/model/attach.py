@@ -115,9 +115,11 @@ class AttachBackend(RealTimeBackend):
                  on_state: Callable[[dict[str, Any]], None],
                  on_history: Callable[[list[Event], list[dict[str, Any]]], None] | None = None,
                  on_note: Callable[[int, str], None] | None = None,
+                 on_run: Callable[[int, str], None] | None = None,
                  ) -> None:
         """`on_note(t, text)` gets the link's own news for the events log: a lost
-        connection and how long it was gone."""
+        connection and how long it was gone; `on_run(t, text)` a room's new run (the
+        trainer replayed from the start), before its state and history come."""
         self.url = url.rstrip("/")
         self.title = self.url
         self.providers: dict[str, Any] = {}
@@ -127,6 +129,8 @@ class AttachBackend(RealTimeBackend):
         self._on_state = on_state
         self._on_history = on_history
         self._on_note = on_note
+        self._on_run = on_run
+        self._moved = False  # the room moved to a new run: its stream ends for that
         self.ever_connected = False
         self._lost_at: int | None = None
         self._clock = SystemClock()
@@ -141,11 +145,21 @@ class AttachBackend(RealTimeBackend):
 
     def follow_room(self, replay: object) -> None:
         """Take a room's `replay` part (from its state or its stream); anything else is
-        ignored: a gateway sends none."""
+        ignored: a gateway sends none. Another run than the one followed (the trainer
+        replayed from the start) is said in the events log, whichever brought it."""
         if (isinstance(replay, dict) and isinstance(replay.get("now"), int)
                 and isinstance(replay.get("speed"), int | float)):
+            before = self.room
             self.room, self._room_at = replay, time.monotonic()
             self.title = f"room {self.url} {replay.get('scenario', '')}".rstrip()
+            if before is not None and replay.get("run") != before.get("run"):
+                self._moved = True
+                if self._on_run is not None:
+                    run = replay.get("run")
+                    which = f" (run {run + 1})" if type(run) is int else ""
+                    self._on_run(replay["now"], "room: the trainer replayed "
+                                 f"{replay.get('scenario', 'the scenario')} from the start"
+                                 f"{which}; what follows is the new run")
 
     def now_ms(self) -> int:
         room = self.room
@@ -185,8 +199,10 @@ class AttachBackend(RealTimeBackend):
                        "happened meanwhile is backfilled above)")
             self._lost_at = None
 
-    def _unlinked(self, reason: str) -> None:
-        if self.connected:
+    def _unlinked(self, reason: str, *, moved: bool = False) -> None:
+        """The stream is down: said in the log, unless the room ended it to move its
+        viewers to a new run (`moved`: said already)."""
+        if self.connected and not moved:
             self._lost_at = self.now_ms()
             self._note(f"link: DISCONNECTED from {self.url} ({reason}); reconnecting")
         self.connected = False
@@ -236,6 +252,14 @@ class AttachBackend(RealTimeBackend):
         entries = audit.json().get("entries", []) if audit.status_code == 200 else []
         self._on_history(events, [e for e in entries if isinstance(e, dict)])
 
+    async def _read_state(self) -> None:
+        """The state again, after a `reload` event: the routes in force (and what the
+        reload added) are in the state, not in the event. A gateway that does not answer
+        is a broken link: the reconnection reads it anyway."""
+        reply = await self._client.get("/api/resilience/state")
+        reply.raise_for_status()
+        self._on_state(reply.json())
+
     async def _follow(self) -> None:
         """Read the event stream; on any break, wait (backing off) and reconnect."""
         failures = 0
@@ -243,10 +267,11 @@ class AttachBackend(RealTimeBackend):
             try:
                 state = await self._client.get("/api/resilience/state")
                 state.raise_for_status()
+                document = state.json()
+                self.follow_room(document.get("replay"))  # a new run: before its history
+                self._moved = False
                 if self._on_history is not None:
                     await self._backfill()
-                document = state.json()
-                self.follow_room(document.get("replay"))
                 self._on_state(document)
                 async with self._client.stream("GET", "/api/resilience/events",
                                                timeout=httpx.Timeout(10, read=60)) as stream:
@@ -266,10 +291,15 @@ class AttachBackend(RealTimeBackend):
                                     self._on_event(event_from_dict(data))
                             except ValueError:
                                 continue  # a frame from a newer gateway: skip it
+                            if kind == "reload":
+                                await self._read_state()
                 reason = "the stream ended"
             except (httpx.HTTPError, ValueError) as exc:
                 reason = str(exc) or type(exc).__name__
-            self._unlinked(reason)
+            moved, self._moved = self._moved, False
+            self._unlinked(reason, moved=moved)
+            if moved:  # the room's new run is up already: read it at once
+                continue
             self.retry_in_s = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
             failures += 1
             await asyncio.sleep(self.retry_in_s)

@@ -47,6 +47,7 @@ __all__ = [
     "BREAKER_GLYPHS",
     "COLUMNS",
     "FORCED_OPEN",
+    "LIVE_CHART_S",
     "SORTS",
     "AttemptSeries",
     "ConnectionView",
@@ -56,12 +57,16 @@ __all__ = [
     "ProviderView",
     "RequestTrail",
     "age_text",
+    "event_age",
     "level_gauge",
     "plural",
     "sparkline",
 ]
 
 HISTORY = 30  # seconds of sparkline
+#: how far back the scenario pane's chart looks on real time (live, attached) or in a
+#: room's run, and what a room sends a viewer of the attempts so far
+LIVE_CHART_S = 600
 SHARE_S = 60  # a provider's share of the attempts: over the last minute
 #: an OPEN breaker that an operator forced: its own state on screen, not a tripped one
 FORCED_OPEN = "FORCED OPEN"
@@ -121,6 +126,8 @@ SORTS: dict[Pane, tuple[str, ...]] = {
     Pane.AUDIT: ("newest first",),
 }
 AUDIT_ROWS = 500  # operator actions the audit pane keeps
+MAX_ROUTES = 1000  # routes a state document may list (a config's own bound)
+ROUTES_SHOWN = 8  # routes the overview names; the rest are counted
 RECENT_REQUESTS = 200  # requests the "why" view keeps, each with its steps
 #: a request id's cell at most (a client's may be 128 characters); the detail has it whole
 REQUEST_ID_CELL = 24
@@ -316,8 +323,10 @@ class ConsoleModel:
     def __init__(self, providers: Mapping[str, ProviderConfig], now: Callable[[], int],
                  *, routes: Mapping[str, Route] | None = None) -> None:
         self.now = now
-        #: the routes and their strategies, for the overview (none when attached)
-        self.routes: dict[str, Route] = dict(routes or {})
+        #: each route's strategy, for the overview: the config's, or the state's when
+        #: attached (read again after a reload)
+        self.routes: dict[str, str] = {name: route.strategy.value
+                                       for name, route in (routes or {}).items()}
         self.providers: dict[str, ProviderView] = {}
         self.connections: dict[tuple[str, str], ConnectionView] = {}
         self.lockouts: dict[tuple[str, str, str], LockoutView] = {}
@@ -335,6 +344,7 @@ class ConsoleModel:
                     name, conn.id, masked, config.settings.cooldown.max_level)
         self.events: deque[tuple[int, str, str]] = deque(maxlen=EVENT_LOG_LINES)
         self.event_serial = 0  # grows with every logged event, for "what is new" checks
+        self.log_epoch = 0  # grows when the log starts again (a room's new run)
         self.active_faults: dict[str, str] = {}
         self.last_event_at: int | None = None
         self._requests: deque[int] = deque()
@@ -367,6 +377,29 @@ class ConsoleModel:
         down and coming back): the log shows where its record has a gap."""
         self.events.append((t, "console", text))
         self.event_serial += 1
+
+    def new_run(self, t: int, text: str) -> None:
+        """The run this model follows started again (a room's trainer replayed it from
+        the start): what the old run left goes, its names stay, and the events log starts
+        afresh with `text` as its first line. Load the new run's state after this."""
+        for name, v in self.providers.items():
+            self.providers[name] = ProviderView(v.name, v.auth, v.threshold,
+                                                budget_burst=v.budget_burst)
+        for key, c in self.connections.items():
+            self.connections[key] = ConnectionView(c.provider, c.connection, c.masked_key,
+                                                   c.max_level)
+        self.lockouts.clear()
+        self.requests.clear()
+        self.series = AttemptSeries(self.series.keep_s)
+        self.audit.clear()
+        self.active_faults.clear()
+        self._requests.clear()
+        self._responses.clear()
+        self.total_requests = 0
+        self.last_event_at = None
+        self.events.clear()
+        self.log_epoch += 1
+        self.note(t, text)
 
     def _request(self, event: object) -> None:
         assert isinstance(event, RequestEvent)
@@ -638,6 +671,35 @@ class ConsoleModel:
             key3 = (lk["provider"], lk["connection"], lk["model"])
             self.lockouts[key3] = LockoutView(*key3, lk["kind"] or "", lk["failures"],
                                               lk["until"])
+        self._load_routes(state.get("routes"))
+        self._load_attempts(state.get("attempts"))
+
+    def _load_routes(self, routes: object) -> None:
+        """The routes of a state document (a gateway's, a room's): the whole set in
+        force, each name with its strategy; a document without them (an older gateway)
+        leaves the routes known as they are. At most MAX_ROUTES; an entry of another
+        shape is left out."""
+        if not isinstance(routes, list):
+            return
+        self.routes = {route["name"]: route["strategy"] for route in routes[:MAX_ROUTES]
+                       if isinstance(route, dict) and isinstance(route.get("name"), str)
+                       and isinstance(route.get("strategy"), str)}
+
+    def _load_attempts(self, attempts: object) -> None:
+        """A room's attempts per second so far (`{provider: [[second, count], ...]}`):
+        they stand for what this model counted of those seconds. Only the providers the
+        state named, at most LIVE_CHART_S seconds each; anything of another shape is left
+        out (a room's document is not ours to trust)."""
+        if not isinstance(attempts, dict):
+            return
+        for provider, pairs in attempts.items():
+            if provider not in self.providers or not isinstance(pairs, list):
+                continue
+            counts = self.series.counts.setdefault(provider, Counter())
+            for pair in pairs[-LIVE_CHART_S:]:
+                if (isinstance(pair, list) and len(pair) == 2
+                        and all(type(n) is int and 0 <= n < 2**53 for n in pair)):
+                    counts[pair[0]] = pair[1]
 
     # -- reading ------------------------------------------------------------------------
 
@@ -711,19 +773,24 @@ class ConsoleModel:
         skipped = f"{top[0][0]} {top[0][1]}" if top else "–"
         return budget, str(v.deduped), waits, skipped
 
-    def live_chart(self, now: int, bins: int, window_s: int = 600) -> HerdChart:
-        """Attempts per second on each provider over the last `window_s` seconds (a
-        router on real time, an attached gateway), x in seconds before now."""
+    def live_chart(self, now: int, bins: int, window_s: int = LIVE_CHART_S, *,
+                   run_clock: bool = False) -> HerdChart:
+        """Attempts per second on each provider over the last `window_s` seconds: on
+        real time (a router, an attached gateway) x in seconds before now; on a run's
+        clock (a room's replay) in the run's seconds, from its start while it is younger
+        than the window."""
         end_s = max(1, -(-now // 1000))
+        since = max(0, end_s - window_s) if run_clock else end_s - window_s
+        shift = 0 if run_clock else end_s  # real time: x counts back from now
         lines = []
         for name in self.providers:
-            xs, ys = self.series.binned(name, end_s, bins, since_s=end_s - window_s)
-            lines.append((name, [x - end_s for x in xs], ys))
-        spans = [(name, start / 1000 - end_s, (now if until < 0 else until) / 1000 - end_s)
+            xs, ys = self.series.binned(name, end_s, bins, since_s=since)
+            lines.append((name, [x - shift for x in xs], ys))
+        spans = [(name, start / 1000 - shift, (now if until < 0 else until) / 1000 - shift)
                  for name, v in self.providers.items() for start, until in v.open_spans
-                 if until < 0 or until / 1000 > end_s - window_s]
-        spans = [(name, max(a, -window_s), b) for name, a, b in spans]
-        return HerdChart(lines, [], spans, [], 0, start_s=-window_s)
+                 if until < 0 or until / 1000 > since]
+        spans = [(name, max(a, since - shift), b) for name, a, b in spans]
+        return HerdChart(lines, [], spans, [], end_s - shift, start_s=since - shift)
 
     def herd_chart(self, now: int, bins: int, *, compared: AttemptSeries | None = None,
                    faults: Iterable[tuple[str, int, int]] = ()) -> HerdChart:
@@ -884,9 +951,15 @@ class ConsoleModel:
             f"cooldowns  {cooling_line}; {disabled} disabled",
             f"lockouts   {locked_line}",
             f"traffic    {rate:.1f} req/s, {answered} answered ok; faults: {faults}",
-            *(["routes     " + ", ".join(f"{name} {route.strategy}" for name, route
-                                          in self.routes.items())] if self.routes else []),
+            *([self._routes_line()] if self.routes else []),
         ]
+
+    def _routes_line(self) -> str:
+        """`routes     chat priority, fast weighted` (past ROUTES_SHOWN: `and 12 more`)."""
+        named = [f"{name} {strategy}" for name, strategy
+                 in list(self.routes.items())[:ROUTES_SHOWN]]
+        more = len(self.routes) - len(named)
+        return "routes     " + ", ".join(named) + (f" and {more} more" if more else "")
 
     def order(self, pane: Pane, sort: str, now: int) -> list[str] | None:
         """Row keys of `pane` in the order `sort` (one of SORTS[pane]) puts them; None for
@@ -930,6 +1003,16 @@ def age_text(now: int, then: int | None) -> str:
         return ""
     ago = max(0, now - then)
     return ">1h" if ago >= 3_600_000 else format_ms(ago)
+
+
+def event_age(ms: int) -> str:
+    """An event line's age in whole seconds (`<1s`, `12s`, `4m05s`, `3h20m`, `12d`): at
+    most six characters, whatever the gap (a gateway's history goes back days)."""
+    if ms < 1000:
+        return "<1s"
+    if ms >= 100 * 3_600_000:
+        return f"{ms // 86_400_000}d"
+    return format_ms(ms)
 
 
 def clock_text(t_ms: int) -> str:

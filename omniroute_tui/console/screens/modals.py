@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,7 +14,10 @@ from ...config.hidden import visible
 from ..actions import ACTIONS, PANE_KEYS, ConsoleAction
 from ..model.panes import Pane
 
-__all__ = ["ConfirmScreen", "DetailScreen", "HelpScreen"]
+__all__ = ["HINT", "ConfirmScreen", "DetailScreen", "HelpScreen"]
+
+#: the detail's keys, on its bottom border
+HINT = "j k scroll · escape closes"
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -57,10 +60,13 @@ class HelpScreen(ModalScreen[None]):
     ]
     AUTO_FOCUS = "#keys-scroll"
 
-    def __init__(self, pane: Pane = Pane.PROVIDERS, *, read_only: bool = False) -> None:
+    def __init__(self, pane: Pane = Pane.PROVIDERS, *, read_only: bool = False,
+                 lesson: Sequence[tuple[str, str]] = ()) -> None:
+        """`lesson`: the keys a running lesson adds, (key, what it does), listed first."""
         super().__init__()
         self.pane = pane
         self.read_only = read_only
+        self.lesson = tuple(lesson)
 
     def _row(self, a: ConsoleAction) -> str:
         asks = ("  (refused: read-only)" if self.read_only else "  (asks first)"
@@ -68,10 +74,12 @@ class HelpScreen(ModalScreen[None]):
         return f"{(a.key_display or a.key):>7}  {a.help}{asks}"
 
     def compose(self) -> ComposeResult:
-        """This pane's keys first, then every other key."""
+        """A running lesson's keys first, then this pane's, then every other key."""
         first = PANE_KEYS.get(self.pane, ())
         mine = [a for name in first for a in ACTIONS if a.name == name]
-        rows = [f"On this pane ({self.pane}):", *map(self._row, mine), "", "Everywhere:",
+        rows = [*(["In this lesson:", *(f"{key:>7}  {what}" for key, what in self.lesson),
+                   ""] if self.lesson else []),
+                f"On this pane ({self.pane}):", *map(self._row, mine), "", "Everywhere:",
                 *(self._row(a) for a in ACTIONS if a.name not in first)]
         rows.append(f"{'←↑↓→':>7}  move the cursor; → and ← scroll a wide table's columns")
         rows.append(f"{'ctrl+p':>7}  command palette: every action, jump to any entity")
@@ -106,14 +114,15 @@ class DetailScreen(ModalScreen[None]):
         self.history = [visible(line) for line in history]
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
+        # the keys are on the dialog's bottom border: however long the fields, never cut
+        with Vertical(id="dialog") as dialog:
+            dialog.border_subtitle = HINT
             yield Label(self.heading, id="title", markup=False)
             yield Static("\n".join(f"{k:>12}  {v}" for k, v in self.current), id="current",
                          markup=False)
             with VerticalScroll(id="history"):
                 yield Static("\n".join(self.history[-40:]) or "no transitions yet",
                              markup=False)
-            yield Label("j k scroll · escape closes", id="hint")
 
     def action_scroll(self, where: str) -> None:
         history = self.query_one("#history", VerticalScroll)

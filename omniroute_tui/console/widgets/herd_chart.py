@@ -3,19 +3,26 @@ policy's beside them on a replay, fault windows as lines and breaker OPEN spans 
 
 Each provider has its own marker as well as its colour (state never rests on colour
 alone): filled for the resilient engine, the same shape hollow for the naive policy. The
-key to that, to the shading and to the fault lines is the title, short enough to stay at
-80 columns; the legend holds one entry per provider's line, none for the shading."""
+key to that, to the shading and to the fault lines, and the legend (one entry per line
+drawn, none for the shading) are lines of their own above the plot: a legend inside it
+covered the data of a busy run (a row per series, from its top left corner)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
 from textual.events import Resize
+from textual.widgets import Static
 from textual_plotext import PlotextPlot
+from textual_plotext.plot import Plot
 
+from ...config.hidden import visible
 from ..model.console_model import HerdChart
 
-__all__ = ["MARKERS", "HerdChartPlot", "key", "round_ticks"]
+__all__ = ["MARKERS", "HerdChartPlot", "key", "legend", "legend_lines", "round_ticks"]
 
 # plotext's colour names, one a provider; its naive line in the same colour
 _COLOURS = ("cyan", "magenta", "yellow", "green", "blue", "red")
@@ -44,13 +51,69 @@ def round_ticks(top: float, count: int = 5) -> list[float]:
     return ticks
 
 
-class HerdChartPlot(PlotextPlot):
+def legend(chart: HerdChart) -> list[tuple[str, str]]:
+    """One (entry, colour) per line the chart draws, in the order drawn: `●● alpha`,
+    then the compared policy's `○○ alpha naive` (a line with no attempt is not drawn)."""
+    entries = [(f"{MARKERS[i % len(MARKERS)][0] * 2} {visible(label)}",
+                _COLOURS[i % len(_COLOURS)]) for i, (label, _, _) in enumerate(chart.lines)]
+    entries += [(f"{MARKERS[i % len(MARKERS)][1] * 2} {visible(label)}",
+                 _COLOURS[i % len(_COLOURS)])
+                for i, (label, _, ys) in enumerate(chart.compared) if any(ys)]
+    return entries
+
+
+def legend_lines(entries: list[tuple[str, str]], width: int) -> list[list[tuple[str, str]]]:
+    """The legend's entries laid out in lines of at most `width` columns (two spaces
+    between entries; an entry is never split, one wider than a line has its own)."""
+    lines: list[list[tuple[str, str]]] = []
+    used = 0
+    for entry in entries:
+        size = len(entry[0])
+        if lines and used + 2 + size <= width:
+            lines[-1].append(entry)
+            used += 2 + size
+        else:
+            lines.append([entry])
+            used = size
+    return lines
+
+
+class _Plot(PlotextPlot):
+    """The plot itself: it tells the chart when its size changes (the points a line
+    gets, the ticks that fit)."""
+
+    def __init__(self, on_resize: Callable[[], None]) -> None:
+        super().__init__()
+        self._on_resize = on_resize
+
+    def on_resize(self, event: Resize) -> None:
+        self._on_resize()
+
+
+class HerdChartPlot(Vertical):
+    """The key and the legend, each on lines of their own, over the plot."""
+
     DEFAULT_CSS = """
     HerdChartPlot { height: 1fr; min-height: 8; }
+    HerdChartPlot > #herd-key { height: auto; padding: 0 1; }
+    HerdChartPlot > _Plot { height: 1fr; min-height: 5; }
     """
 
     _make: Callable[[int], HerdChart] | None = None
     xlabel = "scenario seconds"
+    _shown_key: tuple[str, list[list[tuple[str, str]]]] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="herd-key", markup=False)
+        yield _Plot(self._redraw)
+
+    @property
+    def plot(self) -> PlotextPlot:
+        return self.query_one(_Plot)
+
+    @property
+    def plt(self) -> Plot:
+        return self.plot.plt
 
     def show(self, make: Callable[[int], HerdChart], *, xlabel: str = "scenario seconds"
              ) -> None:
@@ -59,30 +122,28 @@ class HerdChartPlot(PlotextPlot):
         self.xlabel = xlabel
         self._redraw()
 
-    def on_resize(self, event: Resize) -> None:
-        self._redraw()
-
     def _redraw(self) -> None:
-        width = self.size.width
+        width = self.plot.size.width
         if self._make is not None and width > 0:  # no size yet: the resize draws it
             self.draw(self._make(max(10, width - 12)))
 
     def draw(self, chart: HerdChart) -> None:
-        plt = self.plt
+        self._show_key(chart)
+        plot = self.plot
+        plt = plot.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title(key(chart.compared_policy))
         top = max([1.0, *(max(ys, default=0.0) for _, _, ys in [*chart.lines,
                                                                   *chart.compared])])
         for _, start, end in chart.open_spans:
-            # no legend entry: the title explains the shading, once for every span
+            # the key explains the shading, once for every span
             plt.plot([start, end], [top, top], fillx=True, color="gray", marker="░")
-        for i, (label, xs, ys) in enumerate(chart.lines):
-            plt.plot(xs, ys, label=label, color=_COLOURS[i % len(_COLOURS)],
+        for i, (_, xs, ys) in enumerate(chart.lines):
+            plt.plot(xs, ys, color=_COLOURS[i % len(_COLOURS)],
                      marker=MARKERS[i % len(MARKERS)][0])
-        for i, (label, xs, ys) in enumerate(chart.compared):
+        for i, (_, xs, ys) in enumerate(chart.compared):
             if any(ys):
-                plt.plot(xs, ys, label=label, color=_COLOURS[i % len(_COLOURS)],
+                plt.plot(xs, ys, color=_COLOURS[i % len(_COLOURS)],
                          marker=MARKERS[i % len(MARKERS)][1])
         for _, start, end in chart.faults:
             plt.vline(start, "red")
@@ -90,9 +151,24 @@ class HerdChartPlot(PlotextPlot):
         plt.xlim(chart.start_s, chart.end_s)
         plt.ylim(0, top * 1.05)
         # a tick every other row at most: two on one row would show either label
-        rows = max(2, self.size.height - 5)  # less the title, the axes and the label
+        rows = max(2, plot.size.height - 4)  # less the axes and the label
         plt.yticks(round_ticks(top, max(1, min(5, rows // 2))))
         span = chart.end_s - chart.start_s
         plt.xticks([chart.start_s + t for t in round_ticks(span, 8) if t <= span])
         plt.xlabel(self.xlabel)
-        self.refresh()
+        plot.refresh()
+
+    def _show_key(self, chart: HerdChart) -> None:
+        """The key, then the legend in lines that fit the chart's width (written again
+        only when they change: an update lays the pane out again)."""
+        lines = legend_lines(legend(chart), max(10, self.size.width - 2))
+        shown = (chart.compared_policy, lines)
+        if shown == self._shown_key:
+            return
+        self._shown_key = shown
+        text = Text(key(chart.compared_policy), no_wrap=True, overflow="ellipsis")
+        for line in lines:
+            text.append("\n")
+            for n, (entry, colour) in enumerate(line):
+                text.append(("  " if n else "") + entry, style=colour)
+        self.query_one("#herd-key", Static).update(text)

@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.content import Content
 from textual.events import Resize
+from textual.geometry import Size
+from textual.strip import Strip
 from textual.visual import VisualType
 from textual.widgets import RichLog, Static
 
 from ...config.hidden import DESCRIPTION_KEEPS, visible
-from ..model.console_model import clock_text
+from ..model.console_model import clock_text, event_age
 from .scrollbars import whole_cell_scrollbars
+
+if TYPE_CHECKING:
+    from ..model.console_model import ConsoleModel
 
 __all__ = ["EventLog", "FaultBanner", "PlainStatic", "ScenarioTimeline", "StatusBar",
            "timeline_lines"]
+
+#: an event line's age column (`event_age`: at most `59m59s`, `99h59m`), and the gap after
+AGE_WIDTH = 6
+_GAP = "  "
+_DIM = Style(dim=True)
 
 
 class PlainStatic(Static):
@@ -54,6 +67,12 @@ class ScenarioTimeline(PlainStatic):
 
 
 class EventLog(RichLog):
+    """The engine's state changes, newest last. Each line starts with how long ago it
+    happened (`12s`), as of the data's clock at the last paint (a replay's virtual time:
+    the same at the same moment of a run); `t` shows clock times instead. The time is
+    drawn as the line is painted, so the ages move on without rewriting the log, and it
+    stays put when a long line is scrolled sideways."""
+
     DEFAULT_CSS = """
     EventLog { height: 1fr; }
     """
@@ -65,6 +84,11 @@ class EventLog(RichLog):
         self.shown_serial = 0  # the model's event serial this log has caught up with
         self.title_text = ""
         self._following = True  # on the newest line (not scrolled back to read)
+        #: each line's time, oldest first (one a line: a line never holds a newline)
+        self.times: deque[int] = deque(maxlen=self.max_lines)
+        self.now_ms = 0  # the data's clock at the last paint: the ages are counted to it
+        self.show_clock = False  # `t`: clock times instead of ages
+        self.shown_epoch = 0  # the model's log epoch the lines are of
 
     def on_mount(self) -> None:
         whole_cell_scrollbars(self)
@@ -85,6 +109,12 @@ class EventLog(RichLog):
         if self._following:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
 
+    def watch_show_horizontal_scrollbar(self, shown: bool) -> None:
+        """The same when a line wider than the log brings the horizontal scrollbar (it
+        takes the last row: the newest line would sit under it)."""
+        if self._following:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
     def set_title(self, text: str) -> None:
         """The title over the log, as written (a typed filter is never markup)."""
         if text != self.title_text:
@@ -94,18 +124,68 @@ class EventLog(RichLog):
     def clear(self) -> EventLog:
         self.matched = self.shown_serial = 0
         self._following = True  # an empty log follows what comes
+        self.times.clear()
         return super().clear()
+
+    def use_clock(self, show_clock: bool) -> None:
+        """Ages (`12s`) or clock times (`01:23.4`) at the start of the lines."""
+        if show_clock != self.show_clock:
+            self.show_clock = show_clock
+            self._fit_width()
+            self.refresh()
+
+    def _stamp(self, index: int) -> str:
+        """The time column of line `index` of `lines` (blank past the last line)."""
+        lines, times = len(self.lines), len(self.times)
+        if not 0 <= index < lines or times < lines:
+            return " " * (self._stamp_width() - len(_GAP)) + _GAP
+        t = self.times[times - lines + index]
+        if self.show_clock:
+            return clock_text(t) + _GAP
+        return f"{event_age(max(0, self.now_ms - t)):>{AGE_WIDTH}}{_GAP}"
+
+    def _stamp_width(self) -> int:
+        if self.show_clock:
+            return len(clock_text(self.times[-1] if self.times else 0)) + len(_GAP)
+        return AGE_WIDTH + len(_GAP)
+
+    def _fit_width(self) -> None:
+        """The lines are as wide as their text and the time column before it."""
+        self.virtual_size = Size(self._widest_line_width + self._stamp_width(),
+                                 len(self.lines))
+
+    def write(self, *args: Any, **kwargs: Any) -> EventLog:
+        super().write(*args, **kwargs)
+        if self._size_known:
+            self._fit_width()
+        return self
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        stamp = self._stamp(scroll_y + y)
+        width = self.scrollable_content_region.width
+        body = self._render_line(scroll_y + y, scroll_x, max(0, width - len(stamp)))
+        line = Strip.join([Strip([Segment(stamp, _DIM)], len(stamp)), body])
+        return line.crop(0, width).apply_style(self.rich_style)
 
     @property
     def scrolled_back(self) -> bool:
         """Scrolled up from the newest line (to read): new lines wait, the view stays."""
         return bool(self.lines) and not self._following
 
-    def catch_up(self, events: Sequence[tuple[int, str, str]], serial: int) -> None:
+    def catch_up(self, model: ConsoleModel, now: int) -> None:
         """Append what the model logged since this log last caught up (at most what it
-        still holds). While scrolled back nothing is written: a write would drop lines at
-        the top (the log keeps 500) and the text read would creep up; `G` or scrolling to
-        the end catches up."""
+        still holds), the ages counted to `now`; a log the model started again (a room's
+        new run) starts again too. While scrolled back nothing is written: a write would
+        drop lines at the top (the log keeps 500) and the text read would creep up; `G`
+        or scrolling to the end catches up (the ages still move on)."""
+        if model.log_epoch != self.shown_epoch:
+            self.clear()
+            self.shown_epoch = model.log_epoch
+        if now // 1000 != self.now_ms // 1000 and not self.show_clock:
+            self.refresh()  # an age shown in whole seconds changes at most once a second
+        self.now_ms = now
+        events, serial = model.events, model.event_serial
         new = serial - self.shown_serial
         if new <= 0 or self.scrolled_back:
             return
@@ -121,8 +201,10 @@ class EventLog(RichLog):
         knows, the scroll is done at once, not after the next refresh.
         """
         needle = self.filter_text.lower()
-        shown = [f"{clock_text(t)}  {visible(text)}" for t, _, text in lines
-                 if not needle or needle in text.lower()]
+        kept = [(t, visible(text)) for t, _, text in lines
+                if not needle or needle in text.lower()]
+        self.times.extend(t for t, _ in kept)
+        shown = [text for _, text in kept]
         if shown:
             known = self._size_known  # else RichLog defers the write and its scroll
             self.write(Text("\n".join(shown), no_wrap=True, end=""), scroll_end=not known,
