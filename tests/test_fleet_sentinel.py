@@ -86,18 +86,26 @@ def _replicating(port: int) -> bool:
 
 
 def _all_see_each_other(group: Group) -> bool:
-    """Every sentinel knows the replica and the two other sentinels: a failover can be
-    voted (quorum 2 of 3) and has a replica to promote."""
+    """Every sentinel knows the replica and reaches the two other sentinels: a failover
+    can be voted (quorum 2 of 3) and has a replica to promote; and the master streams to
+    the replica, so WAIT is answered (after a sync, once the replica's first ACK came)."""
     for port in group.sentinels:
         try:
             with redis.Redis(port=port, socket_timeout=1) as client:
                 master = client.sentinel_master(SERVICE)
+                others = client.sentinel_sentinels(SERVICE)
         except redis.RedisError:
             return False
         if int(master["num-other-sentinels"]) < 2 or int(master["num-slaves"]) < 1:
             return False
+        if any(other["is_sdown"] or other["is_disconnected"] for other in others):
+            return False
     with redis.Redis(port=group.replica, socket_timeout=1) as client:
-        return client.info("replication").get("master_link_status") == "up"
+        if client.info("replication").get("master_link_status") != "up":
+            return False
+    with redis.Redis(port=group.master, socket_timeout=1) as client:
+        replica = client.info("replication").get("slave0")
+        return isinstance(replica, dict) and replica.get("state") == "online"
 
 
 @pytest.fixture
@@ -106,7 +114,9 @@ def group(tmp_path: Path) -> Iterator[Group]:
         pytest.skip("no redis-server on this machine: the Sentinel test needs one")
     master, replica = free_port(), free_port()
     sentinels = [free_port() for _ in range(3)]
-    common = ["--bind", "127.0.0.1", "--dir", str(tmp_path), *NO_PERSISTENCE]
+    # a replica's first sync starts at once, not after the 5 s Redis waits for others
+    common = ["--bind", "127.0.0.1", "--dir", str(tmp_path), *NO_PERSISTENCE,
+              "--repl-diskless-sync-delay", "0"]
     processes: dict[int, subprocess.Popen[bytes]] = {}
     try:
         processes[master] = _server(["--port", str(master), *common],
@@ -116,14 +126,20 @@ def group(tmp_path: Path) -> Iterator[Group]:
         # the sentinels' first look at the master lists its replica (else the next is 10 s on)
         eventually_sync(lambda: _replicating(replica) or processes[replica].poll() is not None,
                         timeout_s=10, what="the replica in sync")
+        # each sentinel is told of the others and of the replica, as its own config file
+        # keeps them once it has met them: they need not meet first (hellos every 2 s)
+        ids = {port: uuid.uuid4().hex + uuid.uuid4().hex[:8] for port in sentinels}
         for port in sentinels:
             conf = tmp_path / f"sentinel-{port}.conf"  # sentinel rewrites it: its own file
             conf.write_text(
-                f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+                f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\nsentinel myid {ids[port]}\n"
                 f"sentinel monitor {SERVICE} 127.0.0.1 {master} 2\n"
                 f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
                 f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
-                f"sentinel parallel-syncs {SERVICE} 1\n")
+                f"sentinel parallel-syncs {SERVICE} 1\n"
+                f"sentinel known-replica {SERVICE} 127.0.0.1 {replica}\n"
+                + "".join(f"sentinel known-sentinel {SERVICE} 127.0.0.1 {other} {ids[other]}\n"
+                          for other in sentinels if other != port))
             processes[port] = _server([str(conf), "--sentinel", *NO_PERSISTENCE],
                                       tmp_path / f"sentinel-{port}.log")
         for port, proc in processes.items():
