@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +18,20 @@ from omniroute_tui.engine import (
     default_settings,
 )
 from omniroute_tui.engine.settings import AuthKind, ResilienceSettings
-from omniroute_tui.router import Route, Router, Strategy, Target
+from omniroute_tui.router import (
+    Attempt,
+    RequestRouting,
+    Response,
+    Route,
+    Router,
+    Strategy,
+    Target,
+    Wait,
+)
+from omniroute_tui.router.rate_limits import RateLimitInfo
+
+#: how an attempt is answered: after how long (ms), its HTTP status, class and rate limits
+Answer = tuple[int, int, Classification, RateLimitInfo | None]
 
 
 class Recorder:
@@ -79,3 +93,25 @@ def fail(kind: FailureKind, hint_ms: int | None = None) -> Classification:
 
 OK = Classification(None)
 ADMIT = BreakerAdmission(True, 0)
+
+
+def play(routing: RequestRouting, clock: ManualClock,
+         answer: Callable[[Attempt], Answer | None]) -> Attempt | None:
+    """Drive one request on the manual clock: its waits pass on the clock, each attempt
+    gets `answer(attempt)`, asked before any time passes; None leaves that attempt in
+    flight and ends the driving. Returns that attempt (None: the request got its
+    response)."""
+    while True:
+        step = routing.next_step()
+        if isinstance(step, Response):
+            return None
+        if isinstance(step, Wait):
+            clock.advance(step.delay_ms)
+            continue
+        assert isinstance(step, Attempt)
+        answered = answer(step)
+        if answered is None:
+            return step
+        latency, status, outcome, limits = answered
+        clock.advance(latency)
+        routing.record(status, outcome, limits)

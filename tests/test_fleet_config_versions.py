@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
-import redis
 import redis.asyncio as aioredis
 
 from omniroute_tui.clock import SystemClock
@@ -27,9 +23,9 @@ from omniroute_tui.fleet.redis_link import RedisLink
 from omniroute_tui.gateway import Gateway
 
 from .gateway_helpers import TOKEN
+from .redis_helpers import REDIS_URL
 from .waiting import eventually
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 NOW = 1_700_000_000_000
 CONFIG = """\
 providers:
@@ -89,21 +85,6 @@ def test_another_replicas_reload_is_in_the_fleets_audit() -> None:
                       own="r1")
     assert isinstance(read, Rejected)
     assert read.reason == "operator.target holds a character that does not show"
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"no Redis answers at {REDIS_URL}: {exc}")
-    name = f"omniroute-test-{uuid.uuid4().hex[:12]}"
-    yield name
-    keys = list(client.scan_iter(match=f"{name}:*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 async def test_health_says_when_replicas_run_different_config_versions(prefix: str) -> None:

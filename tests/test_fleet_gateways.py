@@ -15,20 +15,17 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-import redis
 import yaml
 
 from .gateway_helpers import TOKEN, free_port
+from .redis_helpers import REDIS_URL
 from .waiting import eventually_sync
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 FAKES = """\
 name: fleet-outage
 duration: 10m
@@ -43,21 +40,6 @@ faults:
   - {name: outage, target: broken, error: 503, at: 0s, for: 10m}
 """
 AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "fleet-test"}
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"no Redis answers at {REDIS_URL}: {exc}")
-    name = f"omniroute-test-{uuid.uuid4().hex[:12]}"
-    yield name
-    keys = list(client.scan_iter(match=f"{name}:*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 @contextlib.contextmanager

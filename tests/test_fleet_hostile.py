@@ -28,7 +28,8 @@ from omniroute_tui.engine.kinds import BreakerReason, FailureKind
 from omniroute_tui.fleet.entries import SKEW_MS
 
 from .gateway_helpers import TOKEN, running_gateway
-from .test_redis_link import REDIS_URL, fleet, prefix  # noqa: F401 - the fixture
+from .redis_helpers import REDIS_URL
+from .test_redis_link import fleet
 from .waiting import eventually
 
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -65,7 +66,7 @@ def hostile_events(now: int) -> list[bytes]:
 
 
 async def test_a_hostile_writer_changes_nothing_but_the_counts(
-        prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+        prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     client = redis.from_url(REDIS_URL)
     stream, state = f"{prefix}:events", f"{prefix}:state"
@@ -175,7 +176,7 @@ def assert_bounded(document: dict[str, Any]) -> None:
 
 
 async def test_the_follow_loop_that_ends_is_said_and_started_again(
-        prefix: str) -> None:  # noqa: F811
+        prefix: str) -> None:
     async with fleet(prefix, 2) as (engines, links):
         real = links[1]._redis.xread
         calls = 0
@@ -201,7 +202,7 @@ async def test_the_follow_loop_that_ends_is_said_and_started_again(
 
 
 async def test_an_entry_a_consumer_fails_on_is_counted_and_still_merged(
-        prefix: str, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+        prefix: str, caplog: pytest.LogCaptureFixture) -> None:
     async with fleet(prefix, 2) as (engines, links):
         def refuse(replica: str, data: dict[str, Any]) -> None:
             raise KeyError("a consumer's bug")

@@ -45,7 +45,7 @@ from simulator.scenario import load_scenario
 
 from .gateway_helpers import SCENARIO, TOKEN, running_gateway
 from .helpers import fail
-from .test_redis_link import REDIS_URL, prefix  # noqa: F401  # the fixture
+from .redis_helpers import REDIS_URL
 from .waiting import eventually
 
 LLAMA = "meta-llama/Llama-3.1-8B"
@@ -67,7 +67,7 @@ SLASHED = SCENARIO.replace("healthy: {models: [m]", f'healthy: {{models: [m, "{L
 
 
 async def test_clearing_a_model_whose_name_holds_a_slash_is_done_on_every_replica(
-        prefix: str, tmp_path: Path) -> None:  # noqa: F811
+        prefix: str, tmp_path: Path) -> None:
     async with running_gateway(tmp_path, scenario=SLASHED, redis=(REDIS_URL, prefix)) as one, \
             running_gateway(tmp_path, scenario=SLASHED, redis=(REDIS_URL, prefix)) as other, \
             httpx.AsyncClient(timeout=10) as http:
@@ -92,7 +92,7 @@ async def test_clearing_a_model_whose_name_holds_a_slash_is_done_on_every_replic
 
 
 async def test_a_force_open_is_forced_with_its_actor_everywhere_until_a_reset(
-        prefix: str, tmp_path: Path) -> None:  # noqa: F811
+        prefix: str, tmp_path: Path) -> None:
     async with running_gateway(tmp_path, redis=(REDIS_URL, prefix)) as one, \
             running_gateway(tmp_path, redis=(REDIS_URL, prefix)) as other, \
             httpx.AsyncClient(timeout=10) as http:
@@ -158,7 +158,7 @@ async def test_a_force_open_is_forced_with_its_actor_everywhere_until_a_reset(
 
 
 async def test_a_replica_that_starts_later_reads_the_force_open_and_its_actor(
-        prefix: str) -> None:  # noqa: F811
+        prefix: str) -> None:
     engines = [_replica(), _replica()]
     links = [RedisLink(REDIS_URL, prefix=prefix, replica=f"r{i}") for i in range(2)]
     await links[0].attach(engines[0])
@@ -321,7 +321,7 @@ async def _on_redis(steps: list[tuple[int, int, tuple[Any, ...]]]) -> list[Any]:
     """The steps on three engines linked through a real Redis: after each step the clock
     moves on by the propagation delay and the run waits until the others have read every
     entry on the stream, as the simulated fleet delivers each item before the next step."""
-    prefix = f"omniroute-test-{uuid.uuid4().hex[:8]}"  # noqa: F811  # one per example
+    prefix = f"omniroute-test-{uuid.uuid4().hex[:8]}"  # one per example
     clock = ManualClock()
     routers = [FLEET.config.build(clock, bus=EventBus(), seed=FLEET.seed + i)
                for i in range(FLEET.replicas)]

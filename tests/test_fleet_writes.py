@@ -21,13 +21,8 @@ from omniroute_tui.engine.events import CooldownEvent, ResultEvent
 
 from .gateway_helpers import TOKEN, free_port, running_gateway
 from .helpers import ADMIT, fail
-from .test_redis_link import (  # noqa: F401 - the fixture
-    REDIS_SERVER,
-    REDIS_URL,
-    fleet,
-    prefix,
-    private_redis,
-)
+from .redis_helpers import REDIS_URL
+from .test_redis_link import REDIS_SERVER, fleet, private_redis
 from .waiting import eventually
 
 AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "ops"}
@@ -38,7 +33,7 @@ async def entries(client: Any, stream: str) -> list[dict[str, Any]]:
 
 
 async def test_a_state_hash_of_another_type_is_reported_retried_slowly_and_leaves_no_duplicate(
-        prefix: str, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+        prefix: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     client = redis.from_url(REDIS_URL)
     state, stream = f"{prefix}:state", f"{prefix}:events"
@@ -81,7 +76,7 @@ async def test_a_state_hash_of_another_type_is_reported_retried_slowly_and_leave
 
 
 async def test_a_stream_of_another_type_is_reported_and_a_bad_field_rewritten(
-        prefix: str) -> None:  # noqa: F811
+        prefix: str) -> None:
     client = redis.from_url(REDIS_URL)
     state, stream = f"{prefix}:state", f"{prefix}:events"
     await client.hset(stream, "x", "y")

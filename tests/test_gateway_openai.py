@@ -12,6 +12,9 @@ from .gateway_helpers import running_gateway
 
 
 def client(url: str) -> openai.AsyncOpenAI:
+    """Used as `async with`: closed on the test's own event loop. One left to the garbage
+    collector closes its connections from a later test's loop, on sockets of a closed one
+    ("Event loop is closed", logged as an error in that later test)."""
     return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="any", max_retries=0, timeout=10)
 
 
@@ -19,8 +22,7 @@ MESSAGES = [{"role": "user", "content": "hello"}]
 
 
 async def test_plain_and_streaming_completions_and_models(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
-        api = client(gw.url)
+    async with running_gateway(tmp_path) as gw, client(gw.url) as api:
         reply = await api.chat.completions.create(model="chat", messages=MESSAGES)
         assert reply.choices[0].message.content
         direct = await api.chat.completions.create(model="healthy/m", messages=MESSAGES)
@@ -48,8 +50,7 @@ async def test_fallback_when_a_provider_fails(tmp_path: Path) -> None:
 
 
 async def test_aggregated_error_when_everything_is_down(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
-        api = client(gw.url)
+    async with running_gateway(tmp_path) as gw, client(gw.url) as api:
         with pytest.raises(openai.RateLimitError):  # the upstream 429, passed on
             await api.chat.completions.create(model="busy", messages=MESSAGES)
         with pytest.raises(openai.RateLimitError) as info:  # now the key is cooling
@@ -64,8 +65,7 @@ async def test_aggregated_error_when_everything_is_down(tmp_path: Path) -> None:
 
 
 async def test_unknown_model_and_malformed_bodies(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as gw:
-        api = client(gw.url)
+    async with running_gateway(tmp_path) as gw, client(gw.url) as api:
         with pytest.raises(openai.NotFoundError) as info:
             await api.chat.completions.create(model="no-such-model", messages=MESSAGES)
         assert info.value.response.json()["error"]["code"] == "model_not_found"

@@ -25,7 +25,6 @@ from omniroute_tui.store.sqlite_store import StoreHealth
 from .console_helpers import settle
 from .gateway_helpers import TOKEN, running_gateway
 from .metrics_helpers import parse, value
-from .test_redis_link import prefix  # noqa: F401 - the fixture: a key prefix of its own
 from .waiting import eventually
 
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -194,7 +193,7 @@ def test_gateway_metrics_values(text: str, access: MetricsAccess) -> None:
 
 
 async def test_a_fleet_replica_counts_what_it_applies_and_how_late(
-        prefix: str) -> None:  # noqa: F811 - the fixture
+        prefix: str) -> None:
     from omniroute_tui.clock import ManualClock
     from omniroute_tui.metrics import build_registry, exposition
 

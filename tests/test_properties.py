@@ -23,6 +23,7 @@ from omniroute_tui.engine.kinds import BreakerReason, CooldownReason
 from omniroute_tui.engine.settings import AuthKind, ResilienceSettings
 from omniroute_tui.router import Attempt, Response, Route, Router, Target, Wait
 
+from .helpers import Answer, play
 from .helpers import settings as make_settings
 
 KINDS = [None, *FailureKind]
@@ -114,23 +115,15 @@ def run(ops: list[Any], auth: AuthKind, jitter: float, targets: tuple[Target, ..
         clock.advance(jump)
         routing = router.start(str(n), "r")
         pending = list(answers)
-        while True:
-            next_step = routing.next_step()
-            if isinstance(next_step, Response):
-                break
-            if isinstance(next_step, Wait):
-                clock.advance(next_step.delay_ms)
-                continue
-            assert isinstance(next_step, Attempt)
+
+        def answer(_: Attempt, pending: list[Any] = pending) -> Answer | None:
             if not pending:
-                if abandon:
-                    break  # never answered: a crashed driver
-                routing.cancel()
-                break
+                return None
             kind, hint, latency = pending.pop(0)
-            clock.advance(latency)
-            status = 200 if kind is None else 500
-            routing.record(status, Classification(kind, hint))
+            return latency, 200 if kind is None else 500, Classification(kind, hint), None
+
+        if play(routing, clock, answer) is not None and not abandon:
+            routing.cancel()  # else never answered: a crashed driver
         for provider in ("p", "q"):
             for conn in engine.spec(provider).connections:
                 level = engine.connection_snapshot(provider, conn).level
@@ -143,6 +136,10 @@ def run(ops: list[Any], auth: AuthKind, jitter: float, targets: tuple[Target, ..
        jitter=st.sampled_from([0.0, 0.3]))
 def test_invariants_hold_for_any_history(ops: list[Any], auth: AuthKind, jitter: float) -> None:
     engine, clock, _ = run(ops, auth, jitter)
+    no_slot_leaks_nor_stuck_breaker(engine, clock)
+
+
+def no_slot_leaks_nor_stuck_breaker(engine: ResilienceEngine, clock: ManualClock) -> None:
     # no probe slot leaks: once request.timeout has passed, every slot is free again
     clock.advance(engine.spec("p").settings.request.timeout_ms)
     for provider in ("p", "q"):
@@ -183,12 +180,7 @@ def test_probes_use_backoff_keys_only_and_leak_no_slot(ops: list[Any], auth: Aut
     breaker opens often."""
     config = make_settings(auth, dedup={"connection_window_ms": 0, "network_window_ms": 0})
     engine, clock, _ = run(ops, auth, 0.0, (Target("p", "m"), Target("p", "n")), config)
-    clock.advance(engine.spec("p").settings.request.timeout_ms)
-    for provider in ("p", "q"):
-        snap = engine.breaker_snapshot(provider)
-        assert snap.probes_in_flight == 0 or snap.state is not BreakerState.HALF_OPEN
-        clock.advance(engine.spec(provider).settings.breaker.reset_timeout_ms * 16)
-        assert engine.admit(provider).allowed
+    no_slot_leaks_nor_stuck_breaker(engine, clock)
 
 
 @settings(max_examples=60, deadline=None)

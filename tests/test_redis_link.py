@@ -8,7 +8,6 @@ import json
 import logging
 import shutil
 import subprocess
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
@@ -31,25 +30,8 @@ from omniroute_tui.router import Route, Router, Target
 
 from .gateway_helpers import TOKEN, free_port, running_gateway
 from .helpers import ADMIT, fail
+from .redis_helpers import REDIS_URL
 from .waiting import eventually
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    client = redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        await client.ping()
-    except Exception as exc:
-        await client.aclose()
-        pytest.skip(f"no Redis answers at {REDIS_URL}: {exc}")
-    name = f"omniroute-test-{uuid.uuid4().hex[:12]}"
-    yield name
-    keys = [key async for key in client.scan_iter(match=f"{name}:*")]
-    if keys:
-        await client.delete(*keys)
-    await client.aclose()
 
 
 def replica() -> ResilienceEngine:

@@ -16,10 +16,10 @@ from omniroute_tui.config import ConfigError, load_router_config
 from omniroute_tui.drivers.async_driver import AsyncDriver
 from omniroute_tui.drivers.upstream import UpstreamReply
 from omniroute_tui.engine import BreakerState, Classification, FailureKind
-from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target, Wait
+from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target
 from omniroute_tui.router.rate_limits import MAX_COUNT, RateLimitInfo, parse_rate_limits
 
-from .helpers import ADMIT, OK, fail, make_engine
+from .helpers import ADMIT, OK, Answer, fail, make_engine, play
 
 MODEL = "m"
 
@@ -436,24 +436,20 @@ def run(strategy: Strategy, steps: list[Any], seed: int, check: bool) -> list[st
     router = Router(engine, {"r": route}, seed=seed)
     for i, (jump, answers, leave) in enumerate(steps):
         clock.advance(jump)
-        routing = router.start(str(i), "r")
         answers = list(answers)
-        while True:
-            step = routing.next_step()
-            if isinstance(step, Response):
-                break
-            if isinstance(step, Wait):
-                clock.advance(step.delay_ms)
-                continue
+
+        def answer(step: Attempt, answers: list[Any] = answers, leave: bool = leave
+                   ) -> Answer | None:
             if check:
                 refused(engine, step, rec, clock.now_ms())
             if leave or not answers:
-                break
+                return None
             kind, left, latency = answers.pop(0)
-            clock.advance(latency)
             info = None if left is None else RateLimitInfo(requests_remaining=left,
                                                            requests_reset_ms=30_000)
-            routing.record(STATUS[kind], Classification(kind), info)
+            return latency, STATUS[kind], Classification(kind), info
+
+        play(router.start(str(i), "r"), clock, answer)
     return [e.to_json() for e in rec.events]
 
 

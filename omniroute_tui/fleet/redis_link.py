@@ -69,6 +69,7 @@ from .entries import (
 )
 from .outbox import Change, ChangeKind, Outbox
 from .peer import FleetPeer, Shared
+from .sentinel_pool import MasterPool
 
 __all__ = ["FleetHealth", "RedisLink"]
 
@@ -143,8 +144,9 @@ _RETRY_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 #: cheap, and the new master answers within this of its promotion
 _SENTINEL_RETRY_MAX_S = 0.5
 #: behind Sentinel, the follow loop asks the sentinels this often whether the master
-#: moved: a master that was failed over alive (`SENTINEL FAILOVER`, a partition) keeps
-#: its clients until it is demoted, seconds later, and what it takes meanwhile is lost
+#: moved (its blocking read ends by then): a master that was failed over alive
+#: (`SENTINEL FAILOVER`, a partition) keeps its clients until it is demoted, 8 s or more
+#: later, and what it takes meanwhile is lost
 _MASTER_CHECK_S = 1.0
 #: behind Sentinel, each batch that goes out waits this long for a replica to have it
 #: (`WAIT 1 100`): an operator's action is `shared` once a failover cannot lose it
@@ -231,7 +233,8 @@ class RedisLink:
                 list(target.sentinels), sentinel_kwargs={"socket_connect_timeout": 1,
                                                          "socket_timeout": 1})
             self._redis = self._sentinel.master_for(
-                target.service, db=target.db, username=target.username,
+                target.service, connection_pool_class=MasterPool, db=target.db,
+                username=target.username,
                 password=target.password, socket_connect_timeout=2, socket_timeout=5)
             self._where = target.describe()
         else:
@@ -453,8 +456,9 @@ class RedisLink:
         return address
 
     async def _master_moved(self, master: tuple[str, int] | None) -> bool:
-        """Whether the sentinels name a master other than `master` now; asking drops
-        the idle connections to the old one, so the next command goes to the new."""
+        """Whether the sentinels name a master other than `master` now; once asked, no
+        connection to the old one is used again (`MasterPool`): the next command goes to
+        the new."""
         current = await self._redis.connection_pool.get_master_address()
         return master is not None and tuple(current) != tuple(master)
 
@@ -485,21 +489,34 @@ class RedisLink:
         last: str | None = None  # None: read the whole state, then follow from there
         failures = 0
         check_master_at = time.monotonic() + _MASTER_CHECK_S
+        following: tuple[str, int] | None = None  # behind Sentinel: whose state was read
         while True:
             _end_if_cancelled()
             try:
-                if self._sentinel is not None and time.monotonic() >= check_master_at:
-                    check_master_at = time.monotonic() + _MASTER_CHECK_S
-                    if await self._master_moved(self._master_address()):
-                        last = None  # another server: read its whole state first
+                block_ms = 1000
+                if self._sentinel is not None:
+                    if time.monotonic() >= check_master_at:
+                        check_master_at = time.monotonic() + _MASTER_CHECK_S
+                        await self._redis.connection_pool.get_master_address()
+                    # compared with the master the pool names, whichever task asked last
+                    # (a connection of any of them asks again): another server, whose whole
+                    # state is read first
+                    if self._master_address() != following:
+                        last = None
+                    # the read ends by the next check: the sentinels are asked each second
+                    block_ms = max(1, min(block_ms, round(
+                        (check_master_at - time.monotonic()) * 1000)))
                 if last is None:
+                    if self._sentinel is not None:
+                        following = await self._redis.connection_pool.get_master_address()
                     await self._check_types()
                     newest = await self._redis.xrevrange(self.stream, count=1)
                     at = newest[0][0].decode() if newest else "0-0"
                     for name, value in (await self._redis.hgetall(self.state)).items():
                         self._apply_state(name, value)
                     last = self.read_up_to = at  # the state holds what came before
-                answer = await self._redis.xread({self.stream: last}, block=1000, count=500)
+                answer = await self._redis.xread({self.stream: last}, block=block_ms,
+                                                 count=500)
                 for _, entries in answer or ():
                     for entry_id, fields in entries:
                         last = self.read_up_to = entry_id.decode()
