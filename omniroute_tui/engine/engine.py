@@ -8,7 +8,7 @@ router call into this; nothing here performs I/O.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -55,6 +55,7 @@ __all__ = [
 # enum members bound once: attribute access on an Enum class is slow on the hot path
 _COOLDOWN, _LOCKOUT, _DISABLE = Layer.COOLDOWN, Layer.LOCKOUT, Layer.DISABLE
 _FAILURE, _NO_EFFECT = BreakerEffect.FAILURE, BreakerEffect.NONE
+_CLOSED, _HALF_OPEN = BreakerState.CLOSED, BreakerState.HALF_OPEN
 
 #: what one replica of a fleet tells the others: the event types `ResilienceEngine.merge`
 #: applies, and the operator's audit record (for the fleet's one audit log; the action
@@ -202,6 +203,28 @@ class ProviderLayers:
     def unavailable(self, now: int, model: str) -> Unavailable:
         return self.pool.unavailable(now, model, self.lockouts)
 
+    def could_serve(self, now: int, model: str) -> bool:
+        """Whether a request could be attempted here now, claiming nothing: the breaker
+        could admit (a HALF_OPEN one with a probe slot free counts: the probe decides)
+        and a connection is neither cooling nor locked for `model`. What a route
+        strategy asks of each target once before it orders them (docs/design.md §7).
+
+        The usual case, a quiet breaker and more ready keys than locks of any model, is
+        read off the layers without the two calls it stands for
+        (`ProviderBreaker.could_admit`, `ConnectionPool.has_candidate`)."""
+        breaker = self.breaker
+        if breaker._state is not _CLOSED or breaker._failures:
+            if not breaker.could_admit(now):
+                return False
+            if breaker._state is _HALF_OPEN:
+                return True
+        pool = self.pool
+        cooling = pool._cooling
+        if (len(pool._ready) > len(self.lockouts.entries)
+                and not (cooling and cooling[0][0] <= now)):
+            return True
+        return pool.has_candidate(now, model, self.lockouts)
+
     def record(self, now: int, connection: str, model: str, admission: BreakerAdmission,
                outcome: Classification) -> None:
         """Apply one attempt's classified outcome to every layer (table of docs/design.md §2)."""
@@ -243,6 +266,32 @@ class ProviderLayers:
             # the provider answered: for the breaker, that is a success (§3), and a
             # probe's success frees the provider's backoff keys
             self.pool.free_backoff(now)
+
+
+def refused_targets(targets: Sequence[tuple[ProviderLayers, str]], now: int
+                    ) -> list[int] | None:
+    """The positions of the (layers, model) targets that could not serve now
+    (`ProviderLayers.could_serve`), None when every one could: what a route strategy asks
+    of its targets, once each, before it orders them (docs/design.md §7). The usual
+    target, a quiet breaker and more ready keys than locks of any model, is read here
+    without a call."""
+    refused = None
+    i = -1
+    for layers, model in targets:
+        i += 1
+        breaker = layers.breaker
+        pool = layers.pool
+        cooling = pool._cooling
+        if (breaker._state is _CLOSED and not breaker._failures
+                and len(pool._ready) > len(layers.lockouts.entries)
+                and not (cooling and cooling[0][0] <= now)):
+            continue
+        if not layers.could_serve(now, model):
+            if refused is None:
+                refused = [i]
+            else:
+                refused.append(i)
+    return refused
 
 
 def _breaker_effect(settings: BreakerSettings, kind: FailureKind,

@@ -26,13 +26,22 @@ from ..engine.events import (
     WaitEvent,
 )
 from ..engine.jitter import Jitter
-from ..engine.kinds import BreakerState, FailureKind, SkipReason
+from ..engine.kinds import FailureKind, SkipReason
 from ..engine.reload import ReloadSummary
 from ..engine.settings import AdmissionSettings
 from .rate_limits import RateLimitInfo
-from .routes import ORDERING_STRATEGIES, Route, Strategy, Target
+from .routes import Route, Strategy, Target
 from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
-from .strategies import Headroom, LeastBusy, weighted_pick
+from .strategies import (
+    Busy,
+    Chooser,
+    Headroom,
+    HeadroomChooser,
+    LeastBusy,
+    LeastBusyChooser,
+    Plan,
+    WeightedChooser,
+)
 
 __all__ = ["RequestRouting", "Router", "UnknownRoute"]
 
@@ -41,12 +50,8 @@ _THEN = {kind: row.then for kind, row in CONSEQUENCES.items()}
 # enum members bound once: attribute access on an Enum class is slow on the hot path
 _ROUND_ROBIN, _WEIGHTED = Strategy.ROUND_ROBIN, Strategy.WEIGHTED
 _LEAST_BUSY, _HEADROOM = Strategy.LEAST_BUSY, Strategy.HEADROOM
-_HALF_OPEN_STATE = BreakerState.HALF_OPEN
 _RESPOND, _NEXT_TARGET = Then.RESPOND, Then.NEXT_TARGET
-
-
-#: a route's targets, each with its provider's layers and its `provider/model` label
-Plan = tuple[tuple[Target, ProviderLayers, str], ...]
+_CANCELLED = Classification(FailureKind.CANCELLED)
 
 
 class UnknownRoute(LookupError):
@@ -77,6 +82,18 @@ def _rotation(weights: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(order)
 
 
+class _Rotation:
+    """A provider's round robin: its order of connection positions and how many requests
+    it has started."""
+
+    __slots__ = ("count", "positions", "size")
+
+    def __init__(self, positions: tuple[int, ...], count: int) -> None:
+        self.positions = positions
+        self.size = len(positions)
+        self.count = count
+
+
 class Router:
     """Routes requests over the engine; one per process (or per simulated policy run)."""
 
@@ -99,21 +116,21 @@ class Router:
         self.max_attempts = max_attempts
         self.admission = admission or AdmissionSettings(max_wait_ms=5000, margin_ms=50)
         self._jitter = jitter or Jitter()
-        self._rr_counters: dict[str, int] = {}
-        self._rotations: dict[str, tuple[int, ...]] = {}
+        self._rotations: dict[str, _Rotation] = {}
+        #: the counts of rotations a reload made stale, for their rebuilt rotations
+        self._rotation_counts: dict[str, int] = {}
         self._direct: dict[str, Route] = {}
-        #: model as asked -> route, plan and whether an ordering strategy orders it
-        self._starts: dict[str, tuple[Route, Plan, bool]] = {}
+        #: model as asked -> route, plan and the chooser of its ordering strategy (None
+        #: for priority and round_robin)
+        self._starts: dict[str, tuple[Route, Plan, Chooser | None]] = {}
         #: the strategies' counters, this process's own (docs/fleet.md)
         self._weighted: dict[str, list[int]] = {}  # route -> smooth WRR current weights
-        self._provider_names: dict[str, tuple[str, ...]] = {}  # route -> its providers
         self.load = LeastBusy(seed)
         self.headroom = Headroom()
         self._tracks_load = False  # whether attempts are counted in flight (least_busy)
         self._watch_routes()
 
     def _watch_routes(self) -> None:
-        self._provider_names.clear()
         self._tracks_load = any(r.strategy is _LEAST_BUSY for r in self.routes.values())
         self._weighted = {name: current for name, current in self._weighted.items()
                           if name in self.routes and len(current) == len(
@@ -158,11 +175,13 @@ class Router:
             self._jitter = jitter
         self._direct.clear()  # caches of names asked for: rebuilt on the next request
         self._starts.clear()
-        stale = (*summary.providers_removed, *summary.providers_changed)
-        for name in stale:
-            self._rotations.pop(name, None)
+        for name in summary.providers_changed:  # rebuilt on the next request, count kept
+            stale = self._rotations.pop(name, None)
+            if stale is not None:
+                self._rotation_counts[name] = stale.count
         for name in summary.providers_removed:
-            self._rr_counters.pop(name, None)
+            self._rotations.pop(name, None)
+            self._rotation_counts.pop(name, None)
         bus = self.engine.bus
         if bus.wants(ReloadEvent):
             bus.emit(ReloadEvent(self.engine.now(), version, summary.providers_added,
@@ -194,91 +213,36 @@ class Router:
         if known is None:  # the route's providers are looked up once per name asked for
             route = self.resolve(model)
             plan = tuple((t, self.engine.layers(t.provider), str(t)) for t in route.targets)
-            known = self._starts[model] = (route, plan, route.strategy in ORDERING_STRATEGIES)
+            known = self._starts[model] = (route, plan, self._chooser(route, plan))
         return RequestRouting(self, request_id, *known)
+
+    def _chooser(self, route: Route, plan: Plan) -> Chooser | None:
+        """The route's ordering strategy, with the counters it shares with the router."""
+        strategy = route.strategy
+        if strategy is _WEIGHTED:
+            current = self._weighted.get(route.name)
+            if current is None or len(current) != len(plan):
+                current = self._weighted[route.name] = [0] * len(plan)
+            return WeightedChooser(plan, self.engine.bus, current,
+                                   route.weights or (1,) * len(plan), self.rotation_start)
+        if strategy is _LEAST_BUSY:
+            return LeastBusyChooser(plan, self.engine.bus, self.load)
+        if strategy is _HEADROOM:
+            return HeadroomChooser(plan, self.engine.bus, self.headroom, self.rotation_start)
+        return None
 
     def rotation_start(self, layers: ProviderLayers) -> int:
         """The connection position a round-robin request starts at on a provider."""
-        provider = layers.name
-        rotation = self._rotations.get(provider)
+        rotation = self._rotations.get(layers.name)
         if rotation is None:
             spec = layers.spec
             weights = spec.weights or (1,) * len(spec.connections)
-            rotation = _rotation(tuple(max(1, w) for w in weights)) or (0,)
-            self._rotations[provider] = rotation
-        count = self._rr_counters.get(provider, 0)
-        self._rr_counters[provider] = count + 1
-        return rotation[count % len(rotation)]
-
-    def order(self, route: Route, plan: Plan, now: int, explain: bool) -> tuple[Plan, str | None]:
-        """The order an ordering strategy gives a request's targets, and why (when
-        `explain`): its choice first, the others after it in the route's order."""
-        strategy = route.strategy
-        if strategy is _HEADROOM:
-            return self._headroom_order(plan, now, explain)
-        # a target is usable when its breaker could admit (a HALF_OPEN one with a probe
-        # slot free counts: the probe decides) and a connection is neither cooling nor
-        # locked for the model; asked of every target, claiming nothing
-        usable = []
-        for i, (target, layers, _) in enumerate(plan):
-            breaker = layers.breaker
-            if breaker.could_admit(now) and (breaker._state is _HALF_OPEN_STATE or
-                                             layers.pool.has_candidate(now, target.model,
-                                                                       layers.lockouts)):
-                usable.append(i)
-        if not usable:  # nothing to choose: the walk skips each for its reason
-            return plan, None
-        why: str | None = None
-        if strategy is _WEIGHTED:
-            weights = route.weights or (1,) * len(plan)
-            current = self._weighted.get(route.name)
-            if current is None:
-                current = self._weighted[route.name] = [0] * len(plan)
-            best = weighted_pick(current, weights, usable)
-            if explain:
-                total = sum(weights[i] for i in usable)
-                left_out = [plan[i][2] for i in range(len(plan)) if i not in usable]
-                why = (f"weighted: {plan[best][2]} (weight {weights[best]} of {total}"
-                       + (f"; {', '.join(left_out)} unavailable, its share to the others)"
-                          if left_out else ")"))
-        else:
-            names = self._provider_names.get(route.name)
-            if names is None:
-                names = self._provider_names[route.name] = tuple(e[1].name for e in plan)
-            best, other = self.load.pick_target(names, usable)
-            if explain:
-                why = self.load.explain_target(names, [e[2] for e in plan], best, other)
-        if best == 0:
-            return plan, why
-        return (plan[best], *plan[:best], *plan[best + 1:]), why
-
-    def _headroom_order(self, plan: Plan, now: int, explain: bool
-                        ) -> tuple[Plan, str | None]:
-        """Targets in order, but one whose every ready key said it is out until its reset
-        goes after the others (held back: tried only when they fail)."""
-        if not self.headroom.keys:
-            return plan, None
-        out = [entry for entry in plan if self.headroom.exhausted(entry[1], now)]
-        if not out or len(out) == len(plan):
-            return plan, None
-        kept = tuple(entry for entry in plan if entry not in out)
-        why = (f"headroom: {', '.join(label for _, _, label in out)} out of requests until "
-               "the reset, tried last") if explain else None
-        return (*kept, *out), why
-
-    def connection_start(self, strategy: Strategy, layers: ProviderLayers, now: int,
-                         explain: bool) -> tuple[int, str | None]:
-        """Where least_busy or headroom starts on a provider's connections, and why
-        (without the strategy's name)."""
-        start = 0 if strategy is _LEAST_BUSY else self.rotation_start(layers)
-        if strategy is _LEAST_BUSY:
-            pick = self.load.pick_connection(layers, now, explain)
-        else:
-            pick = self.headroom.pick_connection(layers, now, start, explain)
-        if pick is None:
-            return start, ("no key has said its rate limits yet: in rotation"
-                           if strategy is _HEADROOM and explain else None)
-        return pick
+            rotation = self._rotations[layers.name] = _Rotation(
+                _rotation(tuple(max(1, w) for w in weights)) or (0,),
+                self._rotation_counts.pop(layers.name, 0))
+        count = rotation.count
+        rotation.count = count + 1
+        return rotation.positions[count % rotation.size]
 
 
 class RequestRouting:
@@ -288,15 +252,21 @@ class RequestRouting:
     iterator of the current provider, its admission and attempt count), so a finished
     request holds no suspended frame and is freed at once. `record()` moves the walk to
     its next step straight away, as a driver asks for it next.
+
+    Every attempt ends exactly once, by `record()` or `cancel()`: a driver that may stop
+    early (cancelled, failed, its client gone) routes inside `with router.start(...) as
+    routing:`, whose end cancels a request left unanswered, so nothing the attempt holds
+    (its count in flight, a probe slot) outlives it.
     """
 
-    __slots__ = ("_admission", "_candidates", "_inflight", "_label", "_layers", "_next",
-                 "_on_provider", "_ordering", "_pass", "_plan", "_round_robin", "_strategy",
-                 "_target", "_target_index", "_wait", "_why", "engine", "records", "request_id",
-                 "response", "route", "router", "skips", "started_at", "waited_ms")
+    __slots__ = ("_admission", "_busy", "_candidates", "_chooser", "_inflight", "_label",
+                 "_layers", "_next", "_on_provider", "_pass", "_plan", "_round_robin",
+                 "_strategy", "_target", "_target_index", "_wait", "_why", "engine", "records",
+                 "request_id", "response", "route", "router", "skips", "started_at",
+                 "waited_ms")
 
     def __init__(self, router: Router, request_id: str, route: Route, plan: Plan,
-                 ordering: bool = False) -> None:
+                 chooser: Chooser | None = None) -> None:
         self.router = router
         self.engine = router.engine
         self.request_id = request_id
@@ -307,6 +277,8 @@ class RequestRouting:
         self.response: Response | None = None
         self.waited_ms = 0
         self._inflight: Attempt | None = None
+        #: the in-flight count the attempt last built holds (least_busy), until it ends
+        self._busy: Busy | None = None
         self._next: Step | None = None
         self._pass = 0
         self._plan = plan
@@ -327,11 +299,18 @@ class RequestRouting:
         #: its choice, written on the next attempt
         self._strategy: str | None = None
         self._why: str | None = None
-        self._ordering = ordering
-        if ordering:
-            self._strategy = route.strategy.value
-            self._plan, self._why = router.order(route, plan, self.started_at,
-                                                 bool(bus.wants(AttemptEvent)))
+        self._chooser = chooser
+        if chooser is not None:
+            self._strategy = chooser.name
+            self._plan, self._why = chooser.order(self.started_at)
+
+    def __enter__(self) -> RequestRouting:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Leaving the block unanswered (an exception, a cancelled task) cancels."""
+        if self.response is None:
+            self.cancel()
 
     # -- driver interface --------------------------------------------------------------
 
@@ -354,8 +333,12 @@ class RequestRouting:
         attempt = self._inflight
         if attempt is None:
             raise RuntimeError("record() without an attempt in flight")
-        self._inflight = None
+        self._inflight = self._next = None
         now = self.engine.clock.now_ms()
+        busy = self._busy
+        if busy is not None:  # first: nothing below may keep it counted
+            self._busy = None
+            busy.finished(attempt.connection, now - attempt.started_at)
         if rate_limits is not None:
             self.router.headroom.note(attempt.provider, attempt.connection, now, rate_limits)
         self._note_result(now, attempt, status, outcome)
@@ -371,16 +354,24 @@ class RequestRouting:
         self._next = self._advance(now)
 
     def cancel(self) -> Response:
-        """The client gave up: the in-flight attempt counts as `cancelled`."""
+        """The request ends unanswered (its client gave up, or its driver stopped): the
+        attempt in flight counts as `cancelled`, and so does one `record()` already
+        prepared that the driver never asked for; the answer is 499."""
         if self.response is not None:
             return self.response
         now = self.engine.clock.now_ms()
         if self._wait is not None:  # it gave up while waiting
             self._end_wait(now)
-        if self._inflight is not None:
-            attempt = self._inflight
+        attempt = self._inflight
+        if attempt is None and isinstance(self._next, Attempt):
+            attempt = self._next
+        if attempt is not None:
             self._inflight = None
-            self._note_result(now, attempt, 0, Classification(FailureKind.CANCELLED))
+            busy = self._busy
+            if busy is not None:
+                self._busy = None
+                busy.finished(attempt.connection, now - attempt.started_at)
+            self._note_result(now, attempt, 0, _CANCELLED)
         self._candidates = None
         self._next = self._respond(now, 499, None, {"error": {
             "type": "cancelled", "code": "client_closed_request",
@@ -439,12 +430,9 @@ class RequestRouting:
                     assert granted.skip is not None
                     self._skip(now, next_target, granted.skip, granted.retry_after_ms)
                     continue
-                if self._ordering and self.route.strategy is _WEIGHTED:
-                    start = self.router.rotation_start(next_layers)  # as round_robin
-                elif self._ordering:
-                    start, why = self.router.connection_start(
-                        self.route.strategy, next_layers, now,
-                        bool(self.engine.bus.wants(AttemptEvent)))
+                chooser = self._chooser
+                if chooser is not None:
+                    start, why = chooser.start(next_layers, now)
                     if why is not None:
                         self._why = (f"{self._strategy}: {why}" if self._why is None
                                      else f"{self._why}; {why}")
@@ -495,8 +483,9 @@ class RequestRouting:
             attempt = Attempt(self.request_id, n, layers.name, connection, target.model, probe,
                               layers.timeout_ms, now, admission)
             router = self.router
-            if router._tracks_load:
-                router.load.started(layers.name, connection)
+            if router._tracks_load:  # counted until the attempt ends: record() or cancel()
+                busy = self._busy = router.load.of(layers.name)
+                busy.started(connection)
             if router.headroom.keys:
                 router.headroom.spend(layers.name, connection, now)
             bus = self.engine.bus
@@ -517,9 +506,6 @@ class RequestRouting:
                                  attempt.connection, attempt.model, status, kind,
                                  now - attempt.started_at))
         self.records.append(AttemptRecord(self._label, attempt.connection, status, kind))
-        if self.router._tracks_load:
-            self.router.load.finished(attempt.provider, attempt.connection,
-                                      now - attempt.started_at)
         layers = self._layers  # the attempt's: nothing moves the walk while it is in flight
         assert layers is not None
         layers.record(now, attempt.connection, attempt.model, attempt.admission, outcome)

@@ -3,19 +3,35 @@
 A strategy only orders: the breaker, cooldowns, lockouts, dedup, the retry budget and
 admission waits refuse and wait exactly as under `priority`, on whatever order it gives.
 Every counter here is this process's own (a fleet's replicas each keep theirs).
+
+Each route of an ordering strategy gets a chooser when it is first asked for, made for
+its plan: `order()` gives a request's targets their order (asking every target once
+whether it could take the request), `start()` the connection position the walk starts
+at on a provider.
 """
 
 from __future__ import annotations
 
 import random
 from bisect import bisect_left
-from collections.abc import Sequence
-from itertools import chain, islice
+from collections.abc import Callable, Sequence
+from math import floor
 
-from ..engine.engine import ProviderLayers
+from ..engine.bus import EventBus
+from ..engine.engine import ProviderLayers, refused_targets
+from ..engine.events import AttemptEvent
 from .rate_limits import RateLimitInfo
+from .routes import Target
 
-__all__ = ["UNSET_WINDOW_MS", "WINDOW", "Headroom", "KeyLimits", "LeastBusy", "weighted_pick"]
+__all__ = ["UNSET_WINDOW_MS", "WINDOW", "Busy", "Chooser", "Headroom", "HeadroomChooser",
+           "KeyLimits", "LeastBusy", "LeastBusyChooser", "Plan", "WeightedChooser"]
+
+#: a route's targets, each with its provider's layers and its `provider/model` label
+Plan = tuple[tuple[Target, ProviderLayers, str], ...]
+#: where round_robin starts on a provider's connections (and counts the request)
+RotationStart = Callable[[ProviderLayers], int]
+#: a request's plan in the strategy's order, with the reason (None when nobody reads it)
+Ordered = tuple[Plan, str | None]
 
 #: how long a remaining count without a reset time is trusted (a typical window)
 UNSET_WINDOW_MS = 60_000
@@ -24,120 +40,216 @@ LATENCY_ALPHA = 0.2
 #: how many ready keys `headroom` compares per decision, from the rotation's position
 WINDOW = 8
 _FULL = float("inf")  # the score of a key that never said its limits
+_NEVER = -1 << 62  # before any clock time
 
 
-def weighted_pick(current: list[int], weights: Sequence[int], usable: Sequence[int]) -> int:
-    """Smooth weighted round robin (nginx's) over the target positions in `usable`: each
-    gains its weight, the highest (first on a tie) is chosen and loses the usable total.
-    A target left out gains nothing, so its share goes to the others in proportion."""
-    total = 0
-    best = -1
-    for i in usable:
-        weight = weights[i]
-        total += weight
-        current[i] += weight
-        if best < 0 or current[i] > current[best]:
-            best = i
-    current[best] -= total
-    return best
+class Chooser:
+    """A route's ordering strategy for its plan: its name, the order of a request's
+    targets and where the walk starts on each provider's connections, each with why when
+    someone reads the attempt events (the reason is written on the next attempt)."""
+
+    __slots__ = ("asks", "bus", "firsts", "name", "plan")
+
+    def __init__(self, name: str, plan: Plan, bus: EventBus) -> None:
+        self.name = name
+        self.plan = plan
+        self.bus = bus
+        #: what `refused_targets` asks: each target's layers and model
+        self.asks = tuple((layers, target.model) for target, layers, _ in plan)
+        #: per target: the plan with it first, the others after it in the route's order
+        self.firsts = tuple(plan if i == 0 else (plan[i], *plan[:i], *plan[i + 1:])
+                            for i in range(len(plan)))
+
+    def order(self, now: int) -> Ordered:
+        raise NotImplementedError
+
+    def start(self, layers: ProviderLayers, now: int) -> tuple[int, str | None]:
+        raise NotImplementedError
+
+
+# -- weighted -------------------------------------------------------------------------
+
+
+class WeightedChooser(Chooser):
+    """Smooth weighted round robin (nginx's) over the usable targets: each gains its
+    weight, the highest (first on a tie) is chosen and loses the usable total. A target
+    left out gains nothing, so its share goes to the others in proportion. Connections
+    rotate as under round_robin."""
+
+    __slots__ = ("current", "rotation_start", "total", "weights")
+
+    def __init__(self, plan: Plan, bus: EventBus, current: list[int], weights: Sequence[int],
+                 rotation_start: RotationStart) -> None:
+        super().__init__("weighted", plan, bus)
+        self.current = current  # the router's, kept across reloads of an unchanged route
+        self.weights = tuple(enumerate(weights))  # with their positions
+        self.total = sum(weights)
+        self.rotation_start = rotation_start
+
+    def order(self, now: int) -> Ordered:
+        current = self.current
+        best = -1
+        high = 0
+        refused = refused_targets(self.asks, now)
+        if refused is None:  # the usual case: every target gains its weight
+            total = self.total
+            for i, weight in self.weights:
+                gained = current[i] = current[i] + weight
+                if best < 0 or gained > high:
+                    best, high = i, gained
+        else:
+            total = 0
+            for i, weight in self.weights:
+                if i not in refused:
+                    total += weight
+                    gained = current[i] = current[i] + weight
+                    if best < 0 or gained > high:
+                        best, high = i, gained
+        if best < 0:  # nothing to choose: the walk skips each for its reason
+            return self.plan, None
+        current[best] -= total
+        why = None
+        if self.bus.wants(AttemptEvent):
+            plan = self.plan
+            why = (f"weighted: {plan[best][2]} (weight {self.weights[best][1]} of {total}"
+                   + (f"; {', '.join(plan[i][2] for i in refused)} unavailable, its share "
+                      "to the others)" if refused else ")"))
+        return self.firsts[best], why
+
+    def start(self, layers: ProviderLayers, now: int) -> tuple[int, str | None]:
+        return self.rotation_start(layers), None
+
+
+# -- least_busy -----------------------------------------------------------------------
+
+
+class Busy:
+    """One provider's attempts in flight, in all and per connection, and an EWMA of its
+    latency. An attempt counts from its start until its routing records or cancels it
+    (`RequestRouting` holds the Busy it counted on, and gives it back exactly once)."""
+
+    __slots__ = ("by_connection", "latency", "total")
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.by_connection: dict[str, int] = {}
+        self.latency: float | None = None
+
+    def started(self, connection: str) -> None:
+        self.total += 1
+        counts = self.by_connection
+        counts[connection] = counts.get(connection, 0) + 1
+
+    def finished(self, connection: str, latency_ms: int) -> None:
+        self.total -= 1
+        self.by_connection[connection] -= 1
+        old = self.latency
+        self.latency = float(latency_ms) if old is None else (
+            old + LATENCY_ALPHA * (latency_ms - old))
 
 
 class LeastBusy:
-    """Requests in flight per provider and per connection, and an EWMA of each
-    provider's latency, for the power of two choices."""
+    """Every provider's `Busy`, and the seeded generator of the power of two choices."""
 
-    __slots__ = ("by_connection", "by_provider", "latency", "rng")
+    __slots__ = ("providers", "rng")
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed ^ 0x1EA57)
-        self.by_provider: dict[str, int] = {}
-        self.by_connection: dict[tuple[str, str], int] = {}
-        self.latency: dict[str, float] = {}
+        self.providers: dict[str, Busy] = {}
 
-    def started(self, provider: str, connection: str) -> None:
-        self.by_provider[provider] = self.by_provider.get(provider, 0) + 1
-        key = (provider, connection)
-        self.by_connection[key] = self.by_connection.get(key, 0) + 1
+    def of(self, provider: str) -> Busy:
+        busy = self.providers.get(provider)
+        if busy is None:
+            busy = self.providers[provider] = Busy()
+        return busy
 
-    def finished(self, provider: str, connection: str, latency_ms: int) -> None:
-        count = self.by_provider.get(provider, 0) - 1
-        if count > 0:
-            self.by_provider[provider] = count
+    def in_flight(self) -> dict[str, int]:
+        """Attempts in flight per provider (the providers that had any)."""
+        return {name: busy.total for name, busy in self.providers.items()}
+
+
+class LeastBusyChooser(Chooser):
+    """The power of two choices: of two usable targets drawn at random, the one with
+    fewer attempts in flight (the lower EWMA latency on a tie, then the first drawn);
+    on its provider, of two ready connections drawn at random, the less busy. Each draw
+    is two `random()` calls scaled and floored (a fifth of `randrange`'s cost; `floor`
+    is `int` for these non-negative values, at a third of its cost): the first position
+    of `n`, the second of the `n - 1` others."""
+
+    __slots__ = ("busies", "draw", "everyone", "load")
+
+    def __init__(self, plan: Plan, bus: EventBus, load: LeastBusy) -> None:
+        super().__init__("least_busy", plan, bus)
+        self.load = load
+        self.draw = load.rng.random
+        self.busies = tuple(load.of(layers.name) for _, layers, _ in plan)
+        self.everyone = tuple(range(len(plan)))
+
+    def order(self, now: int) -> Ordered:
+        refused = refused_targets(self.asks, now)
+        usable = self.everyone if refused is None else [
+            i for i in self.everyone if i not in refused]
+        n = len(usable)
+        if n == 0:  # nothing to choose: the walk skips each for its reason
+            return self.plan, None
+        if n == 1:
+            best = usable[0]
+            return self.firsts[best], (
+                f"least_busy: {self.plan[best][2]} is the only target available"
+                if self.bus.wants(AttemptEvent) else None)
+        draw = self.draw
+        x = floor(draw() * n)
+        y = floor(draw() * (n - 1))
+        a, b = usable[x], usable[y + 1 if y >= x else y]
+        busies = self.busies
+        busy_a, busy_b = busies[a], busies[b]
+        if busy_a.total != busy_b.total:
+            best, other = (a, b) if busy_a.total < busy_b.total else (b, a)
+        elif (busy_b.latency or 0.0) < (busy_a.latency or 0.0):
+            best, other = b, a
         else:
-            self.by_provider.pop(provider, None)
-        key = (provider, connection)
-        count = self.by_connection.get(key, 0) - 1
-        if count > 0:
-            self.by_connection[key] = count
-        else:
-            self.by_connection.pop(key, None)
-        old = self.latency.get(provider)
-        self.latency[provider] = float(latency_ms) if old is None else (
-            old + LATENCY_ALPHA * (latency_ms - old))
+            best, other = a, b
+        return self.firsts[best], (self._explain(best, other) if self.bus.wants(AttemptEvent)
+                                   else None)
 
-    def two(self, n: int) -> tuple[int, int]:
-        """Two different positions out of `n` >= 2, drawn from the seeded generator
-        (`random()` scaled: a fifth of `randrange`'s cost)."""
-        draw = self.rng.random
-        a = int(draw() * n)
-        b = int(draw() * (n - 1))
-        return a, b + 1 if b >= a else b
+    def _explain(self, win: int, lose: int) -> str:
+        plan = self.plan
+        won, lost = self.busies[win], self.busies[lose]
+        if won.total != lost.total:
+            return (f"least_busy: {plan[win][2]} {won.total} in flight vs {lost.total} on "
+                    f"{plan[lose][2]}")
+        return (f"least_busy: {plan[win][2]} and {plan[lose][2]} {won.total} in flight each, "
+                f"latency {won.latency or 0.0:.0f} ms vs {lost.latency or 0.0:.0f} ms")
 
-    def pick_target(self, providers: Sequence[str], usable: Sequence[int]
-                    ) -> tuple[int, int]:
-        """The less busy of two usable targets drawn at random (the lower EWMA latency on
-        a tie, then the first drawn), and the other one drawn (-1 when only one is
-        usable)."""
-        if len(usable) == 1:
-            return usable[0], -1
-        x, y = self.two(len(usable))
-        a, b = usable[x], usable[y]
-        by_provider = self.by_provider
-        busy_a, busy_b = by_provider.get(providers[a], 0), by_provider.get(providers[b], 0)
-        if busy_a != busy_b:
-            return (a, b) if busy_a < busy_b else (b, a)
-        latency = self.latency
-        if latency.get(providers[b], 0.0) < latency.get(providers[a], 0.0):
-            return b, a
-        return a, b
-
-    def explain_target(self, providers: Sequence[str], labels: Sequence[str], win: int,
-                       lose: int) -> str:
-        if lose < 0:
-            return f"least_busy: {labels[win]} is the only target available"
-        busy_w = self.by_provider.get(providers[win], 0)
-        busy_l = self.by_provider.get(providers[lose], 0)
-        if busy_w != busy_l:
-            return f"least_busy: {labels[win]} {busy_w} in flight vs {busy_l} on {labels[lose]}"
-        return (f"least_busy: {labels[win]} and {labels[lose]} {busy_w} in flight each, "
-                f"latency {self.latency.get(providers[win], 0.0):.0f} ms vs "
-                f"{self.latency.get(providers[lose], 0.0):.0f} ms")
-
-    def pick_connection(self, layers: ProviderLayers, now: int, explain: bool
-                        ) -> tuple[int, str | None] | None:
-        """The less busy of two ready connections drawn at random (the first drawn on a
-        tie) as the position to start from, and why (when `explain`); None when fewer
-        than two are ready."""
-        ready = layers.pool.ready(now)
-        if len(ready) < 2:
-            return None
-        x, y = self.two(len(ready))
-        a, b = ready[x], ready[y]
-        order = layers.pool.order
-        busy_a = self.by_connection.get((layers.name, order[a]), 0)
-        busy_b = self.by_connection.get((layers.name, order[b]), 0)
+    def start(self, layers: ProviderLayers, now: int) -> tuple[int, str | None]:
+        pool = layers.pool
+        ready = pool.ready(now)
+        n = len(ready)
+        if n < 2:
+            return 0, None
+        draw = self.draw
+        x = floor(draw() * n)
+        y = floor(draw() * (n - 1))
+        a, b = ready[x], ready[y + 1 if y >= x else y]
+        order = pool.order
+        busy = self.load.providers.get(layers.name)
+        counts = busy.by_connection if busy is not None else {}
+        busy_a, busy_b = counts.get(order[a], 0), counts.get(order[b], 0)
         if busy_b < busy_a:
             a, b, busy_a, busy_b = b, a, busy_b, busy_a
         return a, (f"key {order[a]} {busy_a} in flight vs {busy_b} on {order[b]}"
-                   if explain else None)
+                   if self.bus.wants(AttemptEvent) else None)
+
+
+# -- headroom -------------------------------------------------------------------------
 
 
 class KeyLimits:
     """What the last answers on one connection said of its limits, with the resets as
     clock times; a count spent since is taken off at once (each attempt costs one)."""
 
-    __slots__ = ("requests_left", "requests_limit", "requests_reset_at", "tokens_left",
-                 "tokens_limit", "tokens_reset_at")
+    __slots__ = ("requests_left", "requests_limit", "requests_reset_at", "simple_until",
+                 "tokens_left", "tokens_limit", "tokens_reset_at")
 
     def __init__(self) -> None:
         self.requests_left: int | None = None
@@ -146,6 +258,14 @@ class KeyLimits:
         self.tokens_left: int | None = None
         self.tokens_limit: int | None = None
         self.tokens_reset_at = 0
+        #: a second before the requests' reset while only requests are known, else
+        #: _NEVER: until then `pace()` is `requests_left * 1000 / (requests_reset_at -
+        #: now)`, which headroom reads inline
+        self.simple_until = _NEVER
+
+    def _simplify(self) -> None:
+        self.simple_until = (self.requests_reset_at - 1000 if self.requests_left is not None
+                             and self.tokens_left is None else _NEVER)
 
     def note(self, now: int, info: RateLimitInfo) -> None:
         if info.requests_remaining is not None:
@@ -158,8 +278,16 @@ class KeyLimits:
             self.tokens_limit = info.tokens_limit or self.tokens_limit
             reset = info.tokens_reset_ms
             self.tokens_reset_at = now + (UNSET_WINDOW_MS if reset is None else reset)
+        self.simple_until = (self.requests_reset_at - 1000 if self.requests_left is not None
+                             and self.tokens_left is None else _NEVER)  # _simplify()
 
     def spend(self, now: int) -> None:
+        requests = self.requests_left
+        if (requests is not None and now < self.requests_reset_at
+                and (self.tokens_left is None or now < self.tokens_reset_at)):
+            if requests > 0:  # the usual case: nothing to reset first
+                self.requests_left = requests - 1
+            return
         left = self.left(now)[0]
         if left is not None and left > 0:
             self.requests_left = left - 1
@@ -167,12 +295,17 @@ class KeyLimits:
     def left(self, now: int) -> tuple[int | None, int | None]:
         """(requests, tokens) left now: past its reset a count is back to its limit, or
         unknown when no limit was said."""
+        reset = False
         if self.requests_left is not None and now >= self.requests_reset_at:
             self.requests_left = self.requests_limit
             self.requests_reset_at = now + UNSET_WINDOW_MS
+            reset = True
         if self.tokens_left is not None and now >= self.tokens_reset_at:
             self.tokens_left = self.tokens_limit
             self.tokens_reset_at = now + UNSET_WINDOW_MS
+            reset = True
+        if reset:
+            self._simplify()
         return self.requests_left, self.tokens_left
 
     def pace(self, now: int) -> float | None:
@@ -188,24 +321,46 @@ class KeyLimits:
         return None
 
 
+class KnownKeys(dict[str, KeyLimits]):
+    """A provider's `KeyLimits` by connection name, and along its connection order (None
+    for a key not heard of) until a key is first heard of or the order changes."""
+
+    __slots__ = ("order", "placed")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: tuple[str, ...] | None = None
+        self.placed: list[KeyLimits | None] = []
+
+    def place(self, order: tuple[str, ...]) -> list[KeyLimits | None]:
+        self.order = order
+        self.placed = [self.get(name) for name in order]
+        return self.placed
+
+
 class Headroom:
-    """Each connection's `KeyLimits`, by provider, and the choice they make."""
+    """Each connection's `KeyLimits`, by provider."""
 
     __slots__ = ("keys", "out")
 
     def __init__(self) -> None:
-        self.keys: dict[str, dict[str, KeyLimits]] = {}
+        self.keys: dict[str, KnownKeys] = {}
         #: per provider, the keys last seen at 0 requests or tokens (some may have reset
-        #: since): a provider with none has no exhausted key, without looking
+        #: since); a provider with none is not in it, so an empty `out` says at once that
+        #: no target needs a look
         self.out: dict[str, set[str]] = {}
 
     def note(self, provider: str, connection: str, now: int, info: RateLimitInfo) -> None:
-        known = self.keys.setdefault(provider, {})
+        known = self.keys.get(provider)
+        if known is None:
+            known = self.keys[provider] = KnownKeys()
         limits = known.get(connection)
         if limits is None:
             limits = known[connection] = KeyLimits()
+            known.order = None  # placed anew on the next look
         limits.note(now, info)
-        self._watch(provider, connection, limits)
+        if limits.requests_left == 0 or limits.tokens_left == 0 or provider in self.out:
+            self._watch(provider, connection, limits)
 
     def spend(self, provider: str, connection: str, now: int) -> None:
         known = self.keys.get(provider)
@@ -215,16 +370,22 @@ class Headroom:
                 self._watch(provider, connection, limits)
 
     def _watch(self, provider: str, connection: str, limits: KeyLimits) -> None:
+        out = self.out.get(provider)
         if limits.requests_left == 0 or limits.tokens_left == 0:
-            self.out.setdefault(provider, set()).add(connection)
-        elif (out := self.out.get(provider)) is not None:
+            if out is None:
+                self.out[provider] = {connection}
+            else:
+                out.add(connection)
+        elif out is not None:
             out.discard(connection)
+            if not out:
+                del self.out[provider]
 
     def exhausted(self, layers: ProviderLayers, now: int) -> bool:
         """Whether every ready connection of the provider said it is out until its reset
         (then the target is tried after the others)."""
         known = self.keys.get(layers.name)
-        if not known or not self.out.get(layers.name):
+        if not known or layers.name not in self.out:
             return False
         order = layers.pool.order
         for pos in layers.pool.ready(now):
@@ -233,41 +394,83 @@ class Headroom:
                 return False
         return True
 
-    def pick_connection(self, layers: ProviderLayers, now: int, start: int, explain: bool
-                        ) -> tuple[int, str | None] | None:
-        """Among the first `WINDOW` ready connections from `start` in rotation order, the
-        one with the most requests left per second until its reset (one that never said
-        counts as full; the earlier in rotation on a tie), and why; None when the
-        provider's answers never carried the headers. The window keeps a decision's cost
-        flat for 1,000 keys; as the rotation moves, every key comes into it."""
-        known = self.keys.get(layers.name)
-        if not known:
-            return None
-        ready = layers.pool.ready(now)
+
+class HeadroomChooser(Chooser):
+    """Targets in order, but one whose every ready key said it is out until its reset
+    goes after the others (held back: tried only when they fail). On a provider, among
+    the first `WINDOW` ready connections from the rotation's position, the one with the
+    most requests left per second until its reset (one that never said counts as full;
+    the earlier in rotation on a tie); in rotation while the provider's answers never
+    carried the headers. The window keeps a decision's cost flat for 1,000 keys; as the
+    rotation moves, every key comes into it."""
+
+    __slots__ = ("headroom", "rotation_start")
+
+    def __init__(self, plan: Plan, bus: EventBus, headroom: Headroom,
+                 rotation_start: RotationStart) -> None:
+        super().__init__("headroom", plan, bus)
+        self.headroom = headroom
+        self.rotation_start = rotation_start
+
+    def order(self, now: int) -> Ordered:
+        plan = self.plan
+        headroom = self.headroom
+        if not headroom.out:  # no key anywhere said it is out: nothing to hold back
+            return plan, None
+        out = [entry for entry in plan if headroom.exhausted(entry[1], now)]
+        if not out or len(out) == len(plan):
+            return plan, None
+        kept = tuple(entry for entry in plan if entry not in out)
+        why = (f"headroom: {', '.join(label for _, _, label in out)} out of requests until "
+               "the reset, tried last") if self.bus.wants(AttemptEvent) else None
+        return (*kept, *out), why
+
+    def start(self, layers: ProviderLayers, now: int) -> tuple[int, str | None]:
+        start = self.rotation_start(layers)
+        headroom = self.headroom
+        known = headroom.keys.get(layers.name)
+        pool = layers.pool
+        ready = pool.ready(now) if known else None
         if not ready:
-            return None
-        order = layers.pool.order
-        at = bisect_left(ready, start)
-        best_pos, best_pace, runner = -1, -1.0, -1.0
-        for pos in islice(chain(ready[at:at + WINDOW], ready[:WINDOW]), min(WINDOW, len(ready))):
-            limits = known.get(order[pos])
+            return start, ("no key has said its rate limits yet: in rotation"
+                           if self.bus.wants(AttemptEvent) else None)
+        assert known is not None
+        n = len(ready)
+        at = bisect_left(ready, start) - n  # from `start`; a negative index wraps around
+        window = range(at, at + (WINDOW if n > WINDOW else n))
+        order = pool.order
+        placed = known.placed if known.order is order else known.place(order)
+        if self.bus.wants(AttemptEvent):
+            return self._explain(placed, [ready[j] for j in window], order, now)
+        best_pos, best_pace = -1, -1.0
+        for j in window:  # `_pace()`, inlined for the usual case: it runs for every key
+            pos = ready[j]
+            limits = placed[pos]
             if limits is None:
                 score = _FULL
-            elif ((left := limits.requests_left) is not None and limits.tokens_left is None
-                  and now < (reset_at := limits.requests_reset_at)):
-                # `pace()` for the usual case, inlined: this runs for every key compared
-                score = left * 1000 / (reset_at - now if reset_at - now > 1000 else 1000)
+            elif now < limits.simple_until:  # only requests are known: `pace()` is this
+                score = (limits.requests_left * 1000  # type: ignore[operator]
+                         / (limits.requests_reset_at - now))
             else:
-                pace = limits.pace(now)
-                score = _FULL if pace is None else pace
+                score = _pace(limits, now)
+            if score > best_pace:
+                best_pos, best_pace = pos, score
+        return best_pos, None
+
+    @staticmethod
+    def _explain(placed: list[KeyLimits | None], window: list[int], order: tuple[str, ...],
+                 now: int) -> tuple[int, str]:
+        """The same choice as `start()` makes, with why: the key, what it has left, and
+        the pace of the next best."""
+        best_pos, best_pace, runner = -1, -1.0, -1.0
+        for pos in window:
+            score = _pace(placed[pos], now)
             if score > best_pace:
                 best_pos, runner, best_pace = pos, best_pace, score
             elif score > runner:
                 runner = score
-        if not explain:
-            return best_pos, None
         name = order[best_pos]
-        limits = known.get(name)
+        limits = placed[best_pos]
         if limits is None:
             return best_pos, f"{name} has not said its limits yet"
         requests, tokens = limits.left(now)
@@ -277,3 +480,12 @@ class Headroom:
             " vs a key that has not said" if runner == _FULL else f" vs {runner:.1f}/s next")
         return best_pos, (f"{name} has {said} left for {max(0, reset_at - now) / 1000:.1f} s "
                           f"({best_pace:.1f}/s){versus}")
+
+
+def _pace(limits: KeyLimits | None, now: int) -> float:
+    """A key's score under headroom: its requests left per second until the reset; a key
+    that never said (or says nothing now) counts as full."""
+    if limits is None:
+        return _FULL
+    pace = limits.pace(now)
+    return _FULL if pace is None else pace
