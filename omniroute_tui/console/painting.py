@@ -193,8 +193,9 @@ class PaneView(App[None]):
             timeline.update(f"{backend.title}: a router on real time; attempts per second "
                             f"on each provider over the last {LIVE_CHART_S // 60} minutes "
                             f"({self.model.total_requests:,} requests seen)")
+            second = now - now % 1000  # the chart is drawn by whole seconds
             self.query_one(HerdChartPlot).show(
-                lambda points: self.model.live_chart(now, points, LIVE_CHART_S),
+                lambda points: self.model.live_chart(second, points, LIVE_CHART_S),
                 xlabel="seconds before now")
             return
         width = max(20, self.size.width - 40)
@@ -217,7 +218,9 @@ class PaneView(App[None]):
         timeline.update(f"{header}\n\n{body}\n\n{description}")
         chart = self.query_one(HerdChartPlot)
         windows = [(f.name, f.at_ms, f.until_ms) for f in scenario.faults]
-        until = min(now, scenario.duration_ms)
+        # by whole seconds: a second's attempts are drawn once they are all in (a second
+        # drawn as it went showed a dip at the end), and the chart changes once a second
+        until = min(now - now % 1000, scenario.duration_ms)
         chart.show(lambda points: self.model.herd_chart(
             until, points, compared=backend.comparison, faults=windows))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from textual.events import Resize
+from textual.geometry import Size
 from textual_plotext import PlotextPlot
 
 from ..model.console_model import HerdChart
@@ -51,10 +52,14 @@ class HerdChartPlot(PlotextPlot):
 
     _make: Callable[[int], HerdChart] | None = None
     xlabel = "scenario seconds"
+    #: what the plot shows now: the chart, its x label and the widget's size
+    _drawn: tuple[HerdChart, str, Size] | None = None
 
     def show(self, make: Callable[[int], HerdChart], *, xlabel: str = "scenario seconds"
              ) -> None:
-        """Draw what `make(points)` gives for this widget's width, now and on resizes."""
+        """Draw what `make(points)` gives for this widget's width, now and on resizes;
+        the same chart at the same size is not drawn again (plotext builds the whole
+        plot and Rich reads it back from escape codes: most of a paint)."""
         self._make = make
         self.xlabel = xlabel
         self._redraw()
@@ -63,9 +68,13 @@ class HerdChartPlot(PlotextPlot):
         self._redraw()
 
     def _redraw(self) -> None:
-        width = self.size.width
-        if self._make is not None and width > 0:  # no size yet: the resize draws it
-            self.draw(self._make(max(10, width - 12)))
+        size = self.size
+        if self._make is None or size.width <= 0:  # no size yet: the resize draws it
+            return
+        chart = self._make(max(10, size.width - 12))
+        if (chart, self.xlabel, size) != self._drawn:
+            self._drawn = (chart, self.xlabel, size)
+            self.draw(chart)
 
     def draw(self, chart: HerdChart) -> None:
         plt = self.plt
