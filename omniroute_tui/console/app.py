@@ -1,7 +1,6 @@
 """The operations console: panes over the engine's state, operator actions, scenario
 controls. The engine never touches widgets: its events feed `ConsoleModel`, and a
-one-shot timer re-armed after each paint (4 a second, start to start) applies keyed
-diffs.
+paint clock (5 a second, start to start) applies keyed diffs.
 
 `ConsoleApp` is the layout and the lifecycle (backend, gateway, ticks); what it does is
 split by concern: painting and the pane keys (`painting.py`), operator actions
@@ -23,6 +22,7 @@ from ..config.status import ConfigStatus
 from ..state_document import state_document
 from ..store import StoreError, StoreProblem
 from .actions import bindings
+from .collector import PacedCollections
 from .commands import ConsoleCommands
 from .model.backends import Backend
 from .model.console_model import COLUMNS, SORTS, ConsoleModel
@@ -38,10 +38,22 @@ from .widgets.panels import EventLog, FaultBanner, PlainStatic, ScenarioTimeline
 if TYPE_CHECKING:
     from .room import RoomServer
 
-__all__ = ["ConsoleApp"]
+__all__ = ["FRAME_S", "ConsoleApp", "next_beat"]
 
-FRAME_S = 0.25  # at most four paints a second
+#: the paint clock: five paints a second, start to start, so that the time between two
+#: screen updates stays under a quarter of a second with a paint's own time and the
+#: machine's jitter on top
+FRAME_S = 0.2
 MIN_WAIT_S = 0.02  # after a paint as long as a frame: the input still gets its turn
+
+
+def next_beat(beat: float, now: float) -> float:
+    """When the paint clock beats next, after the beat at `beat` (monotonic seconds) and
+    its paint done at `now`: a frame after that beat, not after the tick's own start, so a
+    tick that came late (a busy machine) does not push the ones after it; a paint that
+    ran past the next beat waits MIN_WAIT_S (the input gets its turn) and the beat starts
+    again from there."""
+    return max(beat + FRAME_S, now + MIN_WAIT_S)
 
 
 class ConsoleApp(OperatorActions, ReplayControls):
@@ -80,11 +92,13 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.read_only = read_only
         self.autoplay = autoplay
         self._last_tick = time.monotonic()
+        self._next_tick = self._last_tick  # when the paint clock beats next
         self._sort = dict.fromkeys(SORTS, 0)  # per table, the index into SORTS[pane]
         self._pane_filters: dict[Pane, str] = {}
         self._wide = False
         self._frozen_at: float | None = None
         self._history: list[Pane] = []
+        self._collections = PacedCollections()
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -131,7 +145,9 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self._focus_pane()
         self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
         if self.autoplay:
+            self._collections.start()  # the paint clock runs the full collections
             self._last_tick = time.monotonic()
+            self._next_tick = self._last_tick + FRAME_S
             self.set_timer(FRAME_S, self._tick)
 
     async def _start_backend(self, recover: bool = False) -> None:
@@ -211,6 +227,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
             "beside it (yes), or quit (no)?"), answered)
 
     async def on_unmount(self) -> None:
+        self._collections.stop()
         if self.room is not None:
             await self.room.stop()
         if self.gateway_server is not None:
@@ -227,7 +244,9 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.backend.tick(min(elapsed, 1.0))
         if not isinstance(screen, ConfirmScreen | HelpScreen | DetailScreen):
             self.refresh_view()
-        # re-armed for a steady four a second, start to start: the paint's own time comes
-        # off the wait (a paint slower than a frame still stretches the interval)
-        spent = time.monotonic() - now
-        self.set_timer(max(MIN_WAIT_S, FRAME_S - spent), self._tick)
+        if self._collections.due:  # after the screen update, while the next is away
+            self.call_after_refresh(
+                lambda: self._collections.collect(self._next_tick - time.monotonic()))
+        after = time.monotonic()
+        self._next_tick = next_beat(self._next_tick, after)
+        self.set_timer(self._next_tick - after, self._tick)

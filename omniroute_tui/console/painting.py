@@ -205,8 +205,9 @@ class PaneView(App[None]):
                 f"second on each provider {since} {seen}" if in_room else
                 f"{backend.title}: a router on real time; attempts per second on each "
                 f"provider over the last {LIVE_CHART_S // 60} minutes {seen}")
+            second = now - now % 1000  # the chart is drawn by whole seconds
             self.query_one(HerdChartPlot).show(
-                lambda points: self.model.live_chart(now, points, run_clock=in_room),
+                lambda points: self.model.live_chart(second, points, run_clock=in_room),
                 xlabel="scenario seconds" if in_room else "seconds before now")
             return
         width = max(20, self.size.width - 40)
@@ -231,7 +232,9 @@ class PaneView(App[None]):
         timeline.update(f"{header}{gap}{body}{gap}{description}")
         chart = self.query_one(HerdChartPlot)
         windows = [(f.name, f.at_ms, f.until_ms) for f in scenario.faults]
-        until = min(now, scenario.duration_ms)
+        # by whole seconds: a second's attempts are drawn once they are all in (a second
+        # drawn as it went showed a dip at the end), and the chart changes once a second
+        until = min(now - now % 1000, scenario.duration_ms)
         chart.show(lambda points: self.model.herd_chart(
             until, points, compared=backend.comparison, faults=windows))
 

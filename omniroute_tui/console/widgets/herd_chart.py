@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.events import Resize
+from textual.geometry import Size
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 from textual_plotext.plot import Plot
@@ -102,6 +103,8 @@ class HerdChartPlot(Vertical):
     _make: Callable[[int], HerdChart] | None = None
     xlabel = "scenario seconds"
     _shown_key: tuple[str, list[list[tuple[str, str]]]] | None = None
+    #: what the plot shows now: the chart, its x label and the plot's size
+    _drawn: tuple[HerdChart, str, Size] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="herd-key", markup=False)
@@ -117,15 +120,21 @@ class HerdChartPlot(Vertical):
 
     def show(self, make: Callable[[int], HerdChart], *, xlabel: str = "scenario seconds"
              ) -> None:
-        """Draw what `make(points)` gives for this widget's width, now and on resizes."""
+        """Draw what `make(points)` gives for this widget's width, now and on resizes;
+        the same chart at the same size is not drawn again (plotext builds the whole
+        plot and Rich reads it back from escape codes: most of a paint)."""
         self._make = make
         self.xlabel = xlabel
         self._redraw()
 
     def _redraw(self) -> None:
-        width = self.plot.size.width
-        if self._make is not None and width > 0:  # no size yet: the resize draws it
-            self.draw(self._make(max(10, width - 12)))
+        size = self.plot.size
+        if self._make is None or size.width <= 0:  # no size yet: the resize draws it
+            return
+        chart = self._make(max(10, size.width - 12))
+        if (chart, self.xlabel, size) != self._drawn:
+            self._drawn = (chart, self.xlabel, size)
+            self.draw(chart)
 
     def draw(self, chart: HerdChart) -> None:
         self._show_key(chart)

@@ -8,19 +8,30 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rich.markup import escape
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.content import Content
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey
+from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 from ...config.hidden import visible
 from ..model.panes import Pane
+from .paint_style import StylePerPaint
 from .scrollbars import whole_cell_scrollbars
 
 __all__ = ["KeyedTable"]
 
+SegmentLines = list[list[Segment]]
+#: cells and row lines kept by what they show: a few screens' worth
+CACHED = 1_000
+#: entries kept by DataTable's caches of one paint (each paint starts them over)
+STALE = 200
 
-class KeyedTable(DataTable[str]):
+
+class KeyedTable(StylePerPaint, DataTable[str]):
     DEFAULT_CSS = """
     KeyedTable { height: 1fr; }
     """
@@ -31,7 +42,18 @@ class KeyedTable(DataTable[str]):
         """A table of `kind` (providers, connections, lockouts) rows. `columns`: names
         with a fixed width, or None for one that grows with its contents; `pick` shows
         only those of the rows' cells (a compact table on the dashboard)."""
+        #: rendered cells by what they show (see `_render_cell`)
+        self._cells: LRUCache[tuple[object, ...], SegmentLines] = LRUCache(CACHED)
+        #: rendered row lines by what they show (see `_render_line_in_row`)
+        self._rows: LRUCache[tuple[object, ...], tuple[SegmentLines, SegmentLines]] = (
+            LRUCache(CACHED))
         super().__init__(id=id, cursor_type="row", zebra_stripes=False, fixed_columns=1)
+        # DataTable's own caches are keyed on its update counter: what they hold is stale
+        # after the next paint's first update, yet they keep up to 10,000 cells and 1,000
+        # lines a table, objects that every full garbage collection walks
+        for cache in (self._cell_render_cache, self._row_render_cache,
+                      self._row_renderable_cache, self._line_cache):
+            cache.maxsize = STALE
         self.kind = kind
         self._all_columns = columns
         self._pick = pick
@@ -131,18 +153,20 @@ class KeyedTable(DataTable[str]):
         for key in [k for k in shown if k not in rows]:
             self.remove_row(key)
             del shown[key]
+        changed = False
         for key, cells in rows.items():
             before = shown.get(key)
             if before is None:
                 self.add_row(*(_cell(c) for c in cells), key=key)
             elif before != cells:
-                for name, old, new in zip(self._column_names, before, cells, strict=True):
-                    if old != new:
-                        self.update_cell(key, name, _cell(new),
-                                         update_width=name in self._grows)
+                self._set_cells(key, before, cells)
+                changed = True
             else:
                 continue
             shown[key] = cells
+        if changed:  # what update_cell does after each cell, once for them all
+            self._update_count += 1
+            self.refresh()
         if order is not None:
             self._order(order)
         if self._reselect is not None:
@@ -150,6 +174,20 @@ class KeyedTable(DataTable[str]):
             self._reselect = None
         self.total = total
         return len(rows)
+
+    def _set_cells(self, key: str, before: tuple[str, ...], cells: tuple[str, ...]) -> None:
+        """DataTable.update_cell of each cell of row `key` that changed, but for the
+        update count and the refresh that `sync` does once (a storm changes a few hundred
+        cells a paint, and each update_cell refreshed the whole table)."""
+        row_key = RowKey(key)
+        data = self._data[row_key]
+        for name, old, new in zip(self._column_names, before, cells, strict=True):
+            if old != new:
+                column_key = ColumnKey(name)
+                data[column_key] = _cell(new)
+                if name in self._grows:  # its width follows its contents (on idle)
+                    self._updated_cells.add(CellKey(row_key, column_key))
+                    self._require_update_dimensions = True
 
     def _order(self, order: Sequence[str]) -> None:
         """Sort the rows into `order` (DataTable sorts by cell values: its rows' cells,
@@ -172,6 +210,54 @@ class KeyedTable(DataTable[str]):
             return False
         self.move_cursor(row=self.get_row_index(key))
         return True
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Style,
+                     width: int, cursor: bool = False, hover: bool = False) -> SegmentLines:
+        """A cell as DataTable renders it, cached by what it shows. DataTable keys its
+        own cache on a counter that any `update_cell` bumps: one countdown ticking
+        re-rendered every visible cell of the table at each paint."""
+        row_key = self._row_locations.get_key(row_index)
+        if row_key is None or column_index < 0:  # the header, row labels: rare, as before
+            return super()._render_cell(row_index, column_index, base_style, width,
+                                        cursor, hover)
+        column = self.ordered_columns[column_index]
+        key = (row_index, column_index, self._data[row_key].get(column.key), base_style,
+               width, cursor, hover, self._show_hover_cursor, self._pseudo_class_state,
+               self.rows[row_key].height)
+        lines = self._cells.get(key)
+        if lines is None:
+            lines = self._cells[key] = super()._render_cell(
+                row_index, column_index, base_style, width, cursor, hover)
+        return lines
+
+    def _render_line_in_row(self, row_key: RowKey, line_no: int, base_style: Style,
+                            cursor_location: Coordinate, hover_location: Coordinate
+                            ) -> tuple[SegmentLines, SegmentLines]:
+        """A row's line, cached by what the row shows, where it is and how wide its
+        columns are (DataTable's own cache goes with any `update_cell`, as its cells')."""
+        if row_key is self._header_row_key:
+            shown: object = tuple(str(c.label) for c in self.columns.values())
+        else:
+            shown = self._shown.get(row_key.value or "")
+        key = (row_key, shown, self._row_locations.get(row_key), line_no, base_style,
+               cursor_location, hover_location, self.cursor_type, self.show_cursor,
+               self._show_hover_cursor, self._pseudo_class_state, self.size.width,
+               tuple(c.get_render_width(self) for c in self.columns.values()))
+        lines = self._rows.get(key)
+        if lines is None:
+            lines = self._rows[key] = super()._render_line_in_row(
+                row_key, line_no, base_style, cursor_location, hover_location)
+        return lines
+
+    def _clear_caches(self) -> None:
+        super()._clear_caches()
+        self._cells.clear()
+        self._rows.clear()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cells.clear()
+        self._rows.clear()
 
 
 def _cell(text: str) -> str:

@@ -6,6 +6,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -18,6 +19,7 @@ from textual.widgets import RichLog, Static
 
 from ...config.hidden import DESCRIPTION_KEEPS, visible
 from ..model.console_model import clock_text, event_age
+from .paint_style import StylePerPaint
 from .scrollbars import whole_cell_scrollbars
 
 if TYPE_CHECKING:
@@ -38,12 +40,36 @@ class PlainStatic(Static):
     to check) is shown as its escape, never sent to the terminal."""
 
     def __init__(self, content: str = "", **kwargs: Any) -> None:
-        super().__init__(visible(content, DESCRIPTION_KEEPS), markup=False, **kwargs)
+        self._text: str | None = visible(content, DESCRIPTION_KEEPS)  # what it shows
+        super().__init__(self._text, markup=False, **kwargs)
 
     def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+        """Show `content`. The same text again is not painted again, and a text that
+        cannot change the widget's size is painted without a layout of the screen (the
+        status bar changes at every paint; a layout each time cost a second screen
+        update, for the scrollbars it touches)."""
         if isinstance(content, str):
             content = visible(content, DESCRIPTION_KEEPS)
+            if content == self._text:
+                return
+            layout = layout and self._resizes(content)
+            self._text = content
+        else:
+            self._text = None
         super().update(content, layout=layout)
+
+    def _resizes(self, text: str) -> bool:
+        """Whether showing `text` instead of what is shown may change this widget's
+        size: it is sized by its content, and the number of lines differs or a line
+        (before or now) is too wide to stay on one row."""
+        width, height = self.styles.width, self.styles.height
+        if (width is not None and width.is_auto) or self._text is None:
+            return True
+        if height is None or not height.is_auto:
+            return False
+        lines, before = text.split("\n"), self._text.split("\n")
+        return len(lines) != len(before) or max(map(cell_len, [*lines, *before])) > (
+            self.content_region.width)
 
 
 class StatusBar(PlainStatic):
@@ -66,7 +92,7 @@ class ScenarioTimeline(PlainStatic):
     """
 
 
-class EventLog(RichLog):
+class EventLog(StylePerPaint, RichLog):
     """The engine's state changes, newest last. Each line starts with how long ago it
     happened (`12s`), as of the data's clock at the last paint (a replay's virtual time:
     the same at the same moment of a run); `t` shows clock times instead. The time is
@@ -79,6 +105,9 @@ class EventLog(RichLog):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, max_lines=500, wrap=False, markup=False, highlight=False)
+        # the lines cropped for the screen, by line: a few screens' worth, not 1,024 (a
+        # storm scrolls a screen's worth a paint; each is objects a full collection walks)
+        self._line_cache.maxsize = 200
         self.filter_text = ""
         self.matched = 0  # lines written since the last clear
         self.shown_serial = 0  # the model's event serial this log has caught up with
@@ -195,10 +224,10 @@ class EventLog(RichLog):
     def show(self, lines: Iterable[tuple[int, str, str]]) -> None:
         """Append the lines that pass the filter and end scrolled to the last one.
 
-        One write for all of them (a storm logs hundreds a paint; a write each cost a
-        render each), and the scroll travels with it: before the log knows its size,
-        RichLog defers writes, and a separate `scroll_end` would run before them; once it
-        knows, the scroll is done at once, not after the next refresh.
+        All of them at once (a storm logs hundreds a paint), and the scroll travels with
+        them: before the log knows its size, RichLog defers writes, and a separate
+        `scroll_end` would run before them; once it knows, the lines are appended as
+        strips (`_append`) and the scroll is done at once, not after the next refresh.
         """
         needle = self.filter_text.lower()
         kept = [(t, visible(text)) for t, _, text in lines
@@ -206,12 +235,29 @@ class EventLog(RichLog):
         self.times.extend(t for t, _ in kept)
         shown = [text for _, text in kept]
         if shown:
-            known = self._size_known  # else RichLog defers the write and its scroll
-            self.write(Text("\n".join(shown), no_wrap=True, end=""), scroll_end=not known,
-                       animate=False)
-            if known:  # at once: a scroll after the next refresh left a screen a line short
+            if self._size_known:
+                self._append(shown)
+                # at once: a scroll after the next refresh left a screen a line short
                 self.scroll_end(animate=False, immediate=True, x_axis=False)
+            else:  # RichLog defers the write, and its scroll, until it knows its size
+                self.write(Text("\n".join(shown), no_wrap=True, end=""), scroll_end=True,
+                           animate=False)
         self.matched += len(shown)
+
+    def _append(self, shown: list[str]) -> None:
+        """What `write` of these lines as one plain Text does, without laying the text
+        out with Rich: one line (visible, so no tab or line break) is one segment of no
+        style, which is what Rich made of it. A storm logs a few hundred lines a paint
+        and most never reach the screen; Rich's layout of them was most of a paint."""
+        strips = [Strip([Segment(line)], cell_len(line)) for line in shown]
+        self.lines.extend(strips)
+        if self.max_lines is not None and len(self.lines) > self.max_lines:
+            self._start_line += len(self.lines) - self.max_lines
+            self.refresh()
+            self.lines = self.lines[-self.max_lines:]
+        self._widest_line_width = max(self._widest_line_width,
+                                      max(strip.cell_length for strip in strips))
+        self._fit_width()
 
 
 def timeline_lines(
