@@ -40,10 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = ["FRAME_S", "ConsoleApp", "next_beat"]
 
-#: the paint clock: five paints a second, start to start, so that the time between two
+#: the paint clock: six paints a second, start to start, so that the time between two
 #: screen updates stays under a quarter of a second with a paint's own time and the
 #: machine's jitter on top
-FRAME_S = 0.2
+FRAME_S = 1 / 6
 MIN_WAIT_S = 0.02  # after a paint as long as a frame: the input still gets its turn
 
 
