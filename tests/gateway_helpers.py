@@ -86,6 +86,10 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             await store.close()
         if link is not None:
             await link.close()
+        # the gateway is stopped: an answer a fake still owes it (a slow fault's, to an
+        # attempt cancelled) is not waited for, up to 5 s
+        for fake in fakes:
+            fake.server.force_exit = True
         await stop_fakes(fakes)
 
 
