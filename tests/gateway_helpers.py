@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from omniroute_tui.clock import SystemClock
+from omniroute_tui.clock import Clock, SystemClock
 from omniroute_tui.config import MetricsAccess, load_router_config
 from omniroute_tui.config.limits import GatewayLimits, StoreRetention
 from omniroute_tui.gateway import Gateway, GatewayServer
@@ -52,11 +52,12 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
                           redis: tuple[str, str] | None = None,
                           retention: StoreRetention | None = None,
                           metrics: MetricsAccess = MetricsAccess.TOKEN, port: int = 0,
-                          ) -> AsyncIterator[Running]:
+                          fakes_clock: Clock | None = None) -> AsyncIterator[Running]:
     """A gateway on its own fakes; `redis` (URL, key prefix) makes it a fleet replica;
-    `port` is its port on 127.0.0.1 (0: any free one)."""
+    `port` is its port on 127.0.0.1 (0: any free one); `fakes_clock` is the scenario's
+    time for the fakes' faults (by default, the time since they started)."""
     loaded = load_scenario("gateway.yaml", text=scenario)
-    fakes = await start_fakes(loaded)
+    fakes = await start_fakes(loaded, fakes_clock)
     store = link = None
     server = None
     try:
@@ -85,6 +86,10 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             await store.close()
         if link is not None:
             await link.close()
+        # the gateway is stopped: an answer a fake still owes it (a slow fault's, to an
+        # attempt cancelled) is not waited for, up to 5 s
+        for fake in fakes:
+            fake.server.force_exit = True
         await stop_fakes(fakes)
 
 

@@ -16,7 +16,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ import pytest
 import xmlschema
 import yaml
 from junitparser import JUnitXml
+
+from .wheel_helpers import fresh_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "ci"
@@ -182,41 +183,15 @@ def test_the_jenkinsfile_installs_in_a_venv_and_publishes_only_what_was_written(
     assert text.count("junit '") == 1 and html.endswith("/")
 
 
-def build_wheel(where: Path) -> Path:
-    """A wheel of this project, built from a copy of the tree (a build leaves `build/`
-    behind, and stale files there would end up in later wheels)."""
-    source = where / "source"
-    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                    str(where / "dist"), str(source)], check=True, capture_output=True,
-                   timeout=240)
-    return next((where / "dist").glob("omniroute_tui-*.whl"))
-
-
-def fresh_venv(where: Path) -> Path:
-    """A virtual environment without pip or site packages of its own making: the
-    dependencies (and pip) come from the test's environment by a path, so nothing is
-    fetched; that environment's .pth files, among them the editable install of this tree,
-    are not read from there, so omniroute-sim exists only once the wheel is installed."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True,
-                   timeout=60)
-    site = subprocess.run([str(where / "bin" / "python"), "-c",
-                           "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    (Path(site) / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    return where / "bin"
-
-
-def test_the_pipeline_steps_run_as_a_strangers_ci_would(tmp_path: Path) -> None:
+def test_the_pipeline_steps_run_as_a_strangers_ci_would(tmp_path: Path, wheel: Path) -> None:
     # the three files share their install step and gate command (the test above): the
     # install runs once, the gate as GitHub and GitLab write it with two scenarios, and as
     # Jenkins writes it (from the workspace's venv) with one
-    wheel = build_wheel(tmp_path)
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     work = tmp_path / "checkout"
     shutil.copytree(EXAMPLE, work)
-    bin_dir = fresh_venv(work / ".venv")
+    fresh_venv(work / ".venv")
+    bin_dir = work / ".venv" / "bin"
     env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin",
            "HOME": str(tmp_path / "home"), "PIP_NO_INDEX": "1",
            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}

@@ -15,6 +15,7 @@ from textual.widgets.data_table import ColumnKey
 
 from omniroute_tui.config.durations import format_ms
 from omniroute_tui.console.commands import ConsoleCommands
+from omniroute_tui.console.model.attach import fetch_state
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.painting import NARROW_PROVIDERS
 from omniroute_tui.console.screens.modals import DetailScreen, HelpScreen
@@ -374,7 +375,10 @@ async def test_a_lost_gateway_leaves_a_mark_in_the_events(tmp_path: Path) -> Non
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     async with running_gateway(tmp_path) as gw:
-        app: Any = build_app(attach_args(gw.url, token_file))
+        # fetched off the loop that serves the gateway: else the fetch waits out its 5 s
+        # timeout on a gateway that cannot answer, and the console opens waiting for it
+        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
+        app: Any = build_app(attach_args(gw.url, token_file), attach_state=state)
         async with app.run_test(size=(100, 30)) as pilot:
             await settle(pilot, lambda: app.backend.connected)
             await gw.server.stop()

@@ -28,11 +28,20 @@ from .waiting import eventually, eventually_sync
 pytest.importorskip("textual_serve", reason="--web needs textual-serve")
 
 
+#: the console's command line, with the web server's heartbeat set first (`{}` seconds)
+WITH_HEARTBEAT = ("import sys; from omniroute_tui.console import web; web.HEARTBEAT_S = {}; "
+                  "from omniroute_tui.console.cli import main; sys.exit(main())")
+
+
 @contextlib.contextmanager
-def web_server(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+def web_server(*args: str, heartbeat_s: float | None = None
+               ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`--web` in a process of its own; `heartbeat_s` in place of `HEARTBEAT_S`."""
     port = free_port()
+    console = (["-m", "omniroute_tui.console"] if heartbeat_s is None
+               else ["-c", WITH_HEARTBEAT.format(heartbeat_s)])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "omniroute_tui.console", "--web", "--port", str(port), *args],
+        [sys.executable, *console, "--web", "--port", str(port), *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         def up() -> bool:
@@ -99,7 +108,10 @@ def open_tab(port: int, *, receive_buffer: int | None = None) -> socket.socket:
 
 @pytest.mark.parametrize("how", ["dropped", "silent"])
 def test_a_tab_that_goes_without_a_close_frees_its_process_within_30s(how: str) -> None:
-    with web_server("--scenario", "429-storm", "--speed", "20") as (server, port):
+    # a silent tab is noticed by its unanswered pings: every 2 s here, not HEARTBEAT_S
+    # (the bound with HEARTBEAT_S is the arithmetic at the end)
+    with web_server("--scenario", "429-storm", "--speed", "20",
+                    heartbeat_s=2.0 if how == "silent" else None) as (server, port):
         tab = open_tab(port, receive_buffer=2048 if how == "silent" else None)
         eventually_sync(lambda: len(tabs(server.pid)) == 1, what="the tab's console")
         [(console, cmdline)] = tabs(server.pid)

@@ -102,7 +102,8 @@ def _providers(count: int, connections: int = 1, models: int = 1) -> str:
         f"  p{i}: {{models: [{names}], connections: [{conns}]}}\n" for i in range(count))
 
 
-@pytest.mark.parametrize(("text", "line", "field", "reason"), [
+#: (a file's text, the line and field refused, why); the test's id is the count refused
+OVER_THE_CAPS = [
     (_providers(1, connections=1001), 2, "providers.p0.connections",
      "1,001 connections: at most 1,000 connections per provider"),
     (_providers(1, connections=200_000), 2, "providers.p0.connections",
@@ -118,7 +119,11 @@ def _providers(count: int, connections: int = 1, models: int = 1) -> str:
     (_providers(1, models=101) + "routes:\n  r: {targets: ["
      + ", ".join(f"p0/m{i}" for i in range(101)) + "]}\n",
      4, "routes.r.targets", "101 targets: at most 100 targets per route"),
-])
+]
+
+
+@pytest.mark.parametrize(("text", "line", "field", "reason"), OVER_THE_CAPS,
+                         ids=[reason.split(":")[0] for *_, reason in OVER_THE_CAPS])
 def test_counts_over_the_caps_are_refused_naming_the_file_and_line(
         text: str, line: int, field: str, reason: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

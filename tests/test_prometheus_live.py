@@ -16,6 +16,7 @@ import httpx
 import pytest
 import yaml
 
+from omniroute_tui.clock import ManualClock
 from tests.gateway_helpers import TOKEN, free_port, running_gateway
 from tests.waiting import eventually
 
@@ -25,9 +26,11 @@ pytestmark = pytest.mark.skipif(
                                "prometheus; `make test` installs it where it can)")
 
 STORM_AT_S, STORM_FOR_S = 5, 6
-#: one provider throttled for 6 s, 5 s after launch (time for Prometheus to start and
-#: scrape); with three keys and a threshold of 2 its breaker opens on the storm's first
-#: requests, probes every second (the Retry-After), and closes on the first probe after
+#: one provider throttled for 6 s, once Prometheus holds three scrapes of its breaker
+#: CLOSED: the fakes' scenario time is the test's to move (the storm starts when the test
+#: sets it to 5 s); with three keys and a threshold of 2 its breaker opens on the storm's
+#: first requests, probes every second (the Retry-After), and closes on the first probe
+#: after
 SCENARIO = f"""\
 name: prometheus-live
 duration: 10m
@@ -100,9 +103,13 @@ async def query_range(http: httpx.AsyncClient, url: str, expr: str, start: float
 async def test_prometheus_sees_the_breaker_open_in_the_storm_and_closed_after(
         tmp_path: Path) -> None:
     began = time.monotonic()
-    port = free_port()  # Prometheus first, so that it scrapes from the gateway's first second
+    port = free_port()
+    scenario_time = ManualClock(0)  # before the storm until the test moves it
     with running_prometheus(tmp_path, f"127.0.0.1:{port}") as (url, process):
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with httpx.AsyncClient(timeout=10) as http, running_gateway(
+                tmp_path, scenario=SCENARIO, port=port, fakes_clock=scenario_time) as gw:
+            launched = time.time()
+
             async def ready() -> bool:
                 if process.poll() is not None:
                     log = (tmp_path / "prometheus.log").read_text()
@@ -112,25 +119,33 @@ async def test_prometheus_sees_the_breaker_open_in_the_storm_and_closed_after(
                 return False
 
             await eventually(ready, timeout_s=15, poll_s=0.1, what="prometheus ready")
+            stop = asyncio.Event()
+            answers: list[int] = []
+            sender = asyncio.create_task(traffic(http, gw.url, stop, answers))
+            try:
+                async def scraped_before() -> bool:
+                    return len(await query_range(http, url, OPEN, launched, time.time())) >= 3
 
-            async def scraping() -> bool:  # its first scrape (down: nothing listens yet)
-                reply = await http.get(f"{url}/api/v1/query", params={"query": "up"})
-                return bool(reply.json()["data"]["result"])
-
-            # Prometheus hands new targets to its scrapers after up to 5 s
-            await eventually(scraping, timeout_s=15, poll_s=0.2, what="a first scrape")
-            launched = time.time()  # the fakes' timeline starts here (a few ms later)
-            async with running_gateway(tmp_path, scenario=SCENARIO, port=port) as gw:
-                storm_end = launched + STORM_AT_S + STORM_FOR_S
-                answers = await traffic_until_closed(http, gw.url, url, storm_end)
+                # Prometheus hands new targets to its scrapers after up to 5 s
+                await eventually(scraped_before, timeout_s=20, poll_s=0.2,
+                                 what="three scrapes before the storm")
+                storm_start = time.time()
+                scenario_time.set(STORM_AT_S * 1000)
+                await asyncio.sleep(STORM_FOR_S)
+                scenario_time.set((STORM_AT_S + STORM_FOR_S) * 1000)
+                storm_end = time.time()
+                await closed_after(http, url, storm_end)
+            finally:
+                stop.set()
+                await sender
             end = time.time()
             values = await query_range(http, url, OPEN, launched, end)
-            up = await query_range(http, url, 'up{job="omniroute"}', launched + 1, storm_end)
-    storm = (launched + STORM_AT_S, storm_end)
-    before = [v for t, v in values if t < storm[0]]
-    during = [v for t, v in values if storm[0] + 1 <= t < storm[1]]
+            first = values[0][0] if values else launched
+            up = await query_range(http, url, 'up{job="omniroute"}', first, storm_end)
+    before = [v for t, v in values if t < storm_start]
+    during = [v for t, v in values if storm_start + 1 <= t < storm_end]
     after = [v for t, v in values if t >= storm_end + 3]
-    timeline = [(round(t - launched, 1), v) for t, v in values]
+    timeline = [(round(t - storm_start, 1), v) for t, v in values]
     assert len(before) >= 3 and set(before) == {0.0}, timeline  # CLOSED before the storm,
     assert during.count(1.0) >= 3, timeline  # OPEN in it, as scraped every second,
     assert len(after) >= 3 and set(after) == {0.0}, timeline  # and CLOSED once it is over
@@ -139,32 +154,25 @@ async def test_prometheus_sees_the_breaker_open_in_the_storm_and_closed_after(
     assert time.monotonic() - began < 40
 
 
-async def traffic_until_closed(http: httpx.AsyncClient, gateway: str, prometheus: str,
-                               storm_end: float) -> list[int]:
-    """Requests every 50 ms until Prometheus holds three scrapes from 3 s after the storm
-    (time for the probe that closes the breaker), the last CLOSED; the statuses answered."""
-    stop = asyncio.Event()
-    answers: list[int] = []
+async def traffic(http: httpx.AsyncClient, gateway: str, stop: asyncio.Event,
+                  answers: list[int]) -> None:
+    """Requests every 50 ms until `stop`; the statuses answered go to `answers`."""
+    while not stop.is_set():
+        reply = await http.post(f"{gateway}/v1/chat/completions", json={
+            "model": "chat", "messages": [{"role": "user", "content": "hi"}]})
+        answers.append(reply.status_code)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.05)
 
-    async def traffic() -> None:
-        while not stop.is_set():
-            reply = await http.post(f"{gateway}/v1/chat/completions", json={
-                "model": "chat", "messages": [{"role": "user", "content": "hi"}]})
-            answers.append(reply.status_code)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.05)
 
-    async def closed_after_storm() -> bool:
+async def closed_after(http: httpx.AsyncClient, prometheus: str, storm_end: float) -> None:
+    """Until Prometheus holds three scrapes from 3 s after the storm (time for the probe
+    that closes the breaker), the last CLOSED; a second more, so that a query aligned
+    elsewhere (the test's, from the launch) holds three points there too."""
+    async def closed() -> bool:
         if time.time() < storm_end + 6:
             return False
         values = await query_range(http, prometheus, OPEN, storm_end + 3, time.time())
         return len(values) >= 3 and values[-1][1] == 0
 
-    sender = asyncio.create_task(traffic())
-    try:
-        await eventually(closed_after_storm, timeout_s=25, poll_s=0.5,
-                         what="scrapes after the storm")
-    finally:
-        stop.set()
-        await sender
-    return answers
+    await eventually(closed, timeout_s=25, poll_s=0.2, what="scrapes after the storm")

@@ -1,16 +1,15 @@
-"""A wheel built from the tree, installed into a fresh virtual environment, runs the
-shipped scenarios and the console's demo: nothing it needs is left in the source tree."""
+"""A wheel built from the tree (`wheel_helpers`), installed into a fresh virtual environment,
+runs the shipped scenarios and the console's demo: nothing it needs is left in the source
+tree."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .wheel_helpers import fresh_venv
 
 CONSOLE = textwrap.dedent("""
     import asyncio, simulator, omniroute_tui
@@ -37,23 +36,11 @@ def _run(*args: str | Path, cwd: Path, timeout: float = 240) -> str:
     return done.stdout
 
 
-def test_a_wheel_in_a_fresh_venv_runs_scenarios_and_the_demo(tmp_path: Path) -> None:
-    # built from a copy: a build leaves `build/` behind, and stale files there would
-    # end up in later wheels
-    source = tmp_path / "source"
-    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"))
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path / "dist",
-         source, cwd=tmp_path)
-    wheel = next((tmp_path / "dist").glob("omniroute_tui-*.whl"))
+def test_a_wheel_in_a_fresh_venv_runs_scenarios_and_the_demo(tmp_path: Path,
+                                                             wheel: Path) -> None:
     venv = tmp_path / "venv"
-    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    site = fresh_venv(venv)
     python = venv / "bin" / "python"
-    site = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))",
-                     cwd=tmp_path).strip())
-    # the dependencies come from the test's own environment, by a path (its .pth files,
-    # among them the editable install of this tree, are not read from there)
-    (site / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
     _run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q",
          wheel, cwd=tmp_path)
 
