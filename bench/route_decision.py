@@ -3,18 +3,22 @@ under each route strategy.
 
 Three providers; 30% of each pool cooling (the first 30%, the worst case for a scan),
 and a few models locked on the available connections. A decision is what a driver pays
-for a request that succeeds at once: `start()`, `next_step()` to the attempt,
-`record()` of its success and the final `next_step()` to the response.
+for a request that succeeds at once, the same operation under every strategy: `start()`
+(the plan, in the strategy's order), `next_step()` to the attempt, `record()` of its
+success with what the answer's rate-limit headers said (the key's remaining requests and
+reset, as a provider's answers carry them, whatever the route's strategy) and the final
+`next_step()` to the response. One more row, `priority` with answers that carry no
+headers, shows what noting them costs.
 
 It is compared with a hand-written floor doing the same essential work in the same
 process (the first target whose breaker admits, the first connection neither cooling nor
-locked, success recorded on the breaker and the connection, a response built): the ratio
-is what the engine's generality and its events cost. Times are CPU time per decision,
-medians of paired batches (targets: 1000/10 <= 1.2, decision <= 4x the floor, and
-weighted, least_busy and headroom <= 1.3x a priority decision). Under headroom every
-answer carries rate-limit headers (the key's remaining requests and reset), as a
-provider's would. `--instructions` counts instructions per decision under valgrind's
-callgrind instead, which is steady on a busy machine (a few minutes).
+locked, success recorded on the breaker and the connection, the headers remembered for
+the key, a response built): the ratio is what the engine's generality and its events
+cost. Times are CPU time per decision, medians of paired batches (targets: 1000/10 <=
+1.2, decision <= 4x the floor, and weighted, least_busy and headroom <= 1.3x a priority
+decision); the machine's speed is printed with them. `--instructions` counts
+instructions per decision under valgrind's callgrind instead, which is steady on a busy
+machine (a few minutes).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from sim_throughput import loop_step_ns
+
 from omniroute_tui.clock import ManualClock
 from omniroute_tui.engine import (
     BreakerAdmission,
@@ -46,6 +52,8 @@ from omniroute_tui.router.rate_limits import RateLimitInfo
 OK = Classification(None)
 PROVIDERS = ("p0", "p1", "p2")
 STRATEGIES = tuple(Strategy)
+#: the reference row: priority, its answers without rate-limit headers
+BARE = "priority, no headers"
 #: what every answer says under headroom: plenty left, the window resets in 30 s
 HEADERS = RateLimitInfo(requests_remaining=5000, requests_limit=10_000,
                         requests_reset_ms=30_000)
@@ -71,9 +79,9 @@ def build(pool: int, strategy: Strategy) -> Router:
     return Router(engine, routes)
 
 
-def decide(router: Router, n: int, counter: list[int]) -> None:
+def decide(router: Router, n: int, counter: list[int], headers: RateLimitInfo | None = HEADERS
+           ) -> None:
     """`n` whole decisions, each answered by its first attempt."""
-    headers = HEADERS if router.routes["r"].strategy is Strategy.HEADROOM else None
     for _ in range(n):
         counter[0] += 1
         routing = router.start(str(counter[0]), "r")
@@ -98,6 +106,7 @@ class Floor:
         self.level = dict.fromkeys(self.cooling_until, 0)
         self.locked = {(p, c, m): self.now + 120_000 for p in PROVIDERS
                        for c in conns[cooling:cooling + 3] for m in ("m", "n")}
+        self.limits: dict[tuple[str, str], tuple[int, int]] = {}  # key -> (left, reset at)
 
     def decide(self, n: int, counter: list[int]) -> None:
         now = self.now
@@ -113,6 +122,8 @@ class Floor:
                         continue
                     self.failures[provider] = max(0, self.failures[provider] - 1)
                     self.level[key] = 0
+                    self.limits[key] = (HEADERS.requests_remaining or 0,
+                                        now + (HEADERS.requests_reset_ms or 0))
                     answer = (200, f"{provider}/{conn}/m", str(counter[0]))
                     break
                 if answer is not None:
@@ -126,25 +137,36 @@ def cpu_ns_per(run: Callable[[int, list[int]], None], n: int, counter: list[int]
     return (time.process_time_ns() - start) / n
 
 
+def _runner(what: str, pool: int) -> Callable[[int, list[int]], None]:
+    """`n` decisions of `what` (a strategy, BARE or "floor") on `pool` keys a provider."""
+    if what == "floor":
+        return Floor(pool).decide
+    if what == BARE:
+        return partial(decide, build(pool, Strategy.PRIORITY), headers=None)
+    return partial(decide, build(pool, Strategy(what)))
+
+
+ROWS = (*(s.value for s in STRATEGIES), BARE)
+
+
 def measure(args: argparse.Namespace) -> None:
-    routers = {(strategy, pool): build(pool, strategy)
-               for strategy in STRATEGIES for pool in (10, 1000)}
-    floor = Floor(10)
+    speed = loop_step_ns()
+    runs = {(what, pool): _runner(what, pool) for what in ROWS for pool in (10, 1000)}
+    runs[("floor", 10)] = _runner("floor", 10)
     counter = [0]
-    rows: dict[tuple[Strategy, int] | str, list[float]] = {key: [] for key in routers}
-    rows["floor"] = []
+    rows: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
     for _ in range(args.batches):  # interleaved, so machine noise hits all alike
-        for key, router in routers.items():
-            rows[key].append(cpu_ns_per(partial(decide, router), args.per_batch, counter))
-        rows["floor"].append(cpu_ns_per(floor.decide, args.per_batch, counter))
-    priority = rows[(Strategy.PRIORITY, 10)]
-    print(f"floor (the essential work): {statistics.median(rows['floor']) / 1000:5.2f} µs")
-    for strategy in STRATEGIES:
-        small, large = rows[(strategy, 10)], rows[(strategy, 1000)]
+        for key, run in runs.items():
+            rows[key].append(cpu_ns_per(run, args.per_batch, counter))
+    priority, floor = rows[("priority", 10)], rows[("floor", 10)]
+    print(f"machine: {speed:.1f} ns a Python loop step (now {loop_step_ns():.1f})")
+    print(f"floor (the essential work): {statistics.median(floor) / 1000:5.2f} µs")
+    for what in ROWS:
+        small, large = rows[(what, 10)], rows[(what, 1000)]
         size_ratio = statistics.median(b / a for a, b in zip(small, large, strict=True))
         vs_priority = statistics.median(a / p for a, p in zip(small, priority, strict=True))
-        vs_floor = statistics.median(a / f for a, f in zip(small, rows["floor"], strict=True))
-        print(f"{strategy.value:12s} decision, 10/provider: {statistics.median(small) / 1000:6.2f}"
+        vs_floor = statistics.median(a / f for a, f in zip(small, floor, strict=True))
+        print(f"{what:20s} decision, 10/provider: {statistics.median(small) / 1000:6.2f}"
               f" µs   1000/provider: {statistics.median(large) / 1000:6.2f} µs "
               f"(ratio {size_ratio:.2f})   vs priority {vs_priority:.2f}x   "
               f"vs floor {vs_floor:.1f}x")
@@ -155,7 +177,8 @@ def _callgrind_total(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "callgrind.out"
         subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                        sys.executable, __file__, *argv], check=True, capture_output=True)
+                        sys.executable, __file__, *argv], check=True, capture_output=True,
+                       env={**os.environ, "PYTHONHASHSEED": "0"})  # the same dicts each run
         match = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
         assert match is not None, "no totals in the callgrind output"
         return int(match.group(1))
@@ -164,15 +187,16 @@ def _callgrind_total(argv: list[str]) -> int:
 def instructions(count: int) -> None:
     """Instructions per decision: a run of `count` decisions less a run of none."""
     per: dict[str, float] = {}
-    for what in (*(s.value for s in STRATEGIES), "floor"):
+    for what in (*ROWS, "floor"):
         for pool in (10, 1000) if what != "floor" else (10,):
             base = _callgrind_total(["--run", what, "0", str(pool)])
             full = _callgrind_total(["--run", what, str(count), str(pool)])
             per[f"{what}/{pool}"] = (full - base) / count
     priority = per["priority/10"]
-    for what in (*(s.value for s in STRATEGIES), "floor"):
+    print(f"machine: {loop_step_ns():.1f} ns a Python loop step (CPU, outside valgrind)")
+    for what in (*ROWS, "floor"):
         small = per[f"{what}/10"]
-        line = f"{what:12s} {small:10,.0f} instructions a decision (10/provider)"
+        line = f"{what:20s} {small:10,.0f} instructions a decision (10/provider)"
         if what != "floor":
             large = per[f"{what}/1000"]
             line += (f", {large:10,.0f} (1000/provider, ratio {large / small:.2f}), "
@@ -181,11 +205,7 @@ def instructions(count: int) -> None:
 
 
 def run_only(what: str, count: int, pool: int) -> None:
-    counter = [0]
-    if what == "floor":
-        Floor(pool).decide(count, counter)
-    else:
-        decide(build(pool, Strategy(what)), count, counter)
+    _runner(what, pool)(count, [0])
 
 
 def main() -> None:

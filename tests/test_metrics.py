@@ -59,6 +59,7 @@ CONTRACT = {
     "omniroute_request_duration_seconds": "histogram",
     "omniroute_request_attempts": "histogram",
     "omniroute_upstream_failures": "counter",
+    "omniroute_attempts_in_flight": "gauge",
     "omniroute_store_up": "gauge",
     "omniroute_store_pending_changes": "gauge",
     "omniroute_store_failing_since_timestamp_seconds": "gauge",

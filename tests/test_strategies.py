@@ -556,3 +556,30 @@ def test_a_reload_keeps_the_weighted_counters_of_an_unchanged_route_only() -> No
     changed = load_router_config("router.yaml", text=text.replace("weight: 2", "weight: 3"))
     changed.reconfigure(router, previous=config)
     assert [pick() for _ in range(4)] == ["alpha", "alpha", "beta", "alpha"]  # from zero
+
+
+def test_headroom_reads_a_reloaded_provider_s_keys_along_its_new_order() -> None:
+    from omniroute_tui.clock import ManualClock
+
+    def config(keys: str) -> Any:
+        return load_router_config("router.yaml", text=(
+            f"providers:\n  alpha: {{models: [m], connections: [{keys}]}}\n"
+            "routes:\n  fast: {strategy: headroom, targets: [alpha/m]}\n"))
+
+    def pick(info: RateLimitInfo | None = None) -> str:
+        routing = router.start("x", "fast")
+        step = routing.next_step()
+        assert isinstance(step, Attempt)
+        routing.record(200, OK, info)
+        return step.connection
+
+    first = config("k1, k2, k3")
+    router = first.build(ManualClock())
+    assert [pick(limits(10, 60_000)), pick(limits(50, 60_000)), pick(limits(30, 60_000))] == [
+        "k1", "k2", "k3"]
+    assert pick() == "k2"  # 50 left, the most
+    # the keys in another order, one more: k2 (49 left) is still the best of those heard
+    # of, k0 has not said (full) and goes first; then k0 says it has none left
+    config("k3, k0, k2, k1").reconfigure(router, previous=first)
+    assert pick(limits(0, 60_000)) == "k0"
+    assert [pick() for _ in range(3)] == ["k2", "k2", "k2"]

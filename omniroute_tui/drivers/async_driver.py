@@ -44,30 +44,32 @@ class AsyncDriver:
     ) -> Completion:
         """Route one chat-completions request; raises UnknownRoute for an unknown model.
 
-        Cancelling the task cancels the attempt in flight; it counts as `cancelled`.
+        A request that ends without its answer (the task cancelled, an exception on the
+        way) cancels its routing before anything else: the attempt in flight counts as
+        `cancelled`, and what it held (its count in flight, a probe slot) is given back.
         """
         routing = self.router.start(request_id or self.next_request_id(), str(body["model"]))
         providers = self.providers  # a reload swaps them: this request keeps its own
         clock = self.router.engine.clock
         last_reply: UpstreamReply | None = None
         try:
-            while True:
-                step = routing.next_step()
-                if isinstance(step, Response):
-                    reply = last_reply if step.upstream is not None else None
-                    return Completion(step, reply)
-                if isinstance(step, Wait):
-                    await asyncio.sleep(step.delay_ms / 1000)
-                    continue
-                if last_reply is not None and last_reply.stream is not None:
-                    await last_reply.stream.aclose()
-                last_reply = await self._attempt(providers, step, body, stream,
-                                                 clock.now_ms())
-                limits = (parse_rate_limits(last_reply.headers, clock.now_ms())
-                          if last_reply.headers else None)
-                routing.record(last_reply.status, last_reply.classification, limits)
-        except asyncio.CancelledError:
-            routing.cancel()
+            with routing:  # left unanswered, it cancels
+                while True:
+                    step = routing.next_step()
+                    if isinstance(step, Response):
+                        reply = last_reply if step.upstream is not None else None
+                        return Completion(step, reply)
+                    if isinstance(step, Wait):
+                        await asyncio.sleep(step.delay_ms / 1000)
+                        continue
+                    if last_reply is not None and last_reply.stream is not None:
+                        await last_reply.stream.aclose()
+                    last_reply = await self._attempt(providers, step, body, stream,
+                                                     clock.now_ms())
+                    limits = (parse_rate_limits(last_reply.headers, clock.now_ms())
+                              if last_reply.headers else None)
+                    routing.record(last_reply.status, last_reply.classification, limits)
+        except (Exception, asyncio.CancelledError):  # not GeneratorExit: no await then
             if last_reply is not None and last_reply.stream is not None:
                 await last_reply.stream.aclose()
             raise

@@ -268,22 +268,27 @@ class ProviderLayers:
             self.pool.free_backoff(now)
 
 
-def refused_targets(targets: Sequence[tuple[ProviderLayers, str]], now: int
-                    ) -> list[int] | None:
-    """The positions of the (layers, model) targets that could not serve now
+#: what `refused_targets` asks of a target: its position, its layers, their breaker and
+#: lockouts (a provider's layers keep both for their lifetime) and the target's model
+Ask = tuple[int, "ProviderLayers", ProviderBreaker, ModelLockouts, str]
+
+
+def ask_of(i: int, layers: ProviderLayers, model: str) -> Ask:
+    return (i, layers, layers.breaker, layers.lockouts, model)
+
+
+def refused_targets(asks: Sequence[Ask], now: int) -> list[int] | None:
+    """The positions of the targets that could not serve now
     (`ProviderLayers.could_serve`), None when every one could: what a route strategy asks
     of its targets, once each, before it orders them (docs/design.md §7). The usual
     target, a quiet breaker and more ready keys than locks of any model, is read here
     without a call."""
     refused = None
-    i = -1
-    for layers, model in targets:
-        i += 1
-        breaker = layers.breaker
+    for i, layers, breaker, lockouts, model in asks:
         pool = layers.pool
         cooling = pool._cooling
         if (breaker._state is _CLOSED and not breaker._failures
-                and len(pool._ready) > len(layers.lockouts.entries)
+                and len(pool._ready) > len(lockouts.entries)
                 and not (cooling and cooling[0][0] <= now)):
             continue
         if not layers.could_serve(now, model):

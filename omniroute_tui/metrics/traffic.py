@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar, cast
 
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from ..engine.bus import EventBus
 from ..engine.consequences import CONSEQUENCES, Wait
@@ -76,6 +81,9 @@ class TrafficCounters:
         #: successful probe freed (docs/design.md §3)
         self.cooling_probes: dict[str, int] = {}
         self.freed_keys: dict[str, int] = {}
+        #: provider -> attempts announced and not yet ended (every attempt ends with its
+        #: result event, answered or cancelled: docs/design.md §7)
+        self.in_flight: dict[str, int] = {}
         self._labels_of: dict[tuple[str, str, str, FailureKind | None], Labels] = {}
         #: (provider, connection) -> the reason of its latest cooldown
         self.cooling: dict[tuple[str, str], str] = {}
@@ -112,6 +120,7 @@ class TrafficCounters:
             self.waits[provider] = [0, 0]
             self.cooling_probes[provider] = 0
             self.freed_keys[provider] = 0
+            self.in_flight[provider] = 0
 
     def close(self) -> None:
         """Stop counting (the registry is dropped)."""
@@ -143,6 +152,9 @@ class TrafficCounters:
 
     def _result(self, event: ResultEvent) -> None:
         provider, kind = event.provider, event.kind
+        flying = self.in_flight.get(provider, 0)
+        if flying:  # 0: the attempt began before this registry
+            self.in_flight[provider] = flying - 1
         model = (self._model_labels.get((provider, event.model))
                  or self._labels.model(provider, event.model))
         key = (provider, event.connection, model, kind)
@@ -181,6 +193,8 @@ class TrafficCounters:
         self.transitions[key] = self.transitions.get(key, 0) + 1
 
     def _attempt(self, event: AttemptEvent) -> None:
+        in_flight = self.in_flight
+        in_flight[event.provider] = in_flight.get(event.provider, 0) + 1
         if event.cooling_until is not None:
             probes = self.cooling_probes
             probes[event.provider] = probes.get(event.provider, 0) + 1
@@ -256,6 +270,12 @@ class TrafficCounters:
         yield _counter("omniroute_probe_freed_keys",
                        "Backoff cooldowns a successful breaker probe ended.",
                        ("provider",), [((k,), v) for k, v in self.freed_keys.items()])
+        in_flight = GaugeMetricFamily(
+            "omniroute_attempts_in_flight",
+            "Upstream attempts sent and not yet answered or cancelled.", labels=("provider",))
+        for provider, count in self.in_flight.items():
+            in_flight.add_metric((provider,), count)
+        yield in_flight
 
 
 def _subscribe(bus: EventBus, kind: type[E], handler: Callable[[E], None]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from math import floor
 
 from ..engine.bus import EventBus
-from ..engine.engine import ProviderLayers, refused_targets
+from ..engine.engine import ProviderLayers, ask_of, refused_targets
 from ..engine.events import AttemptEvent
 from .rate_limits import RateLimitInfo
 from .routes import Target
@@ -54,8 +54,9 @@ class Chooser:
         self.name = name
         self.plan = plan
         self.bus = bus
-        #: what `refused_targets` asks: each target's layers and model
-        self.asks = tuple((layers, target.model) for target, layers, _ in plan)
+        #: what `refused_targets` asks of each target
+        self.asks = tuple(ask_of(i, layers, target.model)
+                          for i, (target, layers, _) in enumerate(plan))
         #: per target: the plan with it first, the others after it in the route's order
         self.firsts = tuple(plan if i == 0 else (plan[i], *plan[:i], *plan[i + 1:])
                             for i in range(len(plan)))
@@ -142,7 +143,12 @@ class Busy:
 
     def finished(self, connection: str, latency_ms: int) -> None:
         self.total -= 1
-        self.by_connection[connection] -= 1
+        counts = self.by_connection
+        left = counts[connection] - 1
+        if left:
+            counts[connection] = left
+        else:  # only the keys with something in flight: the dict stays small
+            del counts[connection]
         old = self.latency
         self.latency = float(latency_ms) if old is None else (
             old + LATENCY_ALPHA * (latency_ms - old))
@@ -163,10 +169,6 @@ class LeastBusy:
             busy = self.providers[provider] = Busy()
         return busy
 
-    def in_flight(self) -> dict[str, int]:
-        """Attempts in flight per provider (the providers that had any)."""
-        return {name: busy.total for name, busy in self.providers.items()}
-
 
 class LeastBusyChooser(Chooser):
     """The power of two choices: of two usable targets drawn at random, the one with
@@ -176,7 +178,7 @@ class LeastBusyChooser(Chooser):
     is `int` for these non-negative values, at a third of its cost): the first position
     of `n`, the second of the `n - 1` others."""
 
-    __slots__ = ("busies", "draw", "everyone", "load")
+    __slots__ = ("busies", "count", "draw", "everyone", "load")
 
     def __init__(self, plan: Plan, bus: EventBus, load: LeastBusy) -> None:
         super().__init__("least_busy", plan, bus)
@@ -184,15 +186,19 @@ class LeastBusyChooser(Chooser):
         self.draw = load.rng.random
         self.busies = tuple(load.of(layers.name) for _, layers, _ in plan)
         self.everyone = tuple(range(len(plan)))
+        self.count = len(plan)
 
     def order(self, now: int) -> Ordered:
         refused = refused_targets(self.asks, now)
-        usable = self.everyone if refused is None else [
-            i for i in self.everyone if i not in refused]
-        n = len(usable)
-        if n == 0:  # nothing to choose: the walk skips each for its reason
-            return self.plan, None
-        if n == 1:
+        if refused is None:
+            usable: Sequence[int] = self.everyone
+            n = self.count
+        else:
+            usable = [i for i in self.everyone if i not in refused]
+            n = len(usable)
+        if n < 2:
+            if not n:  # nothing to choose: the walk skips each for its reason
+                return self.plan, None
             best = usable[0]
             return self.firsts[best], (
                 f"least_busy: {self.plan[best][2]} is the only target available"
@@ -200,17 +206,17 @@ class LeastBusyChooser(Chooser):
         draw = self.draw
         x = floor(draw() * n)
         y = floor(draw() * (n - 1))
-        a, b = usable[x], usable[y + 1 if y >= x else y]
+        a, b = usable[x], usable[y + 1 if y >= x else y]  # the first drawn, the second
         busies = self.busies
         busy_a, busy_b = busies[a], busies[b]
         if busy_a.total != busy_b.total:
-            best, other = (a, b) if busy_a.total < busy_b.total else (b, a)
+            if busy_b.total < busy_a.total:
+                a, b = b, a
         elif (busy_b.latency or 0.0) < (busy_a.latency or 0.0):
-            best, other = b, a
-        else:
-            best, other = a, b
-        return self.firsts[best], (self._explain(best, other) if self.bus.wants(AttemptEvent)
-                                   else None)
+            a, b = b, a
+        # a won
+        return self.firsts[a], (self._explain(a, b) if self.bus.wants(AttemptEvent)
+                                else None)
 
     def _explain(self, win: int, lose: int) -> str:
         plan = self.plan
@@ -323,19 +329,29 @@ class KeyLimits:
 
 class KnownKeys(dict[str, KeyLimits]):
     """A provider's `KeyLimits` by connection name, and along its connection order (None
-    for a key not heard of) until a key is first heard of or the order changes."""
+    for a key not heard of), placed again only when the order changes (a reload)."""
 
-    __slots__ = ("order", "placed")
+    __slots__ = ("order", "placed", "positions")
 
     def __init__(self) -> None:
         super().__init__()
         self.order: tuple[str, ...] | None = None
         self.placed: list[KeyLimits | None] = []
+        self.positions: dict[str, int] = {}
 
     def place(self, order: tuple[str, ...]) -> list[KeyLimits | None]:
         self.order = order
+        self.positions = {name: i for i, name in enumerate(order)}
         self.placed = [self.get(name) for name in order]
         return self.placed
+
+    def heard(self, connection: str) -> KeyLimits:
+        """A key heard of for the first time: its limits, in place along the order."""
+        limits = self[connection] = KeyLimits()
+        pos = self.positions.get(connection)
+        if pos is not None:
+            self.placed[pos] = limits
+        return limits
 
 
 class Headroom:
@@ -356,8 +372,7 @@ class Headroom:
             known = self.keys[provider] = KnownKeys()
         limits = known.get(connection)
         if limits is None:
-            limits = known[connection] = KeyLimits()
-            known.order = None  # placed anew on the next look
+            limits = known.heard(connection)
         limits.note(now, info)
         if limits.requests_left == 0 or limits.tokens_left == 0 or provider in self.out:
             self._watch(provider, connection, limits)
@@ -436,15 +451,17 @@ class HeadroomChooser(Chooser):
                            if self.bus.wants(AttemptEvent) else None)
         assert known is not None
         n = len(ready)
-        at = bisect_left(ready, start) - n  # from `start`; a negative index wraps around
-        window = range(at, at + (WINDOW if n > WINDOW else n))
+        at = bisect_left(ready, start)  # the window: from `start` on, wrapping to the front
+        count = WINDOW if n > WINDOW else n
+        window = ready[at:at + count]
+        if len(window) < count:
+            window += ready[:count - len(window)]
         order = pool.order
         placed = known.placed if known.order is order else known.place(order)
         if self.bus.wants(AttemptEvent):
-            return self._explain(placed, [ready[j] for j in window], order, now)
+            return self._explain(placed, window, order, now)
         best_pos, best_pace = -1, -1.0
-        for j in window:  # `_pace()`, inlined for the usual case: it runs for every key
-            pos = ready[j]
+        for pos in window:  # `_pace()`, inlined for the usual case: it runs for every key
             limits = placed[pos]
             if limits is None:
                 score = _FULL
