@@ -143,7 +143,12 @@ class Busy:
 
     def finished(self, connection: str, latency_ms: int) -> None:
         self.total -= 1
-        self.by_connection[connection] -= 1
+        counts = self.by_connection
+        left = counts[connection] - 1
+        if left:
+            counts[connection] = left
+        else:  # only the keys with something in flight: the dict stays small
+            del counts[connection]
         old = self.latency
         self.latency = float(latency_ms) if old is None else (
             old + LATENCY_ALPHA * (latency_ms - old))
