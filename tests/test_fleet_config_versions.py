@@ -132,8 +132,8 @@ async def test_health_says_when_replicas_run_different_config_versions(prefix: s
         assert await raw.hget(f"{prefix}:configs", "replica-2") is None
         await raw.aclose()
 
-        async def agreed() -> bool:
-            return "config_mismatch" not in await health(0)
+        async def agreed() -> bool:  # on both: each reads the versions every 2 s
+            return all(["config_mismatch" not in await health(n) for n in (0, 1)])
 
         await eventually(agreed, what="the versions agreeing")
         fleet = (await health(1))["fleet"]
