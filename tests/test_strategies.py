@@ -101,10 +101,20 @@ def test_weighted_choice_first_then_the_others_in_route_order_as_fallbacks() -> 
 # -- least_busy -----------------------------------------------------------------------
 
 
+def two_of(u: float, n: int) -> tuple[int, int]:
+    """The two distinct positions of `n` that least_busy draws from one uniform `u`,
+    worked out here the long way."""
+    first = int(u * n)
+    rest = u * n - first  # what is left of the draw, uniform again
+    second = int(rest * (n - 1))
+    return first, second + 1 if second >= first else second
+
+
 def test_least_busy_takes_the_less_busy_of_two_drawn_with_the_router_seed() -> None:
-    # one key per provider, so only targets are drawn: two of three positions from
-    # Random(seed ^ 0x1EA57), each int(random() * n) (the second shifted past the
-    # first); requests stay in flight, so the counts grow
+    # one key per provider, so only targets are drawn: two of three positions from one
+    # draw of Random(seed ^ 0x1EA57), the first int(u * 3), the second int of what is
+    # left of it times 2 (shifted past the first); requests stay in flight, so the
+    # counts grow
     engine, clock, rec = make_engine({"alpha": ("a",), "beta": ("x",), "gamma": ("g",)})
     router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha", "beta", "gamma")},
                     seed=7)
@@ -113,9 +123,7 @@ def test_least_busy_takes_the_less_busy_of_two_drawn_with_the_router_seed() -> N
     busy = dict.fromkeys(names, 0)
     expected = []
     for _ in range(12):
-        a = int(draws.random() * 3)
-        b = int(draws.random() * 2)
-        b = b + 1 if b >= a else b
+        a, b = two_of(draws.random(), 3)
         x, y = names[a], names[b]
         win = x if busy[x] <= busy[y] else y  # no latency yet: a tie goes to the first
         busy[win] += 1
@@ -128,17 +136,47 @@ def test_least_busy_takes_the_less_busy_of_two_drawn_with_the_router_seed() -> N
         chosen.append(step.provider)  # left in flight
     assert chosen == expected
     # by hand, seed 7: drawn (in flight) -> chosen
-    #  beta 0, alpha 0 -> beta   | gamma 0, beta 1 -> gamma  | alpha 0, beta 1 -> alpha
-    #  beta 1, alpha 1 -> beta   | alpha 1, beta 2 -> alpha  | alpha 2, beta 2 -> alpha
-    #  gamma 1, alpha 3 -> gamma | alpha 3, gamma 2 -> gamma | gamma 3, beta 2 -> beta
-    #  beta 3, gamma 3 -> beta   | gamma 3, beta 4 -> gamma  | gamma 4, alpha 3 -> alpha
-    assert chosen == ["beta", "gamma", "alpha", "beta", "alpha", "alpha", "gamma", "gamma",
-                      "beta", "beta", "gamma", "alpha"]
+    #  beta 0, gamma 0 -> beta   | alpha 0, beta 1 -> alpha  | gamma 0, alpha 1 -> gamma
+    #  beta 1, gamma 1 -> beta   | alpha 1, gamma 1 -> alpha | alpha 2, beta 2 -> alpha
+    #  beta 2, alpha 3 -> beta   | alpha 3, beta 3 -> alpha  | alpha 4, gamma 1 -> gamma
+    #  beta 3, alpha 4 -> beta   | alpha 4, beta 4 -> alpha  | alpha 5, gamma 2 -> gamma
+    assert chosen == ["beta", "alpha", "gamma", "beta", "alpha", "alpha", "beta", "alpha",
+                      "gamma", "beta", "alpha", "gamma"]
     whys = [a["why"] for a in rec.of("attempt")]
-    assert whys[0] == ("least_busy: beta/m and alpha/m 0 in flight each, "
+    assert whys[0] == ("least_busy: beta/m and gamma/m 0 in flight each, "
                        "latency 0 ms vs 0 ms")
-    assert whys[1] == "least_busy: gamma/m 0 in flight vs 1 on beta/m"
-    assert whys[11] == "least_busy: alpha/m 3 in flight vs 4 on gamma/m"
+    assert whys[1] == "least_busy: alpha/m 0 in flight vs 1 on beta/m"
+    assert whys[11] == "least_busy: gamma/m 2 in flight vs 5 on alpha/m"
+
+
+def test_least_busy_draws_again_among_the_usable_when_a_drawn_target_cannot_serve(
+) -> None:
+    # four targets, beta's only key cooling: a pair with beta in it is drawn again from
+    # the three usable (one more draw), so beta is never drawn into a decision and the
+    # pair stays uniform over the usable ones. By hand, seed 7 (requests stay in flight):
+    #  gamma, alpha (0 vs 0) -> gamma
+    #  alpha, beta -> again: delta, alpha (0 vs 0) -> delta
+    #  gamma, alpha (1 vs 0) -> alpha
+    #  beta, alpha -> again: alpha, gamma (1 vs 1) -> alpha
+    #  beta, gamma -> again: alpha, gamma (2 vs 1) -> gamma
+    #  alpha, delta (2 vs 1) -> delta
+    #  beta, delta -> again: alpha, gamma (2 vs 2) -> alpha
+    #  alpha, delta (3 vs 2) -> delta
+    names = ["alpha", "beta", "gamma", "delta"]
+    engine, clock, rec = make_engine({name: (name[0],) for name in names})
+    engine.record("beta", "b", MODEL, ADMIT, fail(FailureKind.RATE_LIMITED, 60_000))
+    router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, *names)}, seed=7)
+    chosen = []
+    for i in range(8):
+        step = router.start(str(i), "r").next_step()
+        assert isinstance(step, Attempt)
+        chosen.append(step.provider)  # left in flight
+    assert chosen == ["gamma", "delta", "alpha", "alpha", "gamma", "delta", "alpha", "delta"]
+    whys = [a["why"] for a in rec.of("attempt")]
+    assert whys[1] == ("least_busy: delta/m and alpha/m 0 in flight each, "
+                       "latency 0 ms vs 0 ms")
+    assert whys[4] == "least_busy: gamma/m 1 in flight vs 2 on alpha/m"
+    assert rec.of("skip") == []  # beta is ordered around, never tried
 
 
 def test_least_busy_breaks_a_tie_by_the_ewma_latency() -> None:
@@ -159,20 +197,18 @@ def test_least_busy_breaks_a_tie_by_the_ewma_latency() -> None:
 
 def test_least_busy_draws_two_keys_of_the_chosen_provider() -> None:
     engine, clock, rec = make_engine({"alpha": ("a", "b", "c")})
-    router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha")}, seed=5)
-    draws = random.Random(5 ^ 0x1EA57)
+    router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha")}, seed=1)
+    draws = random.Random(1 ^ 0x1EA57)  # one target: only keys are drawn
     busy = dict.fromkeys("abc", 0)
     for i in range(9):
-        a = int(draws.random() * 3)
-        b = int(draws.random() * 2)
-        b = b + 1 if b >= a else b
+        a, b = two_of(draws.random(), 3)
         x, y = "abc"[a], "abc"[b]
         want = y if busy[y] < busy[x] else x
         routing = router.start(str(i), "r")
         step = routing.next_step()
         assert isinstance(step, Attempt) and step.connection == want
         busy[want] += 1
-    assert busy == {"a": 3, "b": 4, "c": 2}  # two choices, not a rotation: seed 5's draws
+    assert busy == {"a": 3, "b": 4, "c": 2}  # two choices, not a rotation: seed 1's draws
     assert rec.of("attempt")[0]["why"].startswith(
         "least_busy: alpha/m is the only target available; key ")
 

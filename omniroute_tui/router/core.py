@@ -484,8 +484,7 @@ class RequestRouting:
                               layers.timeout_ms, now, admission)
             router = self.router
             if router._tracks_load:  # counted until the attempt ends: record() or cancel()
-                busy = self._busy = router.load.of(layers.name)
-                busy.started(connection)
+                self._busy = router.load.started(layers.name, connection)
             if router.headroom.keys:
                 router.headroom.spend(layers.name, connection, now)
             bus = self.engine.bus

@@ -136,11 +136,6 @@ class Busy:
         self.by_connection: dict[str, int] = {}
         self.latency: float | None = None
 
-    def started(self, connection: str) -> None:
-        self.total += 1
-        counts = self.by_connection
-        counts[connection] = counts.get(connection, 0) + 1
-
     def finished(self, connection: str, latency_ms: int) -> None:
         self.total -= 1
         counts = self.by_connection
@@ -169,14 +164,29 @@ class LeastBusy:
             busy = self.providers[provider] = Busy()
         return busy
 
+    def started(self, provider: str, connection: str) -> Busy:
+        """Count an attempt in flight on the provider's connection; returns its `Busy`,
+        which the attempt gives back when it ends (`Busy.finished`). One call, not a
+        lookup and a count: it runs on every attempt of every route."""
+        busy = self.providers.get(provider)
+        if busy is None:
+            busy = self.providers[provider] = Busy()
+        busy.total += 1
+        counts = busy.by_connection
+        counts[connection] = counts.get(connection, 0) + 1
+        return busy
+
 
 class LeastBusyChooser(Chooser):
     """The power of two choices: of two usable targets drawn at random, the one with
     fewer attempts in flight (the lower EWMA latency on a tie, then the first drawn);
-    on its provider, of two ready connections drawn at random, the less busy. Each draw
-    is two `random()` calls scaled and floored (a fifth of `randrange`'s cost; `floor`
-    is `int` for these non-negative values, at a third of its cost): the first position
-    of `n`, the second of the `n - 1` others."""
+    on its provider, of two ready connections drawn at random, the less busy.
+
+    A pair is drawn with one `random()` call (`_pair`). The two targets are drawn from
+    all of the route's and asked whether they could serve; only when one could not are
+    all asked, and the pair drawn again from those that could, so the pair is uniform
+    over the usable targets either way and the usual decision asks two targets, not
+    every one."""
 
     __slots__ = ("busies", "count", "draw", "everyone", "load")
 
@@ -189,24 +199,32 @@ class LeastBusyChooser(Chooser):
         self.count = len(plan)
 
     def order(self, now: int) -> Ordered:
-        refused = refused_targets(self.asks, now)
-        if refused is None:
-            usable: Sequence[int] = self.everyone
-            n = self.count
-        else:
-            usable = [i for i in self.everyone if i not in refused]
-            n = len(usable)
+        n = self.count
         if n < 2:
-            if not n:  # nothing to choose: the walk skips each for its reason
-                return self.plan, None
-            best = usable[0]
-            return self.firsts[best], (
-                f"least_busy: {self.plan[best][2]} is the only target available"
-                if self.bus.wants(AttemptEvent) else None)
-        draw = self.draw
-        x = floor(draw() * n)
-        y = floor(draw() * (n - 1))
-        a, b = usable[x], usable[y + 1 if y >= x else y]  # the first drawn, the second
+            a = b = 0
+        else:
+            u = self.draw() * n  # `_pair()`, inlined: it runs on every decision
+            a = floor(u)
+            b = floor((u - a) * (n - 1))
+            if b >= a:
+                b += 1
+            asks = self.asks
+            if refused_targets((asks[a], asks[b]), now) is not None:
+                a = b = -1
+        if a == b:  # one target in all, or one drawn could not serve: ask every one
+            refused = refused_targets(self.asks, now)
+            usable = (self.everyone if refused is None else
+                      [i for i in self.everyone if i not in refused])
+            n = len(usable)
+            if n < 2:
+                if not n:  # nothing to choose: the walk skips each for its reason
+                    return self.plan, None
+                best = usable[0]
+                return self.firsts[best], (
+                    f"least_busy: {self.plan[best][2]} is the only target available"
+                    if self.bus.wants(AttemptEvent) else None)
+            x, y = _pair(self.draw(), n)
+            a, b = usable[x], usable[y]
         busies = self.busies
         busy_a, busy_b = busies[a], busies[b]
         if busy_a.total != busy_b.total:
@@ -229,13 +247,16 @@ class LeastBusyChooser(Chooser):
 
     def start(self, layers: ProviderLayers, now: int) -> tuple[int, str | None]:
         pool = layers.pool
-        ready = pool.ready(now)
+        cooling = pool._cooling  # `pool.ready(now)`, inlined
+        if cooling and cooling[0][0] <= now:
+            pool._refresh(now)
+        ready = pool._ready
         n = len(ready)
         if n < 2:
             return 0, None
-        draw = self.draw
-        x = floor(draw() * n)
-        y = floor(draw() * (n - 1))
+        u = self.draw() * n  # `_pair()`, inlined
+        x = floor(u)
+        y = floor((u - x) * (n - 1))
         a, b = ready[x], ready[y + 1 if y >= x else y]
         order = pool.order
         busy = self.load.providers.get(layers.name)
@@ -245,6 +266,17 @@ class LeastBusyChooser(Chooser):
             a, b, busy_a, busy_b = b, a, busy_b, busy_a
         return a, (f"key {order[a]} {busy_a} in flight vs {busy_b} on {order[b]}"
                    if self.bus.wants(AttemptEvent) else None)
+
+
+def _pair(u: float, n: int) -> tuple[int, int]:
+    """Two distinct positions of `n` (n >= 2) from one uniform `u` in [0, 1): the first
+    from `u * n`, the second of the `n - 1` others from what is left of it (the fraction
+    keeps 53 bits less log2(n), plenty for any pool). `floor` is `int` for these
+    non-negative values, at a third of its cost."""
+    u *= n
+    x = floor(u)
+    y = floor((u - x) * (n - 1))
+    return x, (y + 1 if y >= x else y)
 
 
 # -- headroom -------------------------------------------------------------------------
