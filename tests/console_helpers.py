@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
+
+from textual.pilot import Pilot
 
 from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.model.backends import SimulationBackend
@@ -25,6 +29,20 @@ def console_app(scenario: str = "demo", at_ms: int = 40_000, *, read_only: bool 
     backend.paused = True
     app = ConsoleApp(backend, model, operator="tester", read_only=read_only, autoplay=False)
     return app, seen
+
+
+@asynccontextmanager
+async def piloted(*keys: str, scenario: str = "demo", at_ms: int = 40_000,
+                  size: tuple[int, int] = (100, 30), read_only: bool = False
+                  ) -> AsyncIterator[tuple[ConsoleApp, Pilot[Any]]]:
+    """console_app's app running under Pilot at `size`, `keys` pressed and one pause let
+    the screen catch up."""
+    app, _ = console_app(scenario, at_ms, read_only=read_only)
+    async with app.run_test(size=size) as pilot:
+        if keys:
+            await pilot.press(*keys)
+        await pilot.pause()
+        yield app, pilot
 
 
 async def settle(pilot: object, condition: object, tries: int = 100) -> None:
