@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import redis.asyncio as redis
 
@@ -36,6 +38,9 @@ from omniroute_tui.engine.events import CooldownEvent, Event
 from omniroute_tui.fleet.redis_link import RedisLink
 from omniroute_tui.gateway.events_stream import EventBroadcaster
 from omniroute_tui.router import Route, Router, Target
+
+sys.path.insert(0, str(Path(__file__).parent.parent))  # the checkout: tests/redis_helpers.py
+from tests.redis_helpers import close_fleet
 
 OK = Classification(None)
 CONNECTIONS = tuple(f"k{i}" for i in range(200))
@@ -130,12 +135,7 @@ async def main(url: str, samples: int, decisions: int) -> None:
               f"{max(0.0, after - before - background) / decisions:.4f} "
               f"({after - before} in all over {decisions:,} requests and {wall:.1f} s)")
     finally:
-        for link in links:
-            await link.close()
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()
+        await close_fleet(links, client, prefix)
 
 
 if __name__ == "__main__":

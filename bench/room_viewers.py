@@ -11,19 +11,19 @@ the machine's speed, so figures from two machines can be compared.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import os
 import platform
-import signal
 import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent.parent))  # the checkout: tests/web_tabs.py
+from tests.web_tabs import child_processes, connect_tab, process_group
 
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -61,14 +61,7 @@ def rss_mib(pid: int) -> float:
 
 
 def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                stat = (entry / "stat").read_text()
-                if int(stat.rpartition(")")[2].split()[1]) == pid:
-                    found.append(int(entry.name))
-    return found
+    return [child for child, _ in child_processes(pid)]
 
 
 def wait_for(check: object, timeout_s: float, what: str) -> None:
@@ -84,21 +77,9 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-@contextlib.contextmanager
-def spawned(*argv: str) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        yield proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+def spawned(*argv: str) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """`python *argv` in a process group of its own, stopped with it at the end."""
+    return process_group(*argv, stdin=subprocess.DEVNULL)
 
 
 def measure(pids: list[int], seconds: float) -> tuple[list[float], list[float]]:
@@ -139,11 +120,7 @@ class Tab(threading.Thread):
 
     def __init__(self, port: int) -> None:
         super().__init__(daemon=True)
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall(f"GET /ws?width=120&height=40 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                          "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: "
-                          f"{key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        self.sock = connect_tab(port, timeout_s=30)
         self.received = 0
         self.start()
 

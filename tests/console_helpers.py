@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import html
 import re
+import subprocess
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
+
+import httpx
+from textual.pilot import Pilot
 
 from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.model.backends import SimulationBackend
 from omniroute_tui.console.model.console_model import ConsoleModel
 from omniroute_tui.engine import Event
 from simulator.scenario import SCENARIOS_DIR, load_scenario
+
+from .gateway_helpers import free_port
+from .waiting import eventually_sync
+from .web_tabs import process_group
 
 
 def console_app(scenario: str = "demo", at_ms: int = 40_000, *, read_only: bool = False
@@ -25,6 +35,37 @@ def console_app(scenario: str = "demo", at_ms: int = 40_000, *, read_only: bool 
     backend.paused = True
     app = ConsoleApp(backend, model, operator="tester", read_only=read_only, autoplay=False)
     return app, seen
+
+
+@asynccontextmanager
+async def piloted(*keys: str, scenario: str = "demo", at_ms: int = 40_000,
+                  size: tuple[int, int] = (100, 30), read_only: bool = False
+                  ) -> AsyncIterator[tuple[ConsoleApp, Pilot[Any]]]:
+    """console_app's app running under Pilot at `size`, `keys` pressed and one pause let
+    the screen catch up."""
+    app, _ = console_app(scenario, at_ms, read_only=read_only)
+    async with app.run_test(size=size) as pilot:
+        if keys:
+            await pilot.press(*keys)
+        await pilot.pause()
+        yield app, pilot
+
+
+@contextmanager
+def web_console_server(*args: str, console: Sequence[str] = ("-m", "omniroute_tui.console"),
+                       **popen: Any) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`--web` on a free port in a process group of its own (`console`: how Python starts
+    the console), once its page answers: the process and its port."""
+    port = free_port()
+    with process_group(*console, "--web", "--port", str(port), *args, **popen) as proc:
+        def up() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return proc.poll() is not None  # it died: fail below, not after 20 s
+        eventually_sync(up, timeout_s=20, what="the web console")
+        assert proc.poll() is None, "the web console exited"
+        yield proc, port
 
 
 async def settle(pilot: object, condition: object, tries: int = 100) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import yaml
 
 from omniroute_tui.clock import Clock, SystemClock
@@ -91,6 +93,18 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
         for fake in fakes:
             fake.server.force_exit = True
         await stop_fakes(fakes)
+
+
+async def read_events(http: httpx.AsyncClient, into: list[dict[str, object]],
+                      until: Callable[[list[dict[str, object]]], bool]) -> None:
+    """Read the gateway's event stream into `into`, an event at a time, until `until(into)`
+    holds."""
+    async with http.stream("GET", "/api/resilience/events") as stream:
+        async for line in stream.aiter_lines():
+            if line.startswith("data: "):
+                into.append(json.loads(line[6:]))
+                if until(into):
+                    return
 
 
 def free_port() -> int:

@@ -7,6 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from omniroute_tui.clock import ManualClock
+from omniroute_tui.config import load_router_config
+from omniroute_tui.drivers import AsyncDriver, UpstreamClient
 from omniroute_tui.engine import (
     BreakerAdmission,
     Classification,
@@ -115,3 +117,30 @@ def play(routing: RequestRouting, clock: ManualClock,
         latency, status, outcome, limits = answered
         clock.advance(latency)
         routing.record(status, outcome, limits)
+
+
+#: providers alpha (connections a and b) and beta (x) serving model m at fake addresses,
+#: and route r over alpha/m then beta/m: `{strategy}` is the route's strategy field or ""
+ALPHA_BETA_YAML = """\
+providers:
+  alpha:
+    base_url: http://alpha.test/v1
+    models: [m]
+    connections: [{{id: a, api_key: sk-alpha-key-0001}}, {{id: b, api_key: sk-alpha-key-0002}}]
+  beta:
+    base_url: http://beta.test/v1
+    models: [m]
+    connections: [{{id: x, api_key: sk-beta-key-0003}}]
+routes:
+  r: {{{strategy}targets: [alpha/m, beta/m]}}
+"""
+
+
+def alpha_beta_driver(client: UpstreamClient, strategy: str | None = None
+                      ) -> tuple[Router, AsyncDriver, Recorder]:
+    """ALPHA_BETA_YAML's router on a manual clock, its driver sending through `client`,
+    and a recorder of its events."""
+    text = ALPHA_BETA_YAML.format(strategy=f"strategy: {strategy}, " if strategy else "")
+    config = load_router_config("r.yaml", text=text)
+    router = config.build(ManualClock())
+    return router, AsyncDriver(router, config.providers, client), Recorder(router.engine.bus)

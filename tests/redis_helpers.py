@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 import redis
+import redis.asyncio
+
+from omniroute_tui.fleet.redis_link import RedisLink
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -27,3 +30,14 @@ def prefix() -> Iterator[str]:
     if keys:
         client.delete(*keys)
     client.close()
+
+
+async def close_fleet(links: Iterable[RedisLink], client: redis.asyncio.Redis, prefix: str
+                      ) -> None:
+    """Close the replicas' links, delete every key under `prefix` and close `client`."""
+    for link in links:
+        await link.close()
+    keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -40,13 +41,18 @@ def attach_args(url: str, token_file: Path) -> argparse.Namespace:
         listen=None)
 
 
-async def test_attached_console_sees_breakers_and_clears_lockouts(tmp_path: Path) -> None:
+async def attached_app(tmp_path: Path, url: str) -> Any:
+    """The console `--attach url --token-file` builds, the gateway's state fetched as the
+    CLI fetches it: before the app's loop exists, so off the test's loop."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
+    state = await asyncio.to_thread(fetch_state, url, TOKEN)
+    return build_app(attach_args(url, token_file), attach_state=state)
+
+
+async def test_attached_console_sees_breakers_and_clears_lockouts(tmp_path: Path) -> None:
     async with running_gateway(tmp_path, scenario=ATTACH_SCENARIO) as gw:
-        # the CLI fetches the state before the app's loop exists: off this test's loop
-        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
-        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        app = await attached_app(tmp_path, gw.url)
         async with app.run_test() as pilot, httpx.AsyncClient(base_url=gw.url,
                                                                timeout=10) as http:
             await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
@@ -70,12 +76,8 @@ async def test_attached_console_sees_breakers_and_clears_lockouts(tmp_path: Path
 
 
 async def test_attached_console_says_when_the_gateway_is_gone(tmp_path: Path) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
     async with running_gateway(tmp_path) as gw:
-        # the CLI fetches the state before the app's loop exists: off this test's loop
-        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
-        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        app = await attached_app(tmp_path, gw.url)
         async with app.run_test() as pilot:
             await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
             await gw_stop(gw)
@@ -122,11 +124,8 @@ async def test_console_listen_serves_its_own_router(tmp_path: Path) -> None:
 async def test_attached_console_reconnects_after_a_gateway_restart(tmp_path: Path) -> None:
     from omniroute_tui.gateway import Gateway, GatewayServer
 
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
     async with running_gateway(tmp_path) as gw:
-        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
-        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        app = await attached_app(tmp_path, gw.url)
         port = int(gw.url.rsplit(":", 1)[1])
         first = gw.gateway
         async with app.run_test() as pilot:
@@ -151,8 +150,6 @@ async def test_attached_console_reconnects_after_a_gateway_restart(tmp_path: Pat
 
 
 async def test_attach_sees_what_happened_before(tmp_path: Path) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
     auth = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "dave"}
     async with running_gateway(tmp_path, scenario=ATTACH_SCENARIO) as gw, \
             httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
@@ -166,8 +163,7 @@ async def test_attach_sees_what_happened_before(tmp_path: Path) -> None:
         assert "breaker" in kinds and kinds[-1] == "operator"
         assert (await http.get("/api/resilience/history?limit=0", headers=auth)
                 ).status_code == 400
-        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
-        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        app = await attached_app(tmp_path, gw.url)
         async with app.run_test(size=(120, 36)) as pilot:
             await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
             model = app.model  # type: ignore[attr-defined]
@@ -189,11 +185,8 @@ async def test_attach_sees_what_happened_before(tmp_path: Path) -> None:
 
 
 async def test_an_attached_console_says_when_the_fleets_redis_fails(tmp_path: Path) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
     async with running_gateway(tmp_path, redis=("redis://127.0.0.1:1/0", "none")) as gw:
-        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
-        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        app = await attached_app(tmp_path, gw.url)
         async with app.run_test() as pilot:
 
             def failing() -> bool:
@@ -244,11 +237,8 @@ async def test_history_after_a_restart_has_the_state_changes_from_before_a_burst
 async def test_an_attaching_console_sees_a_breaker_opened_before_a_burst_and_a_restart(
         tmp_path: Path) -> None:
     opened_at = await _a_breaker_then_a_burst(tmp_path)
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
     async with running_gateway(tmp_path, db=True, scenario=ATTACH_SCENARIO) as gw:
-        state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
-        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        app = await attached_app(tmp_path, gw.url)
         async with app.run_test(size=(120, 36)) as pilot:
             await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
             model = app.model  # type: ignore[attr-defined]

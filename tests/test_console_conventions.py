@@ -17,7 +17,7 @@ from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import BreakerState, FailureKind
 from omniroute_tui.engine.events import CooldownEvent
 
-from .console_helpers import console_app
+from .console_helpers import console_app, piloted
 from .test_console_keys import operator_events
 
 
@@ -35,10 +35,7 @@ async def test_confirm_focuses_no_so_enter_cancels() -> None:
 
 
 async def test_help_lists_every_key_and_scrolls_at_80x24() -> None:
-    app, _ = console_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("question_mark")
-        await pilot.pause()
+    async with piloted("question_mark", size=(80, 24)) as (app, pilot):
         assert isinstance(app.screen, HelpScreen)
         text = str(app.screen.query_one("#keys", Static).render())
         for action in ACTIONS:
@@ -108,10 +105,7 @@ async def test_s_sorts_connections_by_cooldown_left_then_level() -> None:
 
 
 async def test_a_filter_that_matches_nothing_says_so() -> None:
-    app, _ = console_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("2", "slash", *"zzz", "enter")
-        await pilot.pause()
+    async with piloted("2", "slash", *"zzz", "enter", size=(80, 24)) as (app, pilot):
         line = app.query_one("#no-matches", Static)
         assert line.has_class("-shown") and "no rows match 'zzz'" in str(line.render())
         await pilot.press("slash", "escape")
@@ -120,9 +114,7 @@ async def test_a_filter_that_matches_nothing_says_so() -> None:
 
 
 async def test_restart_keeps_pause_and_a_finished_replay_says_so() -> None:
-    app, _ = console_app(at_ms=200_000)  # the demo lasts 3 minutes
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
+    async with piloted(at_ms=200_000) as (app, pilot):  # the demo lasts 3 minutes
         status = str(app.query_one("#status", Static).render())
         assert "finished (R replays)" in status
         await pilot.press("5")
@@ -189,10 +181,7 @@ def test_cooldowns_say_what_they_wait_for() -> None:
 
 
 async def test_q_quits() -> None:
-    app, _ = console_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("q")
-        await pilot.pause()
+    async with piloted("q", size=(80, 24)) as (app, pilot):
         assert not app.is_running
 
 

@@ -10,7 +10,7 @@ from textual.widgets import Static, TabbedContent
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import BreakerState
 
-from .console_helpers import console_app
+from .console_helpers import console_app, piloted
 from .test_console_keys import operator_events
 
 DASHBOARD = ("#dash-providers", "#dash-connections", "#dash-lockouts", "#dash-events")
@@ -24,9 +24,7 @@ def on_screen(app: Any, selector: str) -> bool:
 
 
 async def test_a_large_terminal_opens_on_the_dashboard() -> None:
-    app, _ = console_app("429-storm", at_ms=45_000)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause()
+    async with piloted(scenario="429-storm", at_ms=45_000, size=(160, 48)) as (app, pilot):
         assert app.query_one(TabbedContent).active == "overview"
         assert all(on_screen(app, s) for s in DASHBOARD)
         assert app.query_one("#dash-providers", KeyedTable).row_count == 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 from omniroute_tui.console.model.console_model import event_age
 from omniroute_tui.console.widgets.panels import EventLog
 
-from .console_helpers import console_app
+from .console_helpers import piloted
 
 
 def shown(log: EventLog) -> list[str]:
@@ -18,10 +18,7 @@ def shown(log: EventLog) -> list[str]:
 
 
 async def test_event_lines_say_how_long_ago_and_t_shows_their_clock_time() -> None:
-    app, _ = console_app(at_ms=110_000)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("4")
-        await pilot.pause()
+    async with piloted("4", at_ms=110_000) as (app, pilot):
         log = app.query_one("#events-log", EventLog)
         assert shown(log)[-1] == ("    8s  lockout mistral/m-1/large: quota_exhausted, "
                                   "until 31:41.2")
@@ -39,10 +36,8 @@ async def test_event_lines_say_how_long_ago_and_t_shows_their_clock_time() -> No
 
 
 async def test_the_ages_move_on_with_the_run_without_new_lines() -> None:
-    app, _ = console_app(at_ms=110_000)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("4", "slash", *"mistral-quota start", "enter")
-        await pilot.pause()
+    async with piloted("4", "slash", *"mistral-quota start", "enter",
+                       at_ms=110_000) as (app, pilot):
         log = app.query_one("#events-log", EventLog)
         assert shown(log) == ["   10s  fault mistral-quota start on mistral/*/large"]
         written = len(log.lines)
@@ -54,10 +49,8 @@ async def test_the_ages_move_on_with_the_run_without_new_lines() -> None:
 
 
 async def test_the_time_column_stays_put_when_a_long_line_scrolls_sideways() -> None:
-    app, _ = console_app(at_ms=110_000)
-    async with app.run_test(size=(50, 24)) as pilot:
-        await pilot.press("4", "slash", *"m-2/large: quota", "enter")
-        await pilot.pause()
+    async with piloted("4", "slash", *"m-2/large: quota", "enter", at_ms=110_000,
+                       size=(50, 24)) as (app, pilot):
         log = app.query_one("#events-log", EventLog)
         line = "failure mistral/m-2/large: quota_exhausted (429) for r1130"
         assert shown(log)[0] == f"    8s  {line}"[:log.scrollable_content_region.width]

@@ -18,7 +18,7 @@ from omniroute_tui.console.widgets.herd_chart import (
     round_ticks,
 )
 
-from .console_helpers import console_app
+from .console_helpers import console_app, piloted
 
 
 def test_the_chart_shows_the_herd_the_engine_prevents() -> None:
@@ -44,10 +44,7 @@ def test_the_chart_shows_the_herd_the_engine_prevents() -> None:
 
 
 async def test_the_scenario_pane_draws_the_chart_and_tells_the_whole_lesson() -> None:
-    app, _ = console_app("429-storm", at_ms=120_000)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("5")
-        await pilot.pause()
+    async with piloted("5", scenario="429-storm", at_ms=120_000) as (app, pilot):
         chart = app.query_one(HerdChartPlot)
         assert chart.region.height >= 8
         assert app.backend.comparison is not None
@@ -80,10 +77,7 @@ def _canvas(chart: HerdChartPlot) -> str:
 
 
 async def test_each_provider_has_its_own_marker_and_one_legend_entry_a_series() -> None:
-    app, _ = console_app("429-storm", at_ms=300_000)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("5")
-        await pilot.pause()
+    async with piloted("5", scenario="429-storm", at_ms=300_000, size=(80, 24)) as (app, pilot):
         chart = app.query_one(HerdChartPlot)
         shown = str(chart.query_one("#herd-key", Static).render()).splitlines()
         # the key stays at 80 columns: filled resilient, hollow naive, the shading, faults
@@ -102,10 +96,7 @@ async def test_the_legend_never_covers_the_data(scenario: str, at_ms: int,
                                                 size: tuple[int, int]) -> None:
     """A busy run draws a line per provider and policy (eight in hour-long-mixed): the
     legend is lines of its own above the plot, never rows over its top left corner."""
-    app, _ = console_app(scenario, at_ms=at_ms)
-    async with app.run_test(size=size) as pilot:
-        await pilot.press("5")
-        await pilot.pause()
+    async with piloted("5", scenario=scenario, at_ms=at_ms, size=size) as (app, pilot):
         chart = app.query_one(HerdChartPlot)
         drawn = chart._make(max(10, chart.plot.size.width - 12)) if chart._make else None
         assert drawn is not None

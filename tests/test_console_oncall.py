@@ -24,7 +24,7 @@ from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.console.widgets.panels import EventLog
 from omniroute_tui.console.widgets.scrollbars import WholeCellScrollBar
 
-from .console_helpers import console_app, screen_lines, settle
+from .console_helpers import console_app, piloted, screen_lines, settle
 from .gateway_helpers import TOKEN, free_port, running_gateway
 from .test_console_attach import attach_args
 
@@ -38,9 +38,7 @@ def labels(table: KeyedTable) -> list[str]:
 
 
 async def test_keys_4_and_5_switch_panes_on_the_dashboard() -> None:
-    app, _ = console_app("429-storm", at_ms=45_000)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause()
+    async with piloted(scenario="429-storm", at_ms=45_000, size=(160, 48)) as (app, pilot):
         assert app.query_one(TabbedContent).active == "overview"
         for key, pane in [("4", "events"), ("5", "scenario"), ("0", "overview"),
                           ("4", "events")]:
@@ -51,10 +49,7 @@ async def test_keys_4_and_5_switch_panes_on_the_dashboard() -> None:
 
 
 async def test_no_match_line_shows_above_the_filter_box() -> None:
-    app, _ = console_app(at_ms=40_000)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("2", "slash", *"nothing-like-this", "enter")
-        await pilot.pause()
+    async with piloted("2", "slash", *"nothing-like-this", "enter", at_ms=40_000) as (app, pilot):
         line, box = app.query_one("#no-matches", Static), app.query_one("#filter", Input)
         assert line.display and box.display
         assert "no rows match 'nothing-like-this'" in str(line.render())
@@ -62,10 +57,7 @@ async def test_no_match_line_shows_above_the_filter_box() -> None:
 
 
 async def test_after_filtering_the_events_the_keys_go_to_the_pane() -> None:
-    app, _ = console_app(at_ms=40_000)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("4", "slash", *"breaker", "enter")
-        await pilot.pause()
+    async with piloted("4", "slash", *"breaker", "enter", at_ms=40_000) as (app, pilot):
         log = app.query_one("#events-log", EventLog)
         assert app.focused is log and log.matched > 0
         newest = format_ms(app.backend.now_ms() - app.model.events[-1][0])
@@ -77,10 +69,7 @@ async def test_after_filtering_the_events_the_keys_go_to_the_pane() -> None:
 
 
 async def test_a_filter_stays_in_its_pane_and_its_title_says_so() -> None:
-    app, _ = console_app(at_ms=40_000)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("2", "slash", *"prod", "enter")
-        await pilot.pause()
+    async with piloted("2", "slash", *"prod", "enter", at_ms=40_000) as (app, pilot):
         conns = app.query_one("#connections-table", KeyedTable)
         assert conns.row_count == 3  # openai's prod-1..3 of the demo's 7
         assert str(conns.border_title) == "Conns [7] 1 cooling /prod 3 of 7"
@@ -107,9 +96,7 @@ async def test_escape_goes_back_to_the_pane_before() -> None:
 
 
 async def test_read_only_badge_first_and_its_actions_out_of_the_footer() -> None:
-    app, _ = console_app(read_only=True)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
+    async with piloted(read_only=True, size=(80, 24)) as (app, pilot):
         assert status(app).startswith("READ-ONLY │ sim 00:40.0")
         keys = {k.key for k in app.query_one(Footer).query(FooterKey)}
         assert {"question_mark", "q", "slash"} <= keys
@@ -121,9 +108,7 @@ async def test_read_only_badge_first_and_its_actions_out_of_the_footer() -> None
 
 async def test_footer_is_never_cut_mid_word() -> None:
     for width in (80, 100, 120, 160):
-        app, _ = console_app()
-        async with app.run_test(size=(width, 30)) as pilot:
-            await pilot.pause()
+        async with piloted(size=(width, 30)) as (app, pilot):
             keys = list(app.query_one(Footer).query(FooterKey))
             palette = next(k for k in keys if k.has_class("-command-palette"))
             for key in keys:
@@ -132,9 +117,7 @@ async def test_footer_is_never_cut_mid_word() -> None:
 
 
 async def test_z_freezes_the_display_while_the_data_goes_on() -> None:
-    app, _ = console_app(at_ms=40_000)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
+    async with piloted(at_ms=40_000) as (app, pilot):
         table = app.query_one("#providers-table", KeyedTable)
         before = table.get_row("openai")
 
@@ -155,10 +138,7 @@ async def test_z_freezes_the_display_while_the_data_goes_on() -> None:
 
 
 async def test_the_events_log_holds_still_while_scrolled_back() -> None:
-    app, _ = console_app(at_ms=40_000)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("4")
-        await pilot.pause()
+    async with piloted("4", at_ms=40_000) as (app, pilot):
         log = app.query_one("#events-log", EventLog)
         await settle(pilot, lambda: log.max_scroll_y > 0)
         await pilot.press("g")  # to the top, to read
@@ -178,9 +158,7 @@ async def test_the_events_log_holds_still_while_scrolled_back() -> None:
 
 
 async def test_retry_in_keeps_its_width_when_a_breaker_is_forced() -> None:
-    app, _ = console_app()
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
+    async with piloted() as (app, pilot):
         table = app.query_one("#providers-table", KeyedTable)
 
         def width() -> int:
@@ -226,9 +204,7 @@ def test_last_error_and_budget_say_how_old_they_are() -> None:
 
 
 async def test_providers_fit_80_columns_and_w_shows_every_column() -> None:
-    app, _ = console_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
+    async with piloted(size=(80, 24)) as (app, pilot):
         table = app.query_one("#providers-table", KeyedTable)
         assert labels(table) == ["provider", "breaker", "fail/thr", "retry in",
                                  "last error, age"]
@@ -241,18 +217,14 @@ async def test_providers_fit_80_columns_and_w_shows_every_column() -> None:
 
 
 async def test_the_dashboard_lockouts_name_their_provider() -> None:
-    app, _ = console_app(at_ms=110_000)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause()
+    async with piloted(at_ms=110_000, size=(160, 48)) as (app, pilot):
         locks = app.query_one("#dash-lockouts", KeyedTable)
         assert labels(locks)[:3] == ["provider", "connection", "model"]
         assert locks.get_row_at(0)[:3] == ["mistral", "m-1", "large"]
 
 
 async def test_sort_marks_its_column() -> None:
-    app, _ = console_app()
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
+    async with piloted() as (app, pilot):
         table = app.query_one("#providers-table", KeyedTable)
         assert not any("▼" in label for label in labels(table))
         await pilot.press("s")
@@ -264,10 +236,7 @@ async def test_sort_marks_its_column() -> None:
 
 
 async def test_the_detail_is_wide_on_a_wide_screen_and_j_k_scroll_it() -> None:
-    app, _ = console_app()
-    async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.press("1", "enter")
-        await pilot.pause()
+    async with piloted("1", "enter", size=(160, 48)) as (app, pilot):
         assert isinstance(app.screen, DetailScreen)
         assert app.screen.query_one("#dialog").region.width == 120
     app, _ = console_app(at_ms=110_000)  # openai has cycled OPEN and HALF_OPEN by then
@@ -308,18 +277,13 @@ async def test_help_lists_this_panes_keys_first() -> None:
 
 
 async def test_palette_entries_carry_their_keys() -> None:
-    app, _ = console_app()
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
+    async with piloted() as (app, pilot):
         titles = [title for title, _, _ in ConsoleCommands(app.screen)._entries()]
         assert {"Providers (1)", "Reset (r)", "Freeze (z)", "Filter (/)"} <= set(titles)
 
 
 async def test_ctrl_c_quits() -> None:
-    app, _ = console_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("ctrl+c")
-        await pilot.pause()
+    async with piloted("ctrl+c", size=(80, 24)) as (app, pilot):
         assert not app.is_running
 
 

@@ -20,7 +20,7 @@ from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.console.widgets.panels import EventLog, PlainStatic, StatusBar
 
-from .console_helpers import console_app
+from .console_helpers import piloted
 
 COLUMNS = (("provider", None), ("connection", None), ("cooldown", 16))
 
@@ -141,10 +141,7 @@ async def test_the_herd_chart_is_drawn_by_whole_seconds(
         draw(self, chart)
 
     monkeypatch.setattr(HerdChartPlot, "draw", counted)
-    app, _ = console_app("429-storm", at_ms=45_000)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("5")
-        await pilot.pause()
+    async with piloted("5", scenario="429-storm", at_ms=45_000) as (app, pilot):
         drawn.clear()
         for _ in range(10):  # five paints a second, for two seconds of the storm
             app.backend.replay.step(200)  # type: ignore[union-attr]

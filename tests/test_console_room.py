@@ -42,6 +42,19 @@ async def room(token: str | None = None) -> AsyncIterator[tuple[ConsoleApp, Any,
         yield app, pilot, app.room.url
 
 
+@asynccontextmanager
+async def attached_viewer(url: str, size: tuple[int, int] | None = None
+                          ) -> AsyncIterator[tuple[Any, Any, AttachBackend]]:
+    """A console attached to the room at `url` (its state fetched as the CLI does) running
+    under Pilot, once its backend is connected: the app, its pilot and its backend."""
+    state = await asyncio.to_thread(fetch_state, url, None)
+    viewer = build_app(viewer_args(url), attach_state=state)
+    async with viewer.run_test(size=size) as pilot:  # type: ignore[attr-defined]
+        backend: AttachBackend = viewer.backend  # type: ignore[attr-defined]
+        await eventually(lambda: backend.connected, what="attached")
+        yield viewer, pilot, backend
+
+
 async def test_two_viewers_follow_the_trainers_pause_and_speed() -> None:
     async with room() as (trainer, pilot, url):
         viewers = []
@@ -81,102 +94,84 @@ async def test_two_viewers_follow_the_trainers_pause_and_speed() -> None:
 
 
 async def test_viewers_cannot_drive_and_say_why() -> None:
-    async with room() as (trainer, _pilot, url):
-        state = await asyncio.to_thread(fetch_state, url, None)
-        viewer = build_app(viewer_args(url), attach_state=state)
-        async with viewer.run_test() as pilot:  # type: ignore[attr-defined]
-            backend: AttachBackend = viewer.backend  # type: ignore[attr-defined]
-            await eventually(lambda: backend.connected, what="attached")
-            for key in ("space", "plus", "minus", "n"):
-                await pilot.press(key)
-            await pilot.press("R", "y", "1", "r", "y")  # a restart, a breaker reset
-            await pilot.pause()
-            messages = [n.message for n in viewer._notifications]  # type: ignore[attr-defined]
-            assert messages == [
-                "this console follows a room: only the trainer can pause",
-                "this console follows a room: only the trainer can speed up",
-                "this console follows a room: only the trainer can slow down",
-                "this console follows a room: only the trainer can step",
-                *["read-only console: operator actions are disabled"] * 2]
-            replay = trainer.backend.replay
-            assert replay is not None
-            assert (replay.paused, replay.speed, replay.now_ms()) == (True, 2.0, 40_000)
+    async with room() as (trainer, _pilot, url), attached_viewer(url) as (viewer, pilot, backend):
+        for key in ("space", "plus", "minus", "n"):
+            await pilot.press(key)
+        await pilot.press("R", "y", "1", "r", "y")  # a restart, a breaker reset
+        await pilot.pause()
+        messages = [n.message for n in viewer._notifications]  # type: ignore[attr-defined]
+        assert messages == [
+            "this console follows a room: only the trainer can pause",
+            "this console follows a room: only the trainer can speed up",
+            "this console follows a room: only the trainer can slow down",
+            "this console follows a room: only the trainer can step",
+            *["read-only console: operator actions are disabled"] * 2]
+        replay = trainer.backend.replay
+        assert replay is not None
+        assert (replay.paused, replay.speed, replay.now_ms()) == (True, 2.0, 40_000)
 
 
 async def test_a_replay_from_the_start_reconnects_the_viewers_to_the_new_run() -> None:
-    async with room() as (trainer, pilot, url):
-        state = await asyncio.to_thread(fetch_state, url, None)
-        viewer = build_app(viewer_args(url), attach_state=state)
-        async with viewer.run_test():  # type: ignore[attr-defined]
-            backend: AttachBackend = viewer.backend  # type: ignore[attr-defined]
-            await eventually(lambda: backend.connected, what="attached")
-            await pilot.press("R", "y")
-            await eventually(lambda: backend.connected and backend.room is not None
-                             and backend.room["run"] == 1, timeout_s=15,
-                             what="the viewer on the new run")
-            assert backend.now_ms() == 0 and backend.room["paused"] is True
+    async with room() as (trainer, pilot, url), attached_viewer(url) as (viewer, _, backend):
+        await pilot.press("R", "y")
+        await eventually(lambda: backend.connected and backend.room is not None
+                         and backend.room["run"] == 1, timeout_s=15,
+                         what="the viewer on the new run")
+        assert backend.now_ms() == 0 and backend.room["paused"] is True
 
 
 async def test_a_replay_from_the_start_is_marked_in_the_viewers_events() -> None:
-    async with room() as (trainer, pilot, url):
-        state = await asyncio.to_thread(fetch_state, url, None)
-        viewer = build_app(viewer_args(url), attach_state=state)
-        async with viewer.run_test(size=(100, 30)) as seen:  # type: ignore[attr-defined]
-            backend: AttachBackend = viewer.backend  # type: ignore[attr-defined]
-            model = viewer.model  # type: ignore[attr-defined]
-            await eventually(lambda: backend.connected, what="attached")
-            await pilot.press("n", "n")  # the old run goes on a little: requests, attempts
-            await eventually(lambda: model.total_requests > 0, what="the old run's traffic")
-            await seen.press("4")
-            await pilot.press("R", "y")
-            await eventually(lambda: backend.connected and backend.room is not None
-                             and backend.room["run"] == 1, timeout_s=15,
-                             what="the viewer on the new run")
-            mark = ("room: the trainer replayed demo from the start (run 2); what follows "
-                    "is the new run")
-            texts = [text for _, _, text in model.events]
-            assert texts[0] == mark and texts.count(mark) == 1
-            assert not any(text.startswith("link:") for text in texts)  # not a lost link
-            # what the old run left is gone: the new one starts paused at 0
-            assert model.total_requests == 0 and not model.requests
-            assert not any(model.series.counts.values())
-            viewer.refresh_view()  # type: ignore[attr-defined]
-            await seen.pause()
-            log = viewer.query_one("#events-log", EventLog)  # type: ignore[attr-defined]
-            assert log.render_line(0).text.rstrip() == f"   <1s  {mark}"
+    async with room() as (trainer, pilot, url), attached_viewer(
+            url, size=(100, 30)) as (viewer, seen, backend):
+        model = viewer.model  # type: ignore[attr-defined]
+        await pilot.press("n", "n")  # the old run goes on a little: requests, attempts
+        await eventually(lambda: model.total_requests > 0, what="the old run's traffic")
+        await seen.press("4")
+        await pilot.press("R", "y")
+        await eventually(lambda: backend.connected and backend.room is not None
+                         and backend.room["run"] == 1, timeout_s=15,
+                         what="the viewer on the new run")
+        mark = ("room: the trainer replayed demo from the start (run 2); what follows "
+                "is the new run")
+        texts = [text for _, _, text in model.events]
+        assert texts[0] == mark and texts.count(mark) == 1
+        assert not any(text.startswith("link:") for text in texts)  # not a lost link
+        # what the old run left is gone: the new one starts paused at 0
+        assert model.total_requests == 0 and not model.requests
+        assert not any(model.series.counts.values())
+        viewer.refresh_view()  # type: ignore[attr-defined]
+        await seen.pause()
+        log = viewer.query_one("#events-log", EventLog)  # type: ignore[attr-defined]
+        assert log.render_line(0).text.rstrip() == f"   <1s  {mark}"
 
 
 async def test_a_viewers_herd_chart_draws_the_trainers_run() -> None:
-    async with room() as (trainer, pilot, url):
-        state = await asyncio.to_thread(fetch_state, url, None)
-        viewer = build_app(viewer_args(url), attach_state=state)
-        async with viewer.run_test(size=(100, 30)) as seen:  # type: ignore[attr-defined]
-            backend: AttachBackend = viewer.backend  # type: ignore[attr-defined]
-            await eventually(lambda: backend.connected, what="attached")
-            await seen.press("5")
-            chart = viewer.query_one(HerdChartPlot)  # type: ignore[attr-defined]
-            await eventually(lambda: chart._make is not None, what="the chart drawn")
+    async with room() as (trainer, pilot, url), attached_viewer(
+            url, size=(100, 30)) as (viewer, seen, backend):
+        await seen.press("5")
+        chart = viewer.query_one(HerdChartPlot)  # type: ignore[attr-defined]
+        await eventually(lambda: chart._make is not None, what="the chart drawn")
 
-            def same_as_the_trainers(now: int) -> bool:
-                assert chart._make is not None
-                drawn = chart._make(40)
-                theirs = trainer.model.herd_chart(now, 40)
-                return drawn.lines == theirs.lines and (drawn.start_s, drawn.end_s) == (
-                    0, now // 1000)
+        def same_as_the_trainers(now: int) -> bool:
+            assert chart._make is not None
+            drawn = chart._make(40)
+            theirs = trainer.model.herd_chart(now, 40)
+            return drawn.lines == theirs.lines and (drawn.start_s, drawn.end_s) == (
+                0, now // 1000)
 
-            # joined at 40 s: the run so far comes with the room's state, the same
-            # attempts per second as the trainer's own chart, on the run's clock
-            assert same_as_the_trainers(40_000)
-            assert sum(sum(ys) for _, _, ys in chart._make(40).lines) > 0
-            assert chart.xlabel == "scenario seconds"
-            for _ in range(5):
-                await pilot.press("n")  # five more seconds: they come over the stream
-            await eventually(lambda: backend.now_ms() == 45_000 and viewer.refresh_view()
-                             is None and same_as_the_trainers(45_000),
-                             what="the viewer's chart up to 45 s")
-            timeline = str(viewer.query_one("#timeline").render())  # type: ignore[attr-defined]
-            assert "the trainer's run at 00:45.0; attempts per second on each provider " \
-                   "since its start" in timeline
+        # joined at 40 s: the run so far comes with the room's state, the same
+        # attempts per second as the trainer's own chart, on the run's clock
+        assert same_as_the_trainers(40_000)
+        assert sum(sum(ys) for _, _, ys in chart._make(40).lines) > 0
+        assert chart.xlabel == "scenario seconds"
+        for _ in range(5):
+            await pilot.press("n")  # five more seconds: they come over the stream
+        await eventually(lambda: backend.now_ms() == 45_000 and viewer.refresh_view()
+                         is None and same_as_the_trainers(45_000),
+                         what="the viewer's chart up to 45 s")
+        timeline = str(viewer.query_one("#timeline").render())  # type: ignore[attr-defined]
+        assert "the trainer's run at 00:45.0; attempts per second on each provider " \
+               "since its start" in timeline
 
 
 def test_a_rooms_attempts_of_another_shape_are_left_out() -> None:

@@ -18,7 +18,7 @@ from omniroute_tui.console.model.console_model import COLUMNS, SHARE_S, ConsoleM
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 
-from .console_helpers import console_app, settle
+from .console_helpers import console_app, piloted, settle
 
 _SHARE = [name for name, _ in COLUMNS[Pane.PROVIDERS]].index("share")
 
@@ -52,10 +52,7 @@ def test_no_attempts_in_the_last_minute_is_no_share() -> None:
 
 
 async def test_the_overview_names_each_routes_strategy() -> None:
-    app, _ = console_app("demo", at_ms=10_000)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("0")
-        await pilot.pause()
+    async with piloted("0", scenario="demo", at_ms=10_000) as (app, pilot):
         lines = app.model.overview_lines(app.backend.now_ms())
         assert lines[-1] == "routes     chat priority, fast round_robin, reason weighted"
         assert lines[-1] in str(app.query_one("#overview-summary").render())

@@ -9,17 +9,13 @@ import contextlib
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from .gateway_helpers import free_port
-from .waiting import eventually, eventually_sync
+from .console_helpers import web_console_server
+from .waiting import eventually
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 playwright = pytest.importorskip("playwright.async_api",
@@ -31,29 +27,9 @@ pytestmark = pytest.mark.skipif(
 
 @contextlib.contextmanager
 def web_console(*args: str) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "omniroute_tui.console", "--web", "--port", str(port), *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env={**os.environ, "NO_COLOR": ""})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        def up() -> bool:
-            try:
-                return httpx.get(url, timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return proc.poll() is not None  # it died: fail below, not after 20 s
-        eventually_sync(up, timeout_s=20, what="the web console")
-        assert proc.poll() is None, "the web console exited"
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)  # the server and the console it spawned
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    """`--web` with colour on (NO_COLOR empty): its page's URL."""
+    with web_console_server(*args, env={**os.environ, "NO_COLOR": ""}) as (_, port):
+        yield f"http://127.0.0.1:{port}"
 
 
 @contextlib.asynccontextmanager

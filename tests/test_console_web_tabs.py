@@ -6,14 +6,12 @@ own. The tab is a websocket opened by hand on a raw socket: no browser needed.""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -21,9 +19,10 @@ import pytest
 
 from omniroute_tui.console.web import HEARTBEAT_S, QUIT_WAIT_S
 
-from .console_helpers import console_app, settle
+from .console_helpers import console_app, settle, web_console_server
 from .gateway_helpers import free_port
 from .waiting import eventually, eventually_sync
+from .web_tabs import child_processes, connect_tab
 
 pytest.importorskip("textual_serve", reason="--web needs textual-serve")
 
@@ -33,49 +32,17 @@ WITH_HEARTBEAT = ("import sys; from omniroute_tui.console import web; web.HEARTB
                   "from omniroute_tui.console.cli import main; sys.exit(main())")
 
 
-@contextlib.contextmanager
 def web_server(*args: str, heartbeat_s: float | None = None
-               ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+               ) -> contextlib.AbstractContextManager[tuple[subprocess.Popen[bytes], int]]:
     """`--web` in a process of its own; `heartbeat_s` in place of `HEARTBEAT_S`."""
-    port = free_port()
     console = (["-m", "omniroute_tui.console"] if heartbeat_s is None
                else ["-c", WITH_HEARTBEAT.format(heartbeat_s)])
-    proc = subprocess.Popen(
-        [sys.executable, *console, "--web", "--port", str(port), *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        def up() -> bool:
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return proc.poll() is not None
-        eventually_sync(up, timeout_s=20, what="the web server")
-        assert proc.poll() is None, "the web server exited"
-        yield proc, port
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    return web_console_server(*args, console=console)
 
 
 def tabs(server_pid: int) -> list[tuple[int, str]]:
     """The server's child processes (one per open tab) and their command lines."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if int(stat.rpartition(")")[2].split()[1]) == server_pid:
-            found.append((int(entry.name), cmdline))
-    return found
+    return child_processes(server_pid)
 
 
 def alive(pid: int) -> bool:
@@ -89,15 +56,7 @@ def alive(pid: int) -> bool:
 
 def open_tab(port: int, *, receive_buffer: int | None = None) -> socket.socket:
     """A websocket to the page's `/ws`, its console's first screen read."""
-    tab = socket.socket()
-    if receive_buffer is not None:
-        tab.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-    tab.settimeout(20)
-    tab.connect(("127.0.0.1", port))
-    key = base64.b64encode(os.urandom(16)).decode()
-    tab.sendall(f"GET /ws?width=120&height=40 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    tab = connect_tab(port, receive_buffer=receive_buffer)
     received = b""
     while b"101 Switching Protocols" not in received or len(received) < 20_000:
         chunk = tab.recv(65536)

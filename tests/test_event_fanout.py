@@ -17,7 +17,7 @@ from omniroute_tui.engine.events import Event, OperatorEvent
 from omniroute_tui.gateway import events_stream
 from omniroute_tui.gateway.events_stream import EventBroadcaster
 
-from .gateway_helpers import TOKEN, running_gateway
+from .gateway_helpers import TOKEN, read_events, running_gateway
 from .waiting import eventually
 
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -34,12 +34,7 @@ def _all_have(seen: list[list[dict[str, object]]], count: int) -> bool:
 
 async def _follow(http: httpx.AsyncClient, into: list[dict[str, object]]) -> None:
     """Read the stream until the operator event `end` (kept too)."""
-    async with http.stream("GET", "/api/resilience/events") as stream:
-        async for line in stream.aiter_lines():
-            if line.startswith("data: "):
-                into.append(json.loads(line[6:]))
-                if into[-1].get("action") == "end":
-                    return
+    await read_events(http, into, lambda seen: seen[-1].get("action") == "end")
 
 
 async def test_twenty_clients_get_every_event_in_order_each_encoded_once(

@@ -45,7 +45,7 @@ from simulator.scenario import load_scenario
 
 from .gateway_helpers import SCENARIO, TOKEN, running_gateway
 from .helpers import fail
-from .redis_helpers import REDIS_URL
+from .redis_helpers import REDIS_URL, close_fleet
 from .waiting import eventually
 
 LLAMA = "meta-llama/Llama-3.1-8B"
@@ -351,12 +351,7 @@ async def _on_redis(steps: list[tuple[int, int, tuple[Any, ...]]]) -> list[Any]:
         assert all(link.health().rejected == 0 for link in links)
         return [router.engine.snapshot() for router in routers]
     finally:
-        for link in links:
-            await link.close()
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()
+        await close_fleet(links, client, prefix)
 
 
 def _entry_id(text: str) -> tuple[int, int]:

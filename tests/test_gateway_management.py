@@ -10,7 +10,7 @@ import httpx
 
 from omniroute_tui.engine import BreakerState
 
-from .gateway_helpers import TOKEN, running_gateway
+from .gateway_helpers import TOKEN, read_events, running_gateway
 from .waiting import eventually
 
 AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "alice"}
@@ -100,15 +100,8 @@ async def test_event_stream_delivers_events_in_order(tmp_path: Path) -> None:
             base_url=gw.url, headers=AUTH, timeout=10) as http:
         seen: list[dict[str, object]] = []
 
-        async def read() -> None:
-            async with http.stream("GET", "/api/resilience/events") as stream:
-                async for line in stream.aiter_lines():
-                    if line.startswith("data: "):
-                        seen.append(json.loads(line[6:]))
-                        if sum(1 for e in seen if e["type"] == "operator") == 3:
-                            return
-
-        reader = asyncio.create_task(read())
+        reader = asyncio.create_task(read_events(
+            http, seen, lambda seen: sum(1 for e in seen if e["type"] == "operator") == 3))
         await eventually(lambda: gw.gateway.events.subscribers == 1, what="the subscription")
         for provider in ("healthy", "broken", "throttled"):
             await http.post(f"/api/resilience/breakers/{provider}/reset")

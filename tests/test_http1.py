@@ -85,15 +85,25 @@ def answer(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
             f"{len(body)}\r\n{extra}\r\n").encode() + body
 
 
-async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Answers every request on a connection with its own body, keeping it alive."""
-    while True:
-        try:
-            body = await read_request(reader)
-        except asyncio.IncompleteReadError:
-            return
-        writer.write(answer(body))
-        await writer.drain()
+def keep_alive(reply: Callable[[bytes], bytes | None]) -> Handler:
+    """A handler that sends `reply(body)` for each request a connection carries, until the
+    peer closes it (or `reply` gives None: then it hangs up)."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            sent = reply(body)
+            if sent is None:
+                return
+            writer.write(sent)
+            await writer.drain()
+    return handler
+
+
+#: answers every request on a connection with its own body, keeping it alive
+echo = keep_alive(answer)
 
 
 async def test_keep_alive_reuses_one_connection() -> None:
@@ -129,16 +139,10 @@ async def test_chunked_and_until_close_bodies() -> None:
 async def test_informational_answers_are_skipped_for_the_final_one() -> None:
     """100 Continue and 103 Early Hints come before the answer: the 200 is the answer,
     its body arrives whole and the connection carries the next request."""
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                body = await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n"
-                         b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"
-                         + answer(b"final:" + body))
-            await writer.drain()
+    handler = keep_alive(lambda body: (
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"
+        + answer(b"final:" + body)))
 
     async with raw_server(handler) as (url, connections):
         pool = Http1Pool()
@@ -155,20 +159,14 @@ async def test_informational_answers_are_skipped_for_the_final_one() -> None:
 async def test_trailers_are_read_and_the_connection_carries_the_next_request() -> None:
     received: list[bytes] = []
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                received.append(await read_request(reader))
-            except asyncio.IncompleteReadError:
-                return
-            if len(received) == 1:
-                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
-                             b"5\r\nhello\r\n0\r\nx-checksum: 5d41\r\nx-usage: 12\r\n\r\n")
-            else:
-                writer.write(answer(b"second"))
-            await writer.drain()
+    def reply(body: bytes) -> bytes:
+        received.append(body)
+        if len(received) == 1:
+            return (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                    b"5\r\nhello\r\n0\r\nx-checksum: 5d41\r\nx-usage: 12\r\n\r\n")
+        return answer(b"second")
 
-    async with raw_server(handler) as (url, connections):
+    async with raw_server(keep_alive(reply)) as (url, connections):
         pool = Http1Pool()
         async with asyncio.timeout(5):
             first = await pool.post(url, {}, b"1", 5)
@@ -183,16 +181,8 @@ async def test_trailers_are_read_and_the_connection_carries_the_next_request() -
 async def test_bytes_after_an_answer_are_not_taken_for_the_next_one() -> None:
     """The answer is whole and used; the connection, holding bytes no request asked
     for, is not reused."""
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            writer.write(answer(b"ok") + b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
-            await writer.drain()
-
-    async with raw_server(handler) as (url, connections):
+    stale = answer(b"ok") + b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale"
+    async with raw_server(keep_alive(lambda _: stale)) as (url, connections):
         pool = Http1Pool()
         async with asyncio.timeout(5):
             for _ in range(2):
@@ -435,19 +425,13 @@ async def test_a_request_is_never_sent_twice_when_a_kept_alive_connection_dies()
     without an answer: that is one failed attempt, reported, not a silent resend."""
     received: list[bytes] = []
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                body = await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            received.append(body)
-            if len(received) == 2:
-                return  # read it, charged for it, and hung up
-            writer.write(answer(b"ok"))
-            await writer.drain()
+    def reply(body: bytes) -> bytes | None:
+        received.append(body)
+        if len(received) == 2:
+            return None  # read it, charged for it, and hung up
+        return answer(b"ok")
 
-    async with raw_server(handler) as (url, connections):
+    async with raw_server(keep_alive(reply)) as (url, connections):
         client = UpstreamClient()
         first = await client.send(url, {"n": 1}, api_key=None, timeout_ms=5000)
         assert first.status == 200

@@ -12,30 +12,14 @@ from typing import Any
 import httpx
 import pytest
 
-from omniroute_tui.clock import ManualClock
-from omniroute_tui.config import load_router_config
-from omniroute_tui.drivers import AsyncDriver
+from omniroute_tui.drivers import AsyncDriver, Completion
 from omniroute_tui.drivers.upstream import UpstreamReply
 from omniroute_tui.engine import Event, FailureKind, ResponseEvent
 from omniroute_tui.router import Attempt, Response, Router
 
 from .gateway_helpers import TOKEN, running_gateway
-from .helpers import OK, Recorder, fail
+from .helpers import OK, Recorder, alpha_beta_driver, fail
 from .waiting import eventually
-
-CONFIG = """\
-providers:
-  alpha:
-    base_url: http://alpha.test/v1
-    models: [m]
-    connections: [{id: a, api_key: sk-alpha-key-0001}, {id: b, api_key: sk-alpha-key-0002}]
-  beta:
-    base_url: http://beta.test/v1
-    models: [m]
-    connections: [{id: x, api_key: sk-beta-key-0003}]
-routes:
-  r: {strategy: least_busy, targets: [alpha/m, beta/m]}
-"""
 
 
 def in_flight(router: Router) -> dict[str, int]:
@@ -62,29 +46,30 @@ class Upstream:
 
 
 def driven(upstream: Upstream) -> tuple[Router, AsyncDriver, Recorder]:
-    config = load_router_config("r.yaml", text=CONFIG)
-    router = config.build(ManualClock())
-    return (router, AsyncDriver(router, config.providers, upstream),  # type: ignore[arg-type]
-            Recorder(router.engine.bus))
+    """The least_busy router over alpha and beta, driven through `upstream`."""
+    return alpha_beta_driver(upstream, "least_busy")  # type: ignore[arg-type]
 
 
-async def test_an_answered_request_gives_its_attempt_back() -> None:
+async def one_attempt_held() -> tuple[Upstream, Router, Recorder, asyncio.Task[Completion]]:
+    """A request whose attempt the upstream holds, counted in flight: the upstream, the
+    router, its events and the request's task."""
     upstream = Upstream()
-    router, driver, _ = driven(upstream)
+    router, driver, rec = driven(upstream)
     task = asyncio.create_task(driver.complete({"model": "r", "messages": []}))
     await eventually(lambda: upstream.sent, what="the attempt")
     assert sum(in_flight(router).values()) == 1
+    return upstream, router, rec, task
+
+
+async def test_an_answered_request_gives_its_attempt_back() -> None:
+    upstream, router, _, task = await one_attempt_held()
     upstream.release.set()
     assert (await task).response.status == 200
     assert in_flight(router) == {}
 
 
 async def test_a_cancelled_task_gives_its_attempt_back() -> None:
-    upstream = Upstream()
-    router, driver, rec = driven(upstream)
-    task = asyncio.create_task(driver.complete({"model": "r", "messages": []}))
-    await eventually(lambda: upstream.sent, what="the attempt")
-    assert sum(in_flight(router).values()) == 1
+    _, router, rec, task = await one_attempt_held()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -13,10 +13,21 @@ import yaml
 
 from omniroute_tui.config import ConfigError, load_router_config, parse_duration_ms
 from omniroute_tui.config.limits import MAX_COUNTS
+from omniroute_tui.config.problems import Problem
 from simulator.cli import main
 from simulator.scenario import load_scenario
 
 from .gateway_helpers import TOKEN, running_gateway
+
+
+def router_problem(section: str) -> Problem:
+    """The one problem of a router config that is one provider (line 2) and `section`."""
+    with pytest.raises(ConfigError) as info:
+        load_router_config("router.yaml",
+                           text="providers:\n  p: {models: [m], connections: [a]}\n" + section)
+    (problem,) = info.value.problems
+    return problem
+
 
 GOOD_DURATIONS = [("250ms", 250), ("3s", 3000), ("1.5s", 1500), ("5m", 300_000),
                   ("1h", 3_600_000), ("7d", 7 * 86_400_000), ("1m30s", 90_000), (1200, 1200),
@@ -55,11 +66,7 @@ def test_durations_with_spaces_or_other_digits_are_refused_naming_the_field(
     (problem,) = info.value.problems
     assert (problem.file, problem.line, problem.field) == ("s.yaml", 7, "faults[0].for")
     assert words in problem.reason
-    config = ("providers:\n  p: {models: [m], connections: [a]}\n"
-              f"gateway: {{limits: {{head_timeout: {json.dumps(text)}}}}}\n")
-    with pytest.raises(ConfigError) as info:
-        load_router_config("router.yaml", text=config)
-    (problem,) = info.value.problems
+    problem = router_problem(f"gateway: {{limits: {{head_timeout: {json.dumps(text)}}}}}\n")
     assert (problem.line, problem.field) == (3, "gateway.limits.head_timeout")
 
 
@@ -86,11 +93,7 @@ def test_a_duration_too_long_to_count_is_refused_not_a_crash() -> None:
         parse_duration_ms(ENDLESS)
     with pytest.raises(ValueError, match="is longer than 3650 days"):
         parse_duration_ms("1" + "0" * 320 + "d", longest_ms=3650 * 86_400_000)
-    config = ("providers:\n  p: {models: [m], connections: [a]}\n"
-              f"store: {{history: {{max_age: {ENDLESS}}}}}\n")
-    with pytest.raises(ConfigError) as info:
-        load_router_config("router.yaml", text=config)
-    (problem,) = info.value.problems
+    problem = router_problem(f"store: {{history: {{max_age: {ENDLESS}}}}}\n")
     assert (problem.line, problem.field) == (3, "store.history.max_age")
     assert "is longer than 3650 days" in problem.reason
 

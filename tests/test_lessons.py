@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import Footer, Static, TabbedContent
 
 from omniroute_tui.config import ConfigError
@@ -274,12 +278,22 @@ def _panel(app: LessonApp) -> str:
     return str(app.query_one(LessonPanel).render())
 
 
+@asynccontextmanager
+async def running_lesson(*args: str, size: tuple[int, int] = (100, 30)
+                         ) -> AsyncIterator[tuple[LessonApp, Pilot[Any]]]:
+    """`--lesson *args` in the console under Pilot once its first step shows; `q` ends it
+    after the caller's checks."""
+    app = build_app(_parser().parse_args(["--lesson", *args]))
+    assert isinstance(app, LessonApp)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot, lambda: "step 1" in _panel(app))
+        yield app, pilot
+        await pilot.press("q")
+
+
 async def test_the_console_shows_the_first_step_at_once_and_space_goes_on() -> None:
     started = time.perf_counter()
-    app = build_app(_parser().parse_args(["--lesson", "1-cooldown-ladder"]))
-    assert isinstance(app, LessonApp)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, lambda: "step 1 of 4" in _panel(app))
+    async with running_lesson("1-cooldown-ladder") as (app, pilot):
         first_step_s = time.perf_counter() - started
         assert "step 1 of 4" in _panel(app) and "space to continue" in _panel(app)
         assert first_step_s < 5, first_step_s
@@ -292,24 +306,18 @@ async def test_the_console_shows_the_first_step_at_once_and_space_goes_on() -> N
         assert "space to continue" not in _panel(app)
         await pilot.press("space")  # nothing waits: the console's own pause
         assert backend.paused
-        await pilot.press("q")
 
 
 async def test_enter_reveals_the_answer() -> None:
-    app = build_app(_parser().parse_args(["--lesson", "1-cooldown-ladder"]))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, lambda: "step 1" in _panel(app))
+    async with running_lesson("1-cooldown-ladder") as (app, pilot):
         assert "(enter: the answer)" in _panel(app)
         assert "cooldown.base" not in _panel(app)
         await pilot.press("enter")
         assert "A: 3 s, level 1 of the ladder (cooldown.base" in _panel(app)
-        await pilot.press("q")
 
 
 async def test_help_lists_the_lessons_keys_first() -> None:
-    app = build_app(_parser().parse_args(["--lesson", "1-cooldown-ladder"]))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, lambda: "step 1" in _panel(app))
+    async with running_lesson("1-cooldown-ladder") as (app, pilot):
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         lines = str(app.screen.query_one("#keys", Static).render()).splitlines()
@@ -323,13 +331,10 @@ async def test_help_lists_the_lessons_keys_first() -> None:
         assert isinstance(app, LessonApp) and app.backend.paused  # help changed nothing
         # the overview names the lesson's routes as any replay's does
         assert app.model.overview_lines(0)[-1] == "routes     chat priority"
-        await pilot.press("q")
 
 
 async def test_a_step_on_an_event_appears_when_the_event_happens() -> None:
-    app = build_app(_parser().parse_args(["--lesson", "2-breaker-probe", "--speed", "100"]))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, lambda: "step 1" in _panel(app))
+    async with running_lesson("2-breaker-probe", "--speed", "100") as (app, pilot):
         backend = app.backend
         assert isinstance(backend, LessonBackend)
         opened = next(e.t for e in run_lesson(backend.progress.lesson).events["resilient"]
@@ -342,13 +347,10 @@ async def test_a_step_on_an_event_appears_when_the_event_happens() -> None:
         assert backend.paused and opened <= backend.now_ms() <= opened + 100
         assert app.query_one(TabbedContent).active == "providers"
         assert app.query_one("#providers-table", KeyedTable).selected_key == "alpha"
-        await pilot.press("q")
 
 
 async def test_a_step_chooses_the_herd_charts_comparison() -> None:
-    app = build_app(_parser().parse_args(["--lesson", "4-dedup-vpn-blip"]))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, lambda: "step 1" in _panel(app))
+    async with running_lesson("4-dedup-vpn-blip") as (app, pilot):
         assert app.query_one(TabbedContent).active == "scenario"
         assert app.backend.comparison is not None
         assert app.backend.comparison.policy == "no-dedup"
@@ -357,7 +359,6 @@ async def test_a_step_chooses_the_herd_charts_comparison() -> None:
         drawn = chart._make(40)
         assert drawn.compared_policy == "no-dedup"
         assert [label for label, _, _ in drawn.compared] == ["alpha no-dedup", "beta no-dedup"]
-        await pilot.press("q")
 
 
 def test_lesson_refuses_what_it_cannot_replay(capsys: pytest.CaptureFixture[str]) -> None:
@@ -412,23 +413,17 @@ def test_the_manuals_example_lesson_loads_and_holds() -> None:
 
 
 async def test_at_80x24_the_panel_sits_between_the_panes_and_the_footer() -> None:
-    app = build_app(_parser().parse_args(["--lesson", "1-cooldown-ladder"]))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot, lambda: "step 1" in _panel(app))
+    async with running_lesson("1-cooldown-ladder", size=(80, 24)) as (app, pilot):
         await pilot.pause(0.2)
         panel = app.query_one(LessonPanel).region
         footer = app.query_one(Footer).region
         panes = app.query_one(TabbedContent).region
         assert panes.bottom <= panel.y and panel.bottom <= footer.y, (panes, panel, footer)
         assert panel.height >= 7  # the border, the head, two lines of text, Q, A, the key
-        await pilot.press("q")
 
 
 async def test_a_fleet_lesson_runs_in_the_console_and_r_starts_it_again() -> None:
-    app = build_app(_parser().parse_args(["--lesson", "8-fleet-shared-state",
-                                          "--speed", "100"]))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot, lambda: "step 1" in _panel(app))
+    async with running_lesson("8-fleet-shared-state", "--speed", "100") as (app, pilot):
         assert app.backend.comparison is not None
         assert app.backend.comparison.policy == "isolated"
         await pilot.press("space")
@@ -440,4 +435,3 @@ async def test_a_fleet_lesson_runs_in_the_console_and_r_starts_it_again() -> Non
         backend = app.backend
         assert isinstance(backend, LessonBackend)
         assert backend.progress.index == 0 and backend.now_ms() == 0 and backend.paused
-        await pilot.press("q")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
-import json
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from omniroute_tui.engine.events import FaultEvent, OperatorEvent, RequestEvent
 from simulator.scenario import SCENARIOS_DIR, load_scenario
 from simulator.virtual import run_virtual
 
-from .gateway_helpers import TOKEN, running_gateway
+from .gateway_helpers import TOKEN, read_events, running_gateway
 from .test_trace_pins import PINNED
 from .waiting import eventually
 
@@ -146,15 +145,8 @@ async def test_a_gateway_serves_stores_and_streams_with_a_raiser_before_every_su
             base_url=gw.url, headers=AUTH, timeout=10) as http:
         streamed: list[dict[str, object]] = []
 
-        async def read() -> None:
-            async with http.stream("GET", "/api/resilience/events") as stream:
-                async for line in stream.aiter_lines():
-                    if line.startswith("data: "):
-                        streamed.append(json.loads(line[6:]))
-                        if sum(e["type"] == "cooldown" for e in streamed) == 2:
-                            return
-
-        reader = asyncio.create_task(read())
+        reader = asyncio.create_task(read_events(
+            http, streamed, lambda seen: sum(e["type"] == "cooldown" for e in seen) == 2))
         await eventually(lambda: gw.gateway.events.subscribers == 1, what="the subscription")
         body = {"model": "fallback", "messages": [{"role": "user", "content": "hi"}]}
         for _ in range(2):  # broken fails on each key in turn, healthy answers

@@ -8,27 +8,11 @@ import json
 import httpx
 import pytest
 
-from omniroute_tui.clock import ManualClock
-from omniroute_tui.config import load_router_config
-from omniroute_tui.drivers import AsyncDriver, UpstreamClient
+from omniroute_tui.drivers import UpstreamClient
 from omniroute_tui.engine import FailureKind, TransportFailure
 
-from .helpers import Recorder
+from .helpers import alpha_beta_driver
 from .waiting import eventually
-
-CONFIG = """\
-providers:
-  alpha:
-    base_url: http://alpha.test/v1
-    models: [m]
-    connections: [{id: a, api_key: sk-alpha-key-0001}, {id: b, api_key: sk-alpha-key-0002}]
-  beta:
-    base_url: http://beta.test/v1
-    models: [m]
-    connections: [{id: x, api_key: sk-beta-key-0003}]
-routes:
-  r: {targets: [alpha/m, beta/m]}
-"""
 
 OK_BODY = {"id": "c1", "object": "chat.completion",
            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
@@ -100,10 +84,7 @@ async def test_driver_falls_back_and_forwards_the_upstream_answer() -> None:
         assert body["model"] == "m"
         return httpx.Response(200, json=OK_BODY)
 
-    config = load_router_config("r.yaml", text=CONFIG)
-    router = config.build(ManualClock())
-    rec = Recorder(router.engine.bus)
-    driver = AsyncDriver(router, config.providers, client_for(handler))
+    _, driver, rec = alpha_beta_driver(client_for(handler))
     completion = await driver.complete({"model": "r", "messages": []})
     assert completion.response.status == 200
     assert completion.reply is not None and completion.reply.json() == OK_BODY
@@ -117,10 +98,7 @@ async def test_driver_cancellation_counts_as_cancelled() -> None:
         await asyncio.sleep(10)
         return httpx.Response(200, json=OK_BODY)
 
-    config = load_router_config("r.yaml", text=CONFIG)
-    router = config.build(ManualClock())
-    rec = Recorder(router.engine.bus)
-    driver = AsyncDriver(router, config.providers, client_for(handler))
+    router, driver, rec = alpha_beta_driver(client_for(handler))
     task = asyncio.create_task(driver.complete({"model": "r", "messages": []}))
     await eventually(lambda: rec.of("attempt"), what="the attempt")
     task.cancel()
