@@ -18,7 +18,8 @@ cost. Times are CPU time per decision, medians of paired batches (targets: 1000/
 1.2, decision <= 4x the floor, and weighted, least_busy and headroom <= 1.3x a priority
 decision); the machine's speed is printed with them. `--instructions` counts
 instructions per decision under valgrind's callgrind instead, which is steady on a busy
-machine (a few minutes).
+machine (a few minutes); `--misses` simulates the caches and branch predictors under
+cachegrind, for what CPU time pays beyond the instructions.
 """
 
 from __future__ import annotations
@@ -172,36 +173,61 @@ def measure(args: argparse.Namespace) -> None:
               f"vs floor {vs_floor:.1f}x")
 
 
-def _callgrind_total(argv: list[str]) -> int:
-    """Instructions executed by `python argv` under callgrind."""
+def _valgrind_totals(argv: list[str], tool: str = "callgrind") -> dict[str, int]:
+    """What `python argv` cost under a valgrind tool, by event (`Ir`, instructions, and
+    under cachegrind the simulated cache misses and mispredicted branches too)."""
+    simulate = ["--cache-sim=yes", "--branch-sim=yes"] if tool == "cachegrind" else []
     with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "callgrind.out"
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+        out = Path(folder) / f"{tool}.out"
+        subprocess.run(["valgrind", f"--tool={tool}", f"--{tool}-out-file={out}", *simulate,
                         sys.executable, __file__, *argv], check=True, capture_output=True,
                        env={**os.environ, "PYTHONHASHSEED": "0"})  # the same dicts each run
-        match = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
-        assert match is not None, "no totals in the callgrind output"
-        return int(match.group(1))
+        text = out.read_text()
+        events = re.search(r"^events: (.+)$", text, re.MULTILINE)
+        totals = re.search(r"^(?:summary|totals): (.+)$", text, re.MULTILINE)
+        assert events is not None and totals is not None, f"no totals in the {tool} output"
+        return dict(zip(events.group(1).split(), map(int, totals.group(1).split()),
+                        strict=False))
+
+
+def _per_decision(what: str, pool: int, count: int, tool: str) -> dict[str, float]:
+    """A run of `count` decisions less a run of none, per decision."""
+    base = _valgrind_totals(["--run", what, "0", str(pool)], tool)
+    full = _valgrind_totals(["--run", what, str(count), str(pool)], tool)
+    return {event: (full[event] - base[event]) / count for event in full}
 
 
 def instructions(count: int) -> None:
-    """Instructions per decision: a run of `count` decisions less a run of none."""
-    per: dict[str, float] = {}
-    for what in (*ROWS, "floor"):
-        for pool in (10, 1000) if what != "floor" else (10,):
-            base = _callgrind_total(["--run", what, "0", str(pool)])
-            full = _callgrind_total(["--run", what, str(count), str(pool)])
-            per[f"{what}/{pool}"] = (full - base) / count
-    priority = per["priority/10"]
+    """Instructions per decision, for every row at both pool sizes."""
+    per = {(what, pool): _per_decision(what, pool, count, "callgrind")["Ir"]
+           for what in (*ROWS, "floor") for pool in ((10, 1000) if what != "floor" else (10,))}
+    priority = per[("priority", 10)]
     print(f"machine: {loop_step_ns():.1f} ns a Python loop step (CPU, outside valgrind)")
     for what in (*ROWS, "floor"):
-        small = per[f"{what}/10"]
+        small = per[(what, 10)]
         line = f"{what:20s} {small:10,.0f} instructions a decision (10/provider)"
         if what != "floor":
-            large = per[f"{what}/1000"]
+            large = per[(what, 1000)]
             line += (f", {large:10,.0f} (1000/provider, ratio {large / small:.2f}), "
                      f"vs priority {small / priority:.2f}x")
         print(line)
+
+
+#: cachegrind's events, as the columns say them
+MISSES = {"I1mr": "L1i misses", "D1mr": "L1d read misses", "D1mw": "L1d write misses",
+          "Bcm": "cond. mispredicts", "Bim": "indirect mispredicts"}
+
+
+def misses(count: int) -> None:
+    """Simulated cache misses and mispredicted branches per decision (10 keys a
+    provider): what CPU time pays beyond the instructions, steady on a busy machine."""
+    print(f"machine: {loop_step_ns():.1f} ns a Python loop step (CPU, outside valgrind)")
+    print(f"{'':20s} {'instructions':>12s} " + " ".join(f"{name:>20s}"
+                                                      for name in MISSES.values()))
+    for what in ROWS:
+        per = _per_decision(what, 10, count, "cachegrind")
+        print(f"{what:20s} {per['Ir']:12,.0f} " + " ".join(f"{per[event]:20,.0f}"
+                                                         for event in MISSES))
 
 
 def run_only(what: str, count: int, pool: int) -> None:
@@ -214,15 +240,21 @@ def main() -> None:
     parser.add_argument("--per-batch", type=int, default=200)
     parser.add_argument("--instructions", type=int, nargs="?", const=2000, metavar="N",
                         help="count instructions per decision under callgrind (N decisions)")
+    parser.add_argument("--misses", type=int, nargs="?", const=2000, metavar="N",
+                        help="simulate caches and branches under cachegrind instead (N "
+                             "decisions): misses and mispredicts per decision")
     parser.add_argument("--run", nargs=3, metavar=("WHAT", "N", "POOL"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
         run_only(args.run[0], int(args.run[1]), int(args.run[2]))
-    elif args.instructions:
+    elif args.instructions or args.misses:
         if os.system("valgrind --version > /dev/null 2>&1") != 0:
-            sys.exit("--instructions needs valgrind")
-        instructions(args.instructions)
+            sys.exit("--instructions and --misses need valgrind")
+        if args.instructions:
+            instructions(args.instructions)
+        else:
+            misses(args.misses)
     else:
         measure(args)
 

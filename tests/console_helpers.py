@@ -42,9 +42,11 @@ async def piloted(*keys: str, scenario: str = "demo", at_ms: int = 40_000,
                   size: tuple[int, int] = (100, 30), read_only: bool = False
                   ) -> AsyncIterator[tuple[ConsoleApp, Pilot[Any]]]:
     """console_app's app running under Pilot at `size`, `keys` pressed and one pause let
-    the screen catch up."""
+    the screen catch up. The first pause lets the mounted app settle: a key pressed
+    before it can be lost on a busy machine."""
     app, _ = console_app(scenario, at_ms, read_only=read_only)
     async with app.run_test(size=size) as pilot:
+        await pilot.pause()
         if keys:
             await pilot.press(*keys)
         await pilot.pause()

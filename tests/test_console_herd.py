@@ -18,7 +18,7 @@ from omniroute_tui.console.widgets.herd_chart import (
     round_ticks,
 )
 
-from .console_helpers import console_app, piloted
+from .console_helpers import console_app, piloted, settle
 
 
 def test_the_chart_shows_the_herd_the_engine_prevents() -> None:
@@ -98,6 +98,10 @@ async def test_the_legend_never_covers_the_data(scenario: str, at_ms: int,
     legend is lines of its own above the plot, never rows over its top left corner."""
     async with piloted("5", scenario=scenario, at_ms=at_ms, size=size) as (app, pilot):
         chart = app.query_one(HerdChartPlot)
+        # on a busy machine the first paint of the chart may come after the first pause
+        await settle(pilot, lambda: chart._make is not None and chart.plot.region.height
+                     and str(chart.query_one("#herd-key", Static).render()).strip(),
+                     tries=400)
         drawn = chart._make(max(10, chart.plot.size.width - 12)) if chart._make else None
         assert drawn is not None
         entries = [entry for entry, _ in legend(drawn)]
