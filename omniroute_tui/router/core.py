@@ -200,6 +200,9 @@ class Router:
         for name in summary.providers_removed:
             self._rotations.pop(name, None)
             self._rotation_counts.pop(name, None)
+        kept = {spec.name: frozenset(spec.connections) for spec in specs}
+        self.load.keep(kept)
+        self.headroom.keep(kept)
         bus = self.engine.bus
         if bus.wants(ReloadEvent):
             bus.emit(ReloadEvent(self.engine.now(), version, summary.providers_added,
@@ -357,10 +360,12 @@ class RequestRouting:
         if busy is not None:  # first: nothing below may keep it counted
             self._busy = None
             busy.finished(attempt.connection, now - attempt.started_at)
+        kind = outcome.kind
         if rate_limits is not None:
             self.router.headroom.note(attempt.provider, attempt.connection, now, rate_limits)
+        elif kind is None and self.router.headroom.out:
+            self.router.headroom.served(attempt.provider, attempt.connection)
         self._note_result(now, attempt, status, outcome)
-        kind = outcome.kind
         then = _RESPOND if kind is None else _THEN[kind]
         if then is _RESPOND:
             self._next = self._respond(now, status, attempt, None, None)
