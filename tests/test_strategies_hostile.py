@@ -18,6 +18,7 @@ from omniroute_tui.router import Attempt, RequestRouting, Response, Router, Stra
 from omniroute_tui.router.rate_limits import (
     MAX_COUNT,
     MAX_RESET_MS,
+    RateLimitInfo,
     parse_rate_limits,
 )
 
@@ -53,6 +54,7 @@ def test_a_reset_in_digits_other_than_ascii_is_ignored(text: str) -> None:
     ("2025-12-31T23:59:00Z", 0),  # passed: the window has reset
     ("0001-01-01T00:00:00+14:00", 0),
     ("9999-12-31T23:59:59-14:00", None),  # far beyond 7 days
+    ("9999-12-31T23:59:59.999999-23:59", None), ("0001-01-01T00:00:00-23:59", 0),
     ("2026-01-01T00:00:12", None),  # no zone: not a time we can place
     ("1s, 1s", None),  # a header repeated: joined with a comma
     ("1e3", None), ("inf", None), ("nan", None), ("-1s", None), ("1_000", None),
@@ -237,3 +239,46 @@ def test_a_reload_drops_the_rate_limits_and_counts_of_what_it_removed() -> None:
     assert router.load.providers["beta"].total == 0
     second.reconfigure(router, previous=second)
     assert set(router.load.providers) == set()
+
+
+_INFOS = st.one_of(st.none(), st.builds(
+    RateLimitInfo,
+    requests_remaining=st.one_of(st.none(), st.integers(0, 3), st.just(MAX_COUNT)),
+    requests_limit=st.one_of(st.none(), st.integers(0, 5)),
+    requests_reset_ms=st.one_of(st.none(), st.integers(0, 3000), st.just(MAX_RESET_MS)),
+    tokens_remaining=st.one_of(st.none(), st.integers(0, 3)),
+    tokens_limit=st.one_of(st.none(), st.integers(0, 5)),
+    tokens_reset_ms=st.one_of(st.none(), st.integers(0, 3000))))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2500), _INFOS, st.booleans()), max_size=40))
+def test_headroom_chooses_the_same_key_whether_or_not_anyone_reads_why(
+        steps: list[tuple[int, RateLimitInfo | None, bool]]) -> None:
+    """The choice read inline (nobody subscribed) and the one that says why are the
+    same, whatever a key's answers say and however they flip between requests only,
+    tokens only, both and nothing."""
+    from omniroute_tui.engine import ProviderSpec, ResilienceEngine, default_settings
+
+    chosen = []
+    for watched in (True, False):
+        clock = ManualClock()
+        engine = ResilienceEngine([ProviderSpec("alpha", ("a", "b", "c"), default_settings())],
+                                  clock)
+        if watched:
+            engine.bus.subscribe(lambda event: None)
+        router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha")})
+        picks = []
+        for i, (jump, info, ok) in enumerate(steps):
+            clock.advance(jump)
+            routing = router.start(str(i), "r")
+            step = routing.next_step()
+            if not isinstance(step, Attempt):
+                picks.append(None)
+                continue
+            picks.append(step.connection)
+            routing.record(200 if ok else 500, OK if ok else fail(FailureKind.SERVER_ERROR),
+                           info)
+            routing.cancel()
+        chosen.append(picks)
+    assert chosen[0] == chosen[1]
