@@ -584,8 +584,10 @@ def _read_alert_expect(src: Source, body: dict[str, Any], path: Path, faults: se
 
 def _read_expect(
     src: Source, value: Any, path: Path, faults: set[str], providers: Mapping[str, Any],
-    origin: str, strategies: tuple[str, ...],
+    origin: str, strategies: tuple[str, ...] | None,
 ) -> Expect | AlertExpect | None:
+    """One `expect:` entry; `strategies` None: the scenario's could not be read (said so),
+    and an entry's strategy is not checked against them."""
     body = read_mapping(src, value, path)
     if body is None:
         return None
@@ -605,7 +607,7 @@ def _read_expect(
         src.problem(path + ("during",), f"no fault named {during!r}")
         ok = False
     strategy = body.get("strategy")
-    if strategy is not None and strategy not in strategies:
+    if strategy is not None and strategies is not None and strategy not in strategies:
         src.problem(path + ("strategy",), f"{strategy!r} is not one of the scenario's "
                     f"strategies ({', '.join(strategies) or 'it names none: strategies: '})"
                     [:300])
@@ -726,10 +728,12 @@ def load_scenario(
         src, v, p, providers, duration, origin))
     _check_volume(src, traffic, duration)
     fault_names = _fault_names(src, data.get("faults"))
+    problems = len(src.problems)
     strategies = read_strategies(src, data["strategies"], ("strategies",)) \
         if "strategies" in data else ()
+    readable = strategies if len(src.problems) == problems else None  # not blamed twice
     expect = _items(src, data, "expect", lambda v, p: _read_expect(
-        src, v, p, fault_names, providers, origin, strategies))
+        src, v, p, fault_names, providers, origin, readable))
     src.raise_if_problems()
     latencies = {
         name: profiles.get(name) or provider.extra.get("latency") or DEFAULT_LATENCY

@@ -119,3 +119,24 @@ def test_routes_of_another_shape_are_left_out_and_many_are_counted() -> None:
     assert len(model.routes) == 1000
     assert model.overview_lines(0)[-1] == (
         "routes     " + ", ".join(f"r{n} priority" for n in range(8)) + " and 992 more")
+
+
+async def test_hostile_route_names_from_a_gateway_show_as_written_on_one_line() -> None:
+    """An attached gateway's routes are not ours to check: markup shows as written, a
+    control character as its escape, a line break cannot start a line of its own (a
+    forged `breakers` line), and a name of 200,000 characters is cut to ROUTE_TEXT."""
+    app, _ = console_app("demo", at_ms=10_000)
+    empty: dict[str, list[object]] = {"breakers": [], "connections": [], "lockouts": []}
+    async with app.run_test(size=(200, 30)) as pilot:
+        await pilot.press("0")
+        await pilot.pause()
+        app.model.load_state_document({**empty, "routes": [
+            {"name": "[red]chat[/red]", "strategy": "[b]priority"},
+            {"name": "x\nbreakers   0 OPEN", "strategy": "weighted\x1b[2J"},
+            {"name": "n" * 200_000, "strategy": "least_busy"}]})
+        assert routes_line(app) == (
+            "routes     [red]chat[/red] [b]priority, x\\nbreakers   0 OPEN "
+            "weighted\\x1b[2J, " + "n" * 39 + "… least_busy")
+        lines = str(app.query_one("#overview-summary").render()).splitlines()
+        assert [line[:11] for line in lines] == [
+            "breakers   ", "cooldowns  ", "lockouts   ", "traffic    ", "routes     "]

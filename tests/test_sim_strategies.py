@@ -99,6 +99,9 @@ def test_bad_strategies_are_errors_with_file_line_and_field(
     problem = caught.value.problems[0]
     assert (problem.line, problem.field) == (line, field)
     assert reason in problem.reason
+    # one mistake, one problem: the expectations naming a strategy are not blamed for a
+    # `strategies:` that could not be read
+    assert len(caught.value.problems) == 1
 
 
 @pytest.mark.parametrize("name", shipped_scenarios())

@@ -17,6 +17,7 @@ from omniroute_tui.drivers.async_driver import AsyncDriver
 from omniroute_tui.drivers.upstream import UpstreamReply
 from omniroute_tui.engine import BreakerState, Classification, FailureKind
 from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target
+from omniroute_tui.router.core import _rotation
 from omniroute_tui.router.rate_limits import MAX_COUNT, RateLimitInfo, parse_rate_limits
 
 from .helpers import ADMIT, OK, Answer, fail, make_engine, play
@@ -438,12 +439,80 @@ def test_weights_in_the_config() -> None:
     ("  fast:\n    strategy: weighted\n    targets:\n      - {weight: 2}\n",
      "routes.fast.targets[0].target: expected provider/model or {target: provider/model, "
      "weight: N}, got NoneType"),
+    pytest.param("  fast:\n    strategy: weighted\n    targets:\n"
+     f"      - {{target: alpha/gpt-4o, weight: {10**100}}}\n",
+     "router.yaml:8: routes.fast.targets[0].weight: expected a whole number from 1 to "
+     "1,000,000, got a number of 101 digits", id="weight-10**100"),
+    pytest.param("  fast:\n    strategy: weighted\n    targets:\n"
+     f"      - {{target: alpha/gpt-4o, weight: {'9' * 5000}}}\n",
+     "router.yaml:8: routes.fast.targets[0].weight: not a value: Exceeds the limit (4300 "
+     "digits) for integer string conversion: value has 5000 digits", id="weight-5000-digits"),
+    ("  fast: {targets: [alpha/gpt-4o, beta/gpt-4o, alpha/gpt-4o]}\n",
+     "router.yaml:5: routes.fast.targets[2]: target alpha/gpt-4o is listed twice"),
+    ("  fast:\n    strategy: weighted\n    targets:\n      - {target: beta/gpt-4o, weight: 2}\n"
+     "      - {target: beta/gpt-4o, weight: 3}\n",
+     "router.yaml:9: routes.fast.targets[1].target: target beta/gpt-4o is listed twice"),
 ])
 def test_strategy_and_weight_errors_name_file_line_and_field(routes: str, expected: str
                                                              ) -> None:
     with pytest.raises(ConfigError) as info:
         load(routes)
     assert expected in str(info.value)
+    assert str(info.value).startswith("1 problem:")  # one mistake, one problem
+
+
+def test_a_weight_under_a_strategy_that_could_not_be_read_is_not_blamed_on_priority(
+        ) -> None:
+    with pytest.raises(ConfigError) as info:
+        load("  fast:\n    strategy: wieghted\n    targets:\n"
+             "      - {target: alpha/gpt-4o, weight: 2}\n"
+             "      - {target: beta/gpt-4o, weight: 0}\n")
+    assert [str(p) for p in info.value.problems] == [
+        "router.yaml:6: routes.fast.strategy: expected one of priority, round_robin, "
+        "weighted, least_busy, headroom, got 'wieghted'",
+        "router.yaml:9: routes.fast.targets[1].weight: expected a whole number from 1 to "
+        "1,000,000, got 0"]
+
+
+@pytest.mark.parametrize(("connections", "expected"), [
+    pytest.param(f"[{{id: a, weight: {10**100}}}, b]", "router.yaml:2: providers.alpha."
+                 "connections[0].weight: expected a whole number from 1 to 10,000, got a "
+                 "number of 101 digits", id="weight-10**100"),
+    ("[{id: a, weight: true}, b]", "router.yaml:2: providers.alpha.connections[0].weight: "
+     "expected a whole number from 1 to 10,000, got True"),
+    ("[{id: a, weight: 2.5}, b]", "router.yaml:2: providers.alpha.connections[0].weight: "
+     "expected a whole number from 1 to 10,000, got 2.5"),
+    ("[{id: a, weight: 10000}, b]", "router.yaml:2: providers.alpha.connections: the "
+     "connections' weights add up to 10,001: at most 10,000 (a rotation is that many "
+     "requests long)"),
+])
+def test_connection_weights_are_capped_where_a_rotation_would_be_too_long(
+        connections: str, expected: str) -> None:
+    """A provider's rotation is as long as its connections' weights add up to, and built
+    on its first request: a weight of 10**100 next to 1 never finished building."""
+    text = (f"providers:\n  alpha: {{models: [m], connections: {connections}}}\n"
+            "routes:\n  fast: {strategy: round_robin, targets: [alpha/m]}\n")
+    with pytest.raises(ConfigError) as info:
+        load_router_config("router.yaml", text=text)
+    assert [str(p) for p in info.value.problems] == [expected]
+
+
+def naive_rotation(weights: tuple[int, ...]) -> tuple[int, ...]:
+    """nginx's smooth weighted round robin, step by step over every connection."""
+    total, current, order = sum(weights), [0] * len(weights), []
+    for _ in range(total):
+        for i, weight in enumerate(weights):
+            current[i] += weight
+        best = max(range(len(weights)), key=current.__getitem__)
+        current[best] -= total
+        order.append(best)
+    return tuple(order) if len(set(weights)) > 1 else tuple(range(len(weights)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([1, 1, 2, 3, 5, 8, 40]), min_size=1, max_size=12))
+def test_a_rotation_by_distinct_weights_is_nginx_s_order(weights: list[int]) -> None:
+    assert _rotation(tuple(weights)) == naive_rotation(tuple(weights))
 
 
 # -- properties -----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from ..engine.engine import ProviderSpec, ResilienceEngine
 from ..engine.jitter import Jitter
 from ..engine.reload import ReloadSummary
 from ..engine.settings import AuthKind, ResilienceSettings, default_settings
-from ..router.core import Router
+from ..router.core import MAX_ROTATION, Router
 from ..router.routes import Route, Strategy, Target
 from .hidden import hidden_reason
 from .limits import (
@@ -221,12 +221,21 @@ def _connections(
         seen.add(conn_id)
         secret = _secret(src, body["api_key"], where + ("api_key",), env) \
             if body.get("api_key") is not None and env is not None else None
-        weight = read_int(src, body["weight"], where + ("weight",), minimum=1) \
+        weight = _connection_weight(src, body["weight"], where + ("weight",)) \
             if "weight" in body else 1
         extra = {key: reader(src, body[key], where + (key,))
                  for key, reader in extra_fields.items() if key in body}
-        result.append(ConnectionConfig(conn_id, secret, weight or 1, extra))
+        result.append(ConnectionConfig(conn_id, secret, weight, extra))
+    total = sum(c.weight for c in result)
+    if total > MAX_ROTATION:
+        src.problem(path, f"the connections' weights add up to {total:,}: at most "
+                          f"{MAX_ROTATION:,} (a rotation is that many requests long)")
     return tuple(result)
+
+
+def _connection_weight(src: Source, value: Any, path: Path) -> int:
+    """A connection's `weight`: a whole number 1..MAX_ROTATION."""
+    return _whole_weight(src, value, path, MAX_ROTATION)
 
 
 def parse_providers(
@@ -321,13 +330,14 @@ def parse_routes(
         if body is None:
             continue
         reject_unknown(src, body, where, ("strategy", "targets"))
-        strategy = Strategy.PRIORITY
+        strategy: Strategy | None = Strategy.PRIORITY  # None: unreadable, said so
         if "strategy" in body:
             try:
                 strategy = Strategy(body["strategy"])
             except (ValueError, TypeError):
                 src.problem(where + ("strategy",), f"expected one of {STRATEGY_NAMES}, got "
                                                    f"{_shown(body['strategy'])}")
+                strategy = None
         targets_raw = body.get("targets")
         if not isinstance(targets_raw, list) or not targets_raw:
             src.problem(where + ("targets",), "expected a non-empty list of provider/model")
@@ -345,10 +355,12 @@ def parse_routes(
                 item = item.get("target")
                 at = at + ("target",)
             target = _target(src, item, at, providers)
-            if target is not None:
+            if target in targets:  # the walk would ask it twice, least_busy draw it twice
+                src.problem(at, f"target {target} is listed twice")
+            elif target is not None:
                 targets.append(target)
                 weights.append(weight)
-        routes[str(name)] = Route(str(name), tuple(targets), strategy,
+        routes[str(name)] = Route(str(name), tuple(targets), strategy or Strategy.PRIORITY,
                                   None if all(w == 1 for w in weights) else tuple(weights))
     return routes
 
@@ -359,18 +371,26 @@ MAX_WEIGHT = 1_000_000
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**39:
+        return f"a number of {len(str(abs(value))):,} digits"  # not its first 40, as if all
     return repr(value)[:40] if isinstance(value, str | int | float) else type(value).__name__
 
 
-def _weight(src: Source, value: Any, path: Path, strategy: Strategy) -> int:
+def _weight(src: Source, value: Any, path: Path, strategy: Strategy | None) -> int:
     """A target's `weight`: a whole number 1..MAX_WEIGHT, and only under `weighted` (a
-    weight another strategy would ignore is refused: it would mislead the reader)."""
-    if strategy is not Strategy.WEIGHTED:
+    weight another strategy would ignore is refused: it would mislead the reader). Under
+    a strategy that could not be read (None) only the number is checked."""
+    if strategy is not Strategy.WEIGHTED and strategy is not None:
         src.problem(path, f"a weight is read only by strategy weighted; this route's is "
                           f"{strategy.value} (write strategy: weighted, or drop the weight)")
         return 1
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_WEIGHT:
-        src.problem(path, f"expected a whole number from 1 to {MAX_WEIGHT:,}, got "
+    return _whole_weight(src, value, path, MAX_WEIGHT)
+
+
+def _whole_weight(src: Source, value: Any, path: Path, largest: int) -> int:
+    """A whole number 1..largest (not a bool); 1 after a problem."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= largest:
+        src.problem(path, f"expected a whole number from 1 to {largest:,}, got "
                           f"{_shown(value)}")
         return 1
     return value

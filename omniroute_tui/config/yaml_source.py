@@ -83,7 +83,19 @@ class _Converter:
             return result
         if isinstance(node, yaml.SequenceNode):
             return [self.convert(item, path + (i,)) for i, item in enumerate(node.value)]
-        return self._scalars.construct_object(node, deep=True)
+        try:
+            return self._scalars.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError) as exc:
+            # an integer of more than 4,300 digits, a timestamp out of range: said where
+            raise _ScalarError(path, node.start_mark.line + 1, str(exc)) from None
+
+
+class _ScalarError(Exception):
+    """A scalar YAML cannot turn into a value, with the path and line it was on."""
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        super().__init__(reason)
+        self.path, self.line, self.reason = path, line, reason
 
 
 def _file_error(name: str, reason: str) -> ConfigError:
@@ -130,6 +142,10 @@ def load_source(path: str | FsPath, *, text: str | None = None) -> Source:
     converter = _Converter()
     try:
         data = converter.convert(node, ())
+    except _ScalarError as exc:
+        field = format_field(exc.path[:-1] if exc.path[-1:] == ("<key>",) else exc.path)
+        raise ConfigError([Problem(name, exc.line, field,
+                                   f"not a value: {exc.reason.split(';')[0]}"[:200])]) from None
     except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
         raise ConfigError([Problem(name, None, "(syntax)", f"YAML: {exc}")]) from None
     if converter.duplicates:

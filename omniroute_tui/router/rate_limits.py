@@ -36,8 +36,10 @@ _HEADERS = (
     ("tokens", "limit", ("x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit")),
     ("tokens", "reset", ("x-ratelimit-reset-tokens", "anthropic-ratelimit-tokens-reset")),
 )
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+# ASCII digits only: `\d` and float() also read "١٢" or "１２" as 12, which no provider
+# writes (a count with them was already refused)
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
 @value

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from math import floor
 
 from ..engine.bus import EventBus
@@ -158,6 +158,14 @@ class LeastBusy:
         self.rng = random.Random(seed ^ 0x1EA57)
         self.providers: dict[str, Busy] = {}
 
+    def keep(self, providers: Container[str]) -> None:
+        """Drop the counts of the providers not in `providers` (a reload removed them)
+        once nothing is in flight on them: an attempt still running holds its Busy, and a
+        later reload drops it."""
+        for name in [name for name, busy in self.providers.items()
+                     if name not in providers and not busy.total]:
+            del self.providers[name]
+
     def of(self, provider: str) -> Busy:
         busy = self.providers.get(provider)
         if busy is None:
@@ -286,10 +294,15 @@ class KeyLimits:
     """What the last answers on one connection said of its limits, with the resets as
     clock times; a count spent since is taken off at once (each attempt costs one)."""
 
-    __slots__ = ("requests_left", "requests_limit", "requests_reset_at", "simple_until",
-                 "tokens_left", "tokens_limit", "tokens_reset_at")
+    __slots__ = ("overdrawn", "requests_left", "requests_limit", "requests_reset_at",
+                 "simple_until", "tokens_left", "tokens_limit", "tokens_reset_at")
 
     def __init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        """Back to knowing nothing (a key that never said: full), in place (`KnownKeys`
+        holds it)."""
         self.requests_left: int | None = None
         self.requests_limit: int | None = None
         self.requests_reset_at = 0
@@ -300,6 +313,8 @@ class KeyLimits:
         #: _NEVER: until then `pace()` is `requests_left * 1000 / (requests_reset_at -
         #: now)`, which headroom reads inline
         self.simple_until = _NEVER
+        #: an attempt went to it while it said it had none left (a fallback)
+        self.overdrawn = False
 
     def _simplify(self) -> None:
         self.simple_until = (self.requests_reset_at - 1000 if self.requests_left is not None
@@ -318,6 +333,7 @@ class KeyLimits:
             self.tokens_reset_at = now + (UNSET_WINDOW_MS if reset is None else reset)
         self.simple_until = (self.requests_reset_at - 1000 if self.requests_left is not None
                              and self.tokens_left is None else _NEVER)  # _simplify()
+        self.overdrawn = False
 
     def spend(self, now: int) -> None:
         requests = self.requests_left
@@ -325,10 +341,14 @@ class KeyLimits:
                 and (self.tokens_left is None or now < self.tokens_reset_at)):
             if requests > 0:  # the usual case: nothing to reset first
                 self.requests_left = requests - 1
+            if requests == 0 or self.tokens_left == 0:
+                self.overdrawn = True
             return
-        left = self.left(now)[0]
+        left, tokens = self.left(now)
         if left is not None and left > 0:
             self.requests_left = left - 1
+        if left == 0 or tokens == 0:
+            self.overdrawn = True
 
     def left(self, now: int) -> tuple[int | None, int | None]:
         """(requests, tokens) left now: past its reset a count is back to its limit, or
@@ -398,6 +418,27 @@ class Headroom:
         #: no target needs a look
         self.out: dict[str, set[str]] = {}
 
+    def keep(self, connections: Mapping[str, Container[str]]) -> None:
+        """Keep only what the connections of the config (provider -> its connections)
+        said: a reload drops the rest, so the dicts hold the keys of the config (and
+        those an attempt in flight across the reload answered for, until the next)."""
+        for provider in list(self.keys):
+            kept = connections.get(provider)
+            known = self.keys[provider]
+            gone = [name for name in known if kept is None or name not in kept]
+            if not gone:
+                continue
+            for name in gone:
+                del known[name]
+            known.order = None  # placed again along the order on its next request
+            out = self.out.get(provider)
+            if out is not None:
+                out.difference_update(gone)
+                if not out:
+                    del self.out[provider]
+            if not known:
+                del self.keys[provider]
+
     def note(self, provider: str, connection: str, now: int, info: RateLimitInfo) -> None:
         known = self.keys.get(provider)
         if known is None:
@@ -414,6 +455,18 @@ class Headroom:
         if known is not None and (limits := known.get(connection)) is not None:
             limits.spend(now)
             if limits.requests_left == 0:
+                self._watch(provider, connection, limits)
+
+    def served(self, provider: str, connection: str) -> None:
+        """A success that said nothing of the limits: a key tried while it said it had
+        none left was not out after all, and forgets what it said (else it stayed held
+        back until a reset it named, up to 7 days away: nothing else would try it and
+        hear otherwise). A key spent to 0 by our own count keeps it until it says."""
+        out = self.out.get(provider)
+        if out is not None and connection in out:
+            limits = self.keys[provider][connection]
+            if limits.overdrawn:
+                limits.forget()
                 self._watch(provider, connection, limits)
 
     def _watch(self, provider: str, connection: str, limits: KeyLimits) -> None:

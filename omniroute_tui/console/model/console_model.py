@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ...config.durations import format_ms
+from ...config.hidden import visible
 from ...config.router_config import ProviderConfig
 from ...engine.events import (
     AttemptEvent,
@@ -128,6 +129,9 @@ SORTS: dict[Pane, tuple[str, ...]] = {
 AUDIT_ROWS = 500  # operator actions the audit pane keeps
 MAX_ROUTES = 1000  # routes a state document may list (a config's own bound)
 ROUTES_SHOWN = 8  # routes the overview names; the rest are counted
+#: a route's name or strategy in the overview at most (an attached gateway's are not ours
+#: to bound: a name of 200,000 characters took 1.4 s to paint)
+ROUTE_TEXT = 40
 RECENT_REQUESTS = 200  # requests the "why" view keeps, each with its steps
 #: a request id's cell at most (a client's may be 128 characters); the detail has it whole
 REQUEST_ID_CELL = 24
@@ -946,17 +950,20 @@ class ConsoleModel:
             more = "…" if len(models) > 3 else ""
             locked_line += f" on {plural(len(models), 'model')} ({', '.join(models[:3])}{more})"
         answered = "–" if ok is None else f"{ok * 100:.0f}%"
-        return [
+        lines = [
             f"breakers   {breakers}",
             f"cooldowns  {cooling_line}; {disabled} disabled",
             f"lockouts   {locked_line}",
             f"traffic    {rate:.1f} req/s, {answered} answered ok; faults: {faults}",
             *([self._routes_line()] if self.routes else []),
         ]
+        # one line each, as written: a line break in an attached gateway's name would
+        # start a line of its own (`breakers   0 OPEN` under the real one)
+        return [visible(line) for line in lines]
 
     def _routes_line(self) -> str:
         """`routes     chat priority, fast weighted` (past ROUTES_SHOWN: `and 12 more`)."""
-        named = [f"{name} {strategy}" for name, strategy
+        named = [f"{_clipped(name)} {_clipped(strategy)}" for name, strategy
                  in list(self.routes.items())[:ROUTES_SHOWN]]
         more = len(self.routes) - len(named)
         return "routes     " + ", ".join(named) + (f" and {more} more" if more else "")
@@ -1084,3 +1091,7 @@ def describe(event: Event) -> str | None:
                 f"({event.status}) for {event.request}")
     return None
 
+
+def _clipped(text: str) -> str:
+    """At most ROUTE_TEXT characters, the last of them `…` when cut."""
+    return text if len(text) <= ROUTE_TEXT else text[:ROUTE_TEXT - 1] + "…"
