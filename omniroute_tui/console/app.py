@@ -86,6 +86,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.metrics = metrics  # who may scrape the served gateway's /metrics
         self.config_status = config_status  # the config file it serves, for /metrics
         self.gateway_server: Any = None
+        self.servers_down: list[str] = []
         self.backend = backend
         self.model = model
         self.operator = operator
@@ -172,6 +173,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.refresh_view()
 
     async def _serve_room(self, room: RoomServer) -> None:
+        room.on_end = lambda failure: self._stopped_serving(
+            "ROOM", failure, "viewers no longer follow this run")
         try:
             await room.start()
         except OSError as exc:
@@ -198,7 +201,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
         gateway = Gateway(served.router, self.backend.providers, token=self.token,
                           store=served.store, metrics=self.metrics,
                           config_status=self.config_status)
-        server = GatewayServer(gateway, host, port)
+        server = GatewayServer(gateway, host, port, on_end=lambda failure: self._stopped_serving(
+            "GATEWAY", failure, "its clients get no answers"))
         try:
             await server.start()
         except (OSError, SystemExit) as exc:
@@ -207,6 +211,15 @@ class ConsoleApp(OperatorActions, ReplayControls):
             return
         self.gateway_server = server
         self.notify(f"gateway on {server.url}", timeout=5)
+
+    def _stopped_serving(self, name: str, failure: str, consequence: str) -> None:
+        """A server this console ran stopped on its own (its log line says why): the
+        status bar says `ROOM DOWN` until the console ends, and a notice says what is lost;
+        restarting the console serves it again."""
+        self.servers_down.append(name)
+        self.notify(f"{failure}: {consequence}; restart the console to serve it again",
+                    title=f"{name.lower()} down", severity="error", timeout=30)
+        self.refresh_view()
 
     def _store_problem(self, exc: StoreError) -> None:
         """A bad state database: say what is wrong and offer the way out, never a crash."""

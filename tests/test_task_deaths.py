@@ -1,0 +1,87 @@
+"""Background tasks that end on their own are said (docs/design.md §9, "A task's end is
+said"): each test kills one (its coroutine raises, or its socket is closed under it) and
+checks the log line, what the owner shows, and that nothing it had taken is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from omniroute_tui.gateway import cli as gateway_cli
+from omniroute_tui.gateway.server import GatewayServer
+
+from .gateway_helpers import TOKEN, running_gateway
+from .test_gateway_reload import config_text
+from .waiting import eventually
+
+
+def records(caplog: Any, logger: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == logger and r.levelno >= logging.WARNING]
+
+
+async def test_a_gateway_whose_socket_closes_says_so_and_ends_its_streams(
+        tmp_path: Path, caplog: Any) -> None:
+    caplog.set_level(logging.INFO)
+    ended: list[str] = []
+    async with running_gateway(tmp_path) as gw, httpx.AsyncClient(
+            base_url=gw.url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=10) as http:
+        gw.server.listener.on_end = ended.append
+        frames: list[str] = []
+
+        async def read() -> None:
+            async with http.stream("GET", "/api/resilience/events") as stream:
+                async for line in stream.aiter_lines():
+                    frames.append(line)
+
+        reader = asyncio.create_task(read())
+        await eventually(lambda: gw.gateway.events.subscribers == 1, what="the subscription")
+        reply = await http.post("/api/resilience/breakers/healthy/reset")
+        assert reply.status_code == 200
+        await eventually(lambda: any('"operator"' in f for f in frames), what="the event")
+        gw.server.server.servers[0].close()  # the listening socket, under uvicorn
+        await asyncio.wait_for(reader, 10)  # the stream was ended, not left hanging
+        failure = f"the gateway on {gw.url} ended: its listening socket was closed"
+        await eventually(lambda: ended, what="the owner told")
+        assert ended == [failure] and gw.server.listener.failure == failure
+        operator = [json.loads(f[6:]) for f in frames if f.startswith("data: ")
+                    and '"operator"' in f]
+        assert [(e["action"], e["target"]) for e in operator] == [("reset_breaker", "healthy")]
+        with pytest.raises(httpx.ConnectError):
+            await http.get("/health")
+    [line] = records(caplog, "omniroute.gateway")
+    assert (line.levelno, line.getMessage(), line.exc_info) == (logging.ERROR, failure, None)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r is not line]
+
+
+async def test_omniroute_gateway_exits_with_1_when_its_server_ends(
+        tmp_path: Path, caplog: Any, capsys: Any, monkeypatch: Any) -> None:
+    caplog.set_level(logging.INFO)
+    servers: list[GatewayServer] = []
+
+    class Kept(GatewayServer):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            servers.append(self)
+
+    monkeypatch.setattr(gateway_cli, "GatewayServer", Kept)
+    path = tmp_path / "router.yaml"
+    path.write_text(config_text("http://127.0.0.1:9/v1"))
+    args = gateway_cli._parser().parse_args(["--config", str(path), "--listen", "127.0.0.1:0"])
+    serving = asyncio.create_task(gateway_cli._serve(args))
+    await eventually(lambda: servers and servers[0].server.started, what="the gateway up")
+
+    async def broken(counter: int) -> bool:
+        raise RuntimeError("a bug inside uvicorn")
+
+    servers[0].server.on_tick = broken  # type: ignore[method-assign]
+    assert await asyncio.wait_for(serving, 10) == 1
+    failure = f"the gateway on {servers[0].url} ended: RuntimeError: a bug inside uvicorn"
+    assert capsys.readouterr().out.splitlines()[-1] == f"omniroute-gateway stopped: {failure}"
+    [line] = records(caplog, "omniroute.gateway")
+    assert line.getMessage() == failure and line.exc_info is not None  # a bug: traced
