@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from omniroute_tui.console.model.attach import AttachBackend
+from omniroute_tui.engine.events import Event, OperatorEvent
 from omniroute_tui.gateway import cli as gateway_cli
 from omniroute_tui.gateway.server import GatewayServer
 
@@ -85,3 +87,65 @@ async def test_omniroute_gateway_exits_with_1_when_its_server_ends(
     assert capsys.readouterr().out.splitlines()[-1] == f"omniroute-gateway stopped: {failure}"
     [line] = records(caplog, "omniroute.gateway")
     assert line.getMessage() == failure and line.exc_info is not None  # a bug: traced
+
+
+async def test_an_attached_link_whose_handler_raises_says_so_and_attaches_again(
+        tmp_path: Path, caplog: Any) -> None:
+    caplog.set_level(logging.INFO)
+    seen: list[Event] = []
+    notes: list[str] = []
+    histories: list[list[Event]] = []
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, OperatorEvent) and event.target == "healthy":
+            raise RuntimeError("a bug in the console")
+        seen.append(event)
+
+    async with running_gateway(tmp_path) as gw, httpx.AsyncClient(
+            base_url=gw.url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=10) as http:
+        backend = AttachBackend(gw.url, TOKEN, on_event=on_event, on_state=lambda _: None,
+                                on_history=lambda events, _: histories.append(events),
+                                on_note=lambda _, text: notes.append(text))
+        await backend.start()
+        try:
+            await eventually(lambda: backend.connected, what="attached")
+            await http.post("/api/resilience/breakers/healthy/reset")
+            await eventually(lambda: len(histories) == 2 and backend.connected,
+                             what="attached again")
+            # what the gateway kept is read again: the reset the handler failed on
+            assert [(e.action, e.target) for e in histories[1]
+                    if isinstance(e, OperatorEvent)] == [("reset_breaker", "healthy")]
+            await http.post("/api/resilience/breakers/broken/reset")
+            await eventually(lambda: any(isinstance(e, OperatorEvent) for e in seen),
+                             what="the next event")
+        finally:
+            await backend.stop()
+    reason = "RuntimeError: a bug in the console"
+    assert notes[0] == f"link: DISCONNECTED from {gw.url} ({reason}); reconnecting"
+    assert notes[1].startswith(f"link: attached again to {gw.url} after ")
+    [line] = records(caplog, "omniroute.attach")
+    assert line.getMessage() == (f"following the event stream failed on {gw.url}: {reason}; "
+                                 "going on")
+    assert line.exc_info is not None  # a bug: its traceback
+
+
+async def test_an_attached_health_watch_that_raises_says_so_and_goes_on(caplog: Any) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":
+            raise RuntimeError("a bug reading the health")
+        return httpx.Response(503)
+
+    backend = AttachBackend("http://gateway.test", TOKEN, on_event=lambda _: None,
+                            on_state=lambda _: None)
+    backend._client = httpx.AsyncClient(base_url=backend.url,
+                                        transport=httpx.MockTransport(answer))
+    await backend.start()
+    try:
+        await eventually(lambda: records(caplog, "omniroute.attach"), what="the line")
+        assert backend._health_task is not None and not backend._health_task.done()
+    finally:
+        await backend.stop()
+    [line] = records(caplog, "omniroute.attach")
+    assert line.getMessage() == ("reading /health failed on http://gateway.test: "
+                                 "RuntimeError: a bug reading the health; going on")
+    assert line.exc_info is not None
