@@ -18,6 +18,7 @@ from omniroute_tui.engine.events import Event, OperatorEvent
 from omniroute_tui.gateway import cli as gateway_cli
 from omniroute_tui.gateway.server import GatewayServer
 
+from .console_helpers import console_app, settle
 from .gateway_helpers import TOKEN, running_gateway
 from .test_gateway_reload import config_text
 from .waiting import eventually
@@ -148,4 +149,21 @@ async def test_an_attached_health_watch_that_raises_says_so_and_goes_on(caplog: 
     [line] = records(caplog, "omniroute.attach")
     assert line.getMessage() == ("reading /health failed on http://gateway.test: "
                                  "RuntimeError: a bug reading the health; going on")
+    assert line.exc_info is not None
+
+
+async def test_a_console_whose_start_raises_says_so(caplog: Any) -> None:
+    app, _ = console_app("demo", 40_000)
+
+    async def broken(*, recover: bool = False) -> None:
+        raise RuntimeError("a bug in the start")
+
+    app.backend.start = broken  # type: ignore[method-assign]
+    async with app.run_test() as pilot:
+        await settle(pilot, lambda: len(app._notifications) > 0)
+        assert [(n.severity, n.message) for n in app._notifications] == [
+            ("error", "could not start: RuntimeError: a bug in the start (a bug: --log-file "
+                      "has its traceback)")]
+    [line] = records(caplog, "omniroute.console")
+    assert line.getMessage() == "starting the console failed: RuntimeError: a bug in the start"
     assert line.exc_info is not None

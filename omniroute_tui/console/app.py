@@ -8,6 +8,7 @@ split by concern: painting and the pane keys (`painting.py`), operator actions
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from .room import RoomServer
 
 __all__ = ["FRAME_S", "ConsoleApp", "next_beat"]
+
+log = logging.getLogger("omniroute.console")
 
 #: the paint clock: six paints a second, start to start, so that the time between two
 #: screen updates stays under a quarter of a second with a paint's own time and the
@@ -152,7 +155,18 @@ class ConsoleApp(OperatorActions, ReplayControls):
             self.set_timer(FRAME_S, self._tick)
 
     async def _start_backend(self, recover: bool = False) -> None:
-        """Bring up what the backend needs (servers, the state database) off the UI path."""
+        """Bring up what the backend needs (servers, the state database) off the UI path.
+        The worker does not end the app on an exception (a bad database is asked about),
+        so one that is a bug is said here, or it would end the worker silently."""
+        try:
+            await self._bring_up(recover)
+        except Exception as exc:
+            log.error("starting the console failed: %s: %s", type(exc).__name__, exc,
+                      exc_info=exc)
+            self.notify(f"could not start: {type(exc).__name__}: {exc} (a bug: --log-file "
+                        "has its traceback)", severity="error", timeout=30)
+
+    async def _bring_up(self, recover: bool) -> None:
         try:
             await self.backend.start(recover=recover)
         except StoreError as exc:
