@@ -17,6 +17,7 @@ from omniroute_tui.console.model.attach import AttachBackend
 from omniroute_tui.engine.events import Event, OperatorEvent
 from omniroute_tui.gateway import cli as gateway_cli
 from omniroute_tui.gateway.server import GatewayServer
+from omniroute_tui.tasks import watch
 
 from .console_helpers import console_app, settle
 from .gateway_helpers import TOKEN, running_gateway
@@ -167,3 +168,41 @@ async def test_a_console_whose_start_raises_says_so(caplog: Any) -> None:
     [line] = records(caplog, "omniroute.console")
     assert line.getMessage() == "starting the console failed: RuntimeError: a bug in the start"
     assert line.exc_info is not None
+
+
+async def test_watch_says_each_kind_of_end_once_and_a_traceback_only_for_a_bug(
+        caplog: Any) -> None:
+    logger = logging.getLogger("omniroute.test-watch")
+    told: list[str] = []
+
+    async def returns() -> None:
+        return None
+
+    async def fails(error: BaseException) -> None:
+        raise error
+
+    async def waits() -> None:
+        await asyncio.Event().wait()
+
+    def watched(work: Any, what: str, **options: Any) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        watch(task, what, logger=logger, on_end=told.append, **options)
+        return task
+
+    done = [watched(returns(), "a loop"), watched(returns(), "a one-shot", forever=False),
+            watched(fails(OSError("the socket went")), "a server"),
+            watched(fails(KeyError("k")), "a writer"),
+            watched(fails(OSError("gone")), "a one-shot", forever=False, expected=())]
+    cancelled = watched(waits(), "a follower")
+    released = asyncio.create_task(returns())
+    watch(released, "a stopped one", logger=logger, on_end=told.append)()
+    await asyncio.gather(*done, released, return_exceptions=True)
+    cancelled.cancel()
+    await asyncio.gather(cancelled, return_exceptions=True)
+    await asyncio.sleep(0)  # the done callbacks run on the loop's next turn
+    assert told == ["a loop ended: it stopped on its own",
+                    "a server ended: OSError: the socket went", "a writer ended: KeyError: 'k'",
+                    "a one-shot ended: OSError: gone"]
+    lines = [(r.getMessage(), r.exc_info is not None) for r in caplog.records
+             if r.name == logger.name]
+    assert lines == [(told[0], False), (told[1], False), (told[2], True), (told[3], True)]
