@@ -119,6 +119,15 @@ async def test_console_listen_serves_its_own_router(tmp_path: Path) -> None:
             assert reply.status_code == 200
             await settle(pilot, lambda: app.model.total_requests, 50)  # type: ignore[attr-defined]
             assert app.model.total_requests == 1  # type: ignore[attr-defined]
+            # its server ends on its own: the console says so, and stops cleanly after
+            app.gateway_server.server.servers[0].close()  # type: ignore[attr-defined]
+            await settle(pilot, lambda: app.servers_down)  # type: ignore[attr-defined]
+            assert app.servers_down == ["GATEWAY"]  # type: ignore[attr-defined]
+            app.refresh_view()  # type: ignore[attr-defined]
+            assert "GATEWAY DOWN │" in str(app.query_one("#status").render())  # type: ignore[attr-defined]
+            assert list(app._notifications)[-1].message == (  # type: ignore[attr-defined]
+                f"the gateway on {url} ended: its listening socket was closed: its clients "
+                "get no answers; restart the console to serve it again")
 
 
 async def test_attached_console_reconnects_after_a_gateway_restart(tmp_path: Path) -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 
 from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.cli import build_app
@@ -237,6 +239,67 @@ async def test_hostile_requests_to_a_room_get_a_4xx_and_no_traceback(caplog: Any
         replay = trainer.backend.replay
         assert replay is not None and replay.now_ms() == 40_000  # nothing drove the run
     assert not [r for r in caplog.records if r.exc_info], "a traceback in the log"
+
+
+def room_lines(caplog: Any) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "omniroute.room"]
+
+
+async def assert_down(trainer: ConsoleApp, pilot: Any, url: str, failure: str) -> None:
+    """The trainer's console says the room is down, and it listens no more."""
+    await eventually(lambda: trainer.servers_down == ["ROOM"], what="the console told")
+    await pilot.pause()
+    assert trainer.room is not None and trainer.room.failure == failure
+    assert "ROOM DOWN │" in str(trainer.query_one("#status").render())
+    assert trainer.query_one("#status").has_class("-alert")
+    notices = [(n.title, n.severity, n.message) for n in trainer._notifications]
+    assert notices[-1] == ("room down", "error", f"{failure}: viewers no longer follow "
+                           "this run; restart the console to serve it again")
+    async with httpx.AsyncClient(timeout=2) as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.get(f"{url}/health")
+    await pilot.press("n")  # the trainer's replay goes on
+    assert trainer.backend.now_ms() == 41_000
+
+
+async def test_a_room_whose_server_raises_says_so_once_and_stops_clean(caplog: Any) -> None:
+    caplog.set_level(logging.INFO)
+    async with room() as (trainer, pilot, url):
+        assert trainer.room is not None
+        state = await asyncio.to_thread(fetch_state, url, None)
+        viewer = build_app(viewer_args(url), attach_state=state)
+        async with viewer.run_test():  # type: ignore[attr-defined]
+            backend: AttachBackend = viewer.backend  # type: ignore[attr-defined]
+            await eventually(lambda: backend.connected, what="attached")
+
+            async def broken(counter: int) -> bool:
+                raise RuntimeError("a bug inside uvicorn")
+
+            trainer.room.server.on_tick = broken  # type: ignore[method-assign]
+            failure = f"the room on {url} ended: RuntimeError: a bug inside uvicorn"
+            await assert_down(trainer, pilot, url, failure)
+            # the viewer's stream was ended, not left hanging: it says it lost the room
+            await eventually(lambda: not backend.connected, what="the viewer told")
+        [line] = room_lines(caplog)
+        assert (line.levelno, line.getMessage()) == (logging.ERROR, failure)
+        assert line.exc_info is not None  # a bug: its traceback
+    # the console's end stopped the dead room cleanly: nothing more said
+    assert len(room_lines(caplog)) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING
+                and r.name != "omniroute.room"]
+
+
+async def test_a_room_whose_socket_closes_says_so_once_without_a_traceback(
+        caplog: Any) -> None:
+    caplog.set_level(logging.INFO)
+    async with room() as (trainer, pilot, url):
+        assert trainer.room is not None
+        trainer.room.server.servers[0].close()  # the listening socket, under uvicorn
+        failure = f"the room on {url} ended: its listening socket was closed"
+        await assert_down(trainer, pilot, url, failure)
+    [line] = room_lines(caplog)
+    assert (line.levelno, line.getMessage(), line.exc_info) == (logging.ERROR, failure, None)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r is not line]
 
 
 def test_serve_room_refuses_what_is_not_a_replay(capsys: Any) -> None:

@@ -161,3 +161,18 @@ async def test_a_silent_tab_ends_even_where_aiohttp_leaves_its_reader_waiting(
         tab.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_tab_reader_that_raises_ends_the_tab_with_its_reason() -> None:
+    """A tab's bad message ends that tab alone, logged by its handler with the reason: the
+    reader's exception reaches it rather than being dropped with the reader."""
+    from omniroute_tui.console import web as console_web
+
+    class Open:
+        closed = False
+
+    async def bad_message() -> None:
+        raise ValueError("Expecting value: line 1 column 1 (char 0)")
+
+    with pytest.raises(ValueError, match="Expecting value"):
+        await asyncio.wait_for(console_web._until_closed(bad_message(), Open()), 5)

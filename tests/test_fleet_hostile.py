@@ -223,3 +223,37 @@ async def test_an_entry_a_consumer_fails_on_is_counted_and_still_merged(
                          is BreakerState.CLOSED, timeout_s=5, what="the reset")
     lines = [r.getMessage() for r in caplog.records if "relaying it raised" in r.getMessage()]
     assert len(lines) == 1 and "stream entry " in lines[0]  # once a minute per reason
+
+
+async def test_the_write_loop_that_ends_is_said_and_loses_nothing_queued(
+        prefix: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="omniroute.fleet")
+    async with fleet(prefix, 2) as (engines, links):
+        real = links[0]._write_batch
+        calls = 0
+        release = asyncio.Event()
+
+        async def broken_once(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("a bug in the write")
+            await release.wait()  # the loop runs again: held, for /health to be read
+            return await real(*args, **kwargs)
+
+        links[0]._write_batch = broken_once
+        engines[0].force_open("p", 600_000, actor="test")  # queued, then the loop ends
+        await eventually(lambda: calls == 2, timeout_s=5, what="the write loop again")
+        fault = "the fleet write loop ended: RuntimeError: a bug in the write"
+        health = links[0].health()
+        assert (health.ok, health.error, health.pending) == (False, fault, 3)
+        release.set()
+        # the force-open was kept: it reaches the other replica once the loop runs again
+        await eventually(lambda: engines[1].breaker_snapshot("p").state is BreakerState.OPEN,
+                         timeout_s=5, what="the force-open after the restart")
+        await eventually(lambda: links[0].health().ok, timeout_s=5, what="ok again")
+    [line] = [r for r in caplog.records if r.name == "omniroute.fleet"
+              and r.levelno >= logging.ERROR]
+    assert line.getMessage() == (f"{fault}; running it again in 0.05 s (0 more like it in "
+                                 "the last minute)")
+    assert line.exc_info is not None  # a bug: its traceback

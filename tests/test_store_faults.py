@@ -356,3 +356,35 @@ def test_every_change_reaches_the_file_once_its_faults_clear(tmp_path_factory: A
             await store.close()
 
     asyncio.run(run())
+
+
+async def test_a_write_behind_task_that_ends_is_said_and_loses_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="omniroute.store")
+    db = tmp_path / "s.db"
+    store, engine = await attached(db, "a")
+    assert await store.flush()
+    real, calls = store._take, 0
+
+    def broken_once() -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # outside the write, whose own errors are retried in the loop
+            raise RuntimeError("a bug in the write-behind")
+        return real()
+
+    store._take = broken_once  # type: ignore[method-assign]
+    engine.force_open("p", 600_000, actor="alice")
+    await _until(lambda: not store.health().ok)
+    failure = (f"state database {db}: the write-behind task ended: RuntimeError: a bug in "
+               "the write-behind")
+    health = store.health()
+    assert (health.error, health.failing_since is not None) == (failure, True)
+    assert health.pending > 0
+    await _until(lambda: store.health().ok)  # it runs again, and writes what was kept
+    assert _on_disk(db, "SELECT actor, action, target FROM audit") == [
+        ("alice", "force_open", "p")]
+    assert (await store.close()).ok
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == [failure]
+    assert errors[0].exc_info is not None  # a bug: its traceback

@@ -8,6 +8,7 @@ split by concern: painting and the pane keys (`painting.py`), operator actions
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from .room import RoomServer
 
 __all__ = ["FRAME_S", "ConsoleApp", "next_beat"]
+
+log = logging.getLogger("omniroute.console")
 
 #: the paint clock: six paints a second, start to start, so that the time between two
 #: screen updates stays under a quarter of a second with a paint's own time and the
@@ -86,6 +89,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.metrics = metrics  # who may scrape the served gateway's /metrics
         self.config_status = config_status  # the config file it serves, for /metrics
         self.gateway_server: Any = None
+        self.servers_down: list[str] = []
         self.backend = backend
         self.model = model
         self.operator = operator
@@ -151,7 +155,18 @@ class ConsoleApp(OperatorActions, ReplayControls):
             self.set_timer(FRAME_S, self._tick)
 
     async def _start_backend(self, recover: bool = False) -> None:
-        """Bring up what the backend needs (servers, the state database) off the UI path."""
+        """Bring up what the backend needs (servers, the state database) off the UI path.
+        The worker does not end the app on an exception (a bad database is asked about),
+        so one that is a bug is said here, or it would end the worker silently."""
+        try:
+            await self._bring_up(recover)
+        except Exception as exc:
+            log.error("starting the console failed: %s: %s", type(exc).__name__, exc,
+                      exc_info=exc)
+            self.notify(f"could not start: {type(exc).__name__}: {exc} (a bug: --log-file "
+                        "has its traceback)", severity="error", timeout=30)
+
+    async def _bring_up(self, recover: bool) -> None:
         try:
             await self.backend.start(recover=recover)
         except StoreError as exc:
@@ -172,6 +187,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.refresh_view()
 
     async def _serve_room(self, room: RoomServer) -> None:
+        room.on_end = lambda failure: self._stopped_serving(
+            "ROOM", failure, "viewers no longer follow this run")
         try:
             await room.start()
         except OSError as exc:
@@ -198,7 +215,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
         gateway = Gateway(served.router, self.backend.providers, token=self.token,
                           store=served.store, metrics=self.metrics,
                           config_status=self.config_status)
-        server = GatewayServer(gateway, host, port)
+        server = GatewayServer(gateway, host, port, on_end=lambda failure: self._stopped_serving(
+            "GATEWAY", failure, "its clients get no answers"))
         try:
             await server.start()
         except (OSError, SystemExit) as exc:
@@ -207,6 +225,15 @@ class ConsoleApp(OperatorActions, ReplayControls):
             return
         self.gateway_server = server
         self.notify(f"gateway on {server.url}", timeout=5)
+
+    def _stopped_serving(self, name: str, failure: str, consequence: str) -> None:
+        """A server this console ran stopped on its own (its log line says why): the
+        status bar says `ROOM DOWN` until the console ends, and a notice says what is lost;
+        restarting the console serves it again."""
+        self.servers_down.append(name)
+        self.notify(f"{failure}: {consequence}; restart the console to serve it again",
+                    title=f"{name.lower()} down", severity="error", timeout=30)
+        self.refresh_view()
 
     def _store_problem(self, exc: StoreError) -> None:
         """A bad state database: say what is wrong and offer the way out, never a crash."""

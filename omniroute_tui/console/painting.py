@@ -60,6 +60,7 @@ class PaneView(App[None]):
     _wide: bool  # `w`: every column of the providers pane
     _frozen_at: float | None  # `z`: since when (monotonic) the display is frozen
     _history: list[Pane]  # the panes shown before, for escape
+    servers_down: list[str]  # what this console served and stopped on its own (`ROOM`)
 
     @property
     def active_pane(self) -> Pane:
@@ -175,6 +176,7 @@ class PaneView(App[None]):
         if self._frozen_at is not None:
             frozen = format_ms(int((time.monotonic() - self._frozen_at) * 1000))
             badges += f"FROZEN {frozen} (z) │ "
+        badges += "".join(f"{name} DOWN │ " for name in self.servers_down)
         failing = backend.store_failing_since()
         store = "" if failing is None else (
             f"STORE FAILING {format_ms(max(0, now - failing))} │ ")
@@ -183,7 +185,8 @@ class PaneView(App[None]):
         status.update(
             f"{badges}{store}{mode} │ {rate:.1f}/s ok {success} │ open {opened} "
             f"cool {cooling} lock {locked} │ age {age} │ {backend.title}")
-        status.set_class(opened > 0 or failing is not None, "-alert")
+        status.set_class(opened > 0 or failing is not None or bool(self.servers_down),
+                         "-alert")
         banner = self.query_one(FaultBanner)
         faults = model.active_faults
         banner.set_class(bool(faults), "-active")

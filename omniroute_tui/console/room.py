@@ -11,14 +11,13 @@ recent state changes, the audit and `/health`. A token, when given, guards all b
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
+import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -30,12 +29,14 @@ from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..gateway.app import error_response
 from ..gateway.auth import bearer_matches
 from ..gateway.events_stream import EventBroadcaster, EventStreamResponse, encode_frame
-from ..gateway.protocol import limited_protocol
+from ..gateway.server import Listener
 from ..state_document import state_document
 from .model.backends import SimulationBackend
 from .model.console_model import LIVE_CHART_S, AttemptSeries
 
 __all__ = ["RoomServer", "attempts_document", "replay_document"]
+
+log = logging.getLogger("omniroute.room")
 
 HISTORY_LIMIT = 1000
 #: a playing replay says where it is this often (wall seconds), so viewers' clocks keep up
@@ -78,17 +79,25 @@ class RoomServer:
         self._audit: deque[OperatorEvent] = deque(maxlen=HISTORY_LIMIT)
         self.bus.subscribe(self._history.append, *STATE_CHANGE_CLASSES)
         self.bus.subscribe(self._audit.append, OperatorEvent)  # type: ignore[arg-type]
-        limits = GatewayLimits()
-        config = uvicorn.Config(self.asgi(), host=host, port=port, log_level="warning",
-                                log_config=None, lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=2, http=limited_protocol(limits),
-                                timeout_keep_alive=round(limits.keep_alive_s))
-        self.server = uvicorn.Server(config)
-        self._task: asyncio.Task[None] | None = None
+        #: told, once, if the room stops serving before `stop()` (why, as a sentence)
+        self.on_end: Callable[[str], None] | None = None
+        self.listener = Listener(self.asgi(), host, port, what="the room",
+                                 limits=GatewayLimits(), graceful_s=2, logger=log,
+                                 on_end=self._ended, closing=self.events.close)
+        self.server = self.listener.server
+
+    def _ended(self, failure: str) -> None:
+        if self.on_end is not None:
+            self.on_end(failure)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.listener.url
+
+    @property
+    def failure(self) -> str | None:
+        """Why the room stopped serving on its own (None: it serves, or was stopped)."""
+        return self.listener.failure
 
     # -- following the trainer's replay -----------------------------------------------------
 
@@ -128,30 +137,11 @@ class RoomServer:
 
     async def start(self, timeout_s: float = 10.0) -> None:
         """Listen; returns once listening (port 0 picks one). OSError if it cannot."""
-        self._task = asyncio.create_task(self._serve(), name="omniroute-room")
-        deadline = time.monotonic() + timeout_s
-        while not self.server.started:
-            if self._task.done():
-                raise OSError(f"the room could not listen on {self.host}:{self.port} "
-                              "(is the port taken?)")
-            if time.monotonic() > deadline:
-                raise OSError(f"the room did not start within {timeout_s:g} s")
-            await asyncio.sleep(0.01)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-
-    async def _serve(self) -> None:
-        with contextlib.suppress(SystemExit):  # uvicorn's way of saying it cannot listen
-            await self.server.serve()
+        await self.listener.start(timeout_s)
+        self.port = self.listener.port
 
     async def stop(self) -> None:
-        self.events.close()
-        if self._task is None or self._task.done():
-            return
-        self.server.should_exit = True
-        try:
-            await asyncio.wait_for(self._task, timeout=5)
-        except (TimeoutError, asyncio.CancelledError):
-            self._task.cancel()
+        await self.listener.stop(timeout_s=5)
 
     def asgi(self) -> Starlette:
         guarded = self._guarded

@@ -143,11 +143,15 @@ def tab_server(command: str, **options: Any) -> Any:
 async def _until_closed(messages: Any, websocket: Any) -> None:
     """Read the tab's messages until the tab closes or its websocket is closed under the
     reader: older aiohttp versions marked a websocket whose pings went unanswered closed but
-    left its reader waiting, and with it the tab's process, for ever."""
+    left its reader waiting, and with it the tab's process, for ever. What ended the
+    reader (a message that is not textual-serve's JSON) is raised, for the tab's end to be
+    logged with it."""
     reading = asyncio.ensure_future(messages)
     try:
         while not reading.done() and not websocket.closed:
             await asyncio.wait({reading}, timeout=1.0)
+        if reading.done() and not reading.cancelled():
+            reading.result()
     finally:
         reading.cancel()
         await asyncio.gather(reading, return_exceptions=True)

@@ -266,7 +266,9 @@ class RedisLink:
         #: the id of the last stream entry this replica has read (its own ones too)
         self.read_up_to: str | None = None
         self._last_rejection: dict[str, Any] | None = None
-        self._follow_fault: str | None = None  # why the follow loop ended, until it runs again
+        #: why the follow or the write loop ended ("follow", "write"), until it runs again
+        self._loop_faults: dict[str, str] = {}
+        self._loop_bugs: set[str] = set()  # the loop faults logged with their traceback
         self._key_fault: str | None = None  # a fleet key of the wrong type, until fixed
         #: told of every other replica's event as it arrives (replica id, the event's
         #: JSON object): a gateway streams them to its attached consoles
@@ -288,8 +290,10 @@ class RedisLink:
         self._known = Known.of(engine, models)
         self.peer = FleetPeer(engine, send=self._publish, lease=self,
                                handover_ms=LEASE_HANDOVER_MS)
-        self._tasks = [asyncio.create_task(self._write_loop(), name="omniroute-fleet-out"),
-                       asyncio.create_task(self._follow(), name="omniroute-fleet-in"),
+        self._tasks = [asyncio.create_task(self._keep_running("write", self._write_loop),
+                                           name="omniroute-fleet-out"),
+                       asyncio.create_task(self._keep_running("follow", self._follow_loop),
+                                           name="omniroute-fleet-in"),
                        asyncio.create_task(self._config_loop(), name="omniroute-fleet-config")]
 
     def reconfigure(self, engine: ResilienceEngine,
@@ -321,7 +325,7 @@ class RedisLink:
                     await self._sentinel.aclose()
 
     def health(self) -> FleetHealth:
-        fault = self._key_fault or self._follow_fault
+        fault = self._key_fault or next(iter(self._loop_faults.values()), None)
         outbox = self._outbox.health()
         return FleetHealth(self._failing_since is None and fault is None
                            and not self._outbox.dropping, self._failing_since,
@@ -379,6 +383,7 @@ class RedisLink:
 
     async def _write_loop(self) -> None:
         failures = 0
+        self._wake.set()  # what was queued before it (re)started goes out at once
         while True:
             _end_if_cancelled()
             await self._wake.wait()
@@ -398,18 +403,19 @@ class RedisLink:
                 failures += 1
                 self._wake.set()
                 continue
+            self._loop_faults.pop("write", None)
             failures = 0
 
     async def _flush(self) -> None:
         while len(self._outbox):
             batch = self._outbox.take()
-            args: list[str | int] = [self.replica, self._stream_limit]
-            for change in batch:
-                args += [change.data, change.field or "", change.order, change.mode,
-                         f'{{"v":{STATE_VERSION},"order":{change.order},'
-                         f'"event":{change.data}}}' if change.field else ""]
-            master = self._master_address() if self._replicas_to_wait else None
-            try:
+            try:  # whatever fails from here gives the batch back: it is written later
+                args: list[str | int] = [self.replica, self._stream_limit]
+                for change in batch:
+                    args += [change.data, change.field or "", change.order, change.mode,
+                             f'{{"v":{STATE_VERSION},"order":{change.order},'
+                             f'"event":{change.data}}}' if change.field else ""]
+                master = self._master_address() if self._replicas_to_wait else None
                 await self._write_batch(keys=[self.state, self.stream], args=args)
                 if self._replicas_to_wait:
                     # behind Sentinel: kept (to go to the new master) if the master moved
@@ -464,24 +470,30 @@ class RedisLink:
 
     # -- in -----------------------------------------------------------------------------------
 
-    async def _follow(self) -> None:
-        """The follow loop, started again (with backoff) whenever it ends unexpectedly:
-        meanwhile `/health` says why, so a replica deaf to its fleet does not say ok."""
+    async def _keep_running(self, name: str,
+                            loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """The follow or the write loop, started again (with backoff) whenever it ends
+        unexpectedly (Redis errors are handled inside; this is a bug): meanwhile `/health`
+        says why, so a replica deaf or mute to its fleet does not say ok. What was queued
+        to go out stays queued (a failed batch is given back), so nothing is lost."""
         restarts = 0
         while True:
             started = time.monotonic()
             try:
-                await self._follow_loop()
-            except Exception as exc:  # whatever it was, follow again
+                await loop()
+            except Exception as exc:  # whatever it was, run again
                 if time.monotonic() - started > _STEADY_S:
                     restarts = 0
                 delay = _RETRY_S[min(restarts, len(_RETRY_S) - 1)]
-                self._follow_fault = (
-                    f"the fleet follow loop ended: {type(exc).__name__}: {exc}"[:300])
-                unlogged = self._throttle.admit(f"loop {type(exc).__name__}", _now_ms())
-                if unlogged is not None:
-                    log.error("%s; following again in %g s (%d more like it in the last "
-                              "minute)", self._follow_fault, delay, unlogged)
+                fault = self._loop_faults[name] = (
+                    f"the fleet {name} loop ended: {type(exc).__name__}: {exc}"[:300])
+                key = f"loop {name} {type(exc).__name__}"
+                unlogged = self._throttle.admit(key, _now_ms())
+                if unlogged is not None:  # the first of its kind with its traceback
+                    log.error("%s; running it again in %g s (%d more like it in the last "
+                              "minute)", fault, delay, unlogged,
+                              exc_info=exc if key not in self._loop_bugs else None)
+                    self._loop_bugs.add(key)
                 await asyncio.sleep(delay)
                 restarts += 1
 
@@ -522,7 +534,7 @@ class RedisLink:
                         last = self.read_up_to = entry_id.decode()
                         self._apply(last, fields)
                 self._recovered()
-                self._follow_fault = None
+                self._loop_faults.pop("follow", None)
                 failures = 0
             except _WrongType as exc:
                 self._wrong_type(str(exc))

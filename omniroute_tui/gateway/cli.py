@@ -87,8 +87,10 @@ async def _serve(args: argparse.Namespace) -> int:
     gateway = Gateway(router, config.providers, token=token, store=store,
                       limits=config.gateway_limits, fleet=link, config=config,
                       metrics=config.gateway_metrics)
-    server = GatewayServer(gateway, host, port)
     stop = asyncio.Event()
+    # a server that ends on its own (logged with its cause) ends the process, with 1: a
+    # supervisor starts it again, where a process that lived on would answer nobody
+    server = GatewayServer(gateway, host, port, on_end=lambda _: stop.set())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
@@ -120,6 +122,9 @@ async def _serve(args: argparse.Namespace) -> int:
             await store.close(timeout_s=3)
         if link is not None:
             await link.close()
+    if server.listener.failure is not None:
+        print(f"omniroute-gateway stopped: {server.listener.failure}", flush=True)
+        return 1
     print("omniroute-gateway stopped", flush=True)
     return 0
 

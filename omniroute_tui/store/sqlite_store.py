@@ -44,6 +44,7 @@ from ..engine.events import (
     ReloadEvent,
     ResultEvent,
 )
+from ..tasks import watch
 from . import schema
 from .errors import Recovery, StoreError, StoreProblem, set_aside
 
@@ -156,6 +157,8 @@ class SqliteStore:
         self._trim_unfinished = False  # the last trim stopped at TRIM_BATCH rows
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        self._restart: asyncio.TimerHandle | None = None  # the flusher's, after it ended
+        self._flusher_ends = 0  # since the last write that succeeded
         self._closed = False
         self._flush_lock = asyncio.Lock()
         self._failing_since: int | None = None
@@ -274,8 +277,28 @@ class SqliteStore:
             self._dirty.connections.update((provider, c) for c in spec.connections)
         async with self._db.execute("SELECT provider, connection, model FROM lockouts") as cur:
             self._dirty.lockouts.update((r[0], r[1], r[2]) for r in await cur.fetchall())
+        self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        """The write-behind task, watched: if it ends on a bug (a write's own errors are
+        retried inside it), `health()` says so and it runs again, with backoff; what is
+        dirty stays dirty meanwhile, so nothing is lost."""
+        self._restart = None
+        if self._closed:
+            return
         self._flusher = asyncio.create_task(self._flush_loop(), name="omniroute-store-flush")
+        watch(self._flusher, f"state database {self.path}: the write-behind task",
+              logger=log, on_end=self._flusher_ended, expected=())
         self._wake.set()
+
+    def _flusher_ended(self, failure: str) -> None:
+        self._flusher_ends += 1
+        if self._failing_since is None:
+            self._failing_since = int(time.time() * 1000)
+        self._last_error = failure[:300]
+        delay = min(_RETRY_FIRST_MS << min(self._flusher_ends - 1, 16), _RETRY_MAX_MS)
+        self._restart = asyncio.get_running_loop().call_later(delay / 1000,
+                                                              self._start_flusher)
 
     def _on_event(self, event: Event) -> None:
         if type(event) in _STATE_CHANGES:
@@ -413,7 +436,7 @@ class SqliteStore:
             log.warning("state database %s: writes succeed again after %.1f s; every kept "
                         "change is written", self.path, seconds)
         self._failing_since = self._last_error = None
-        self._failures = 0
+        self._failures = self._flusher_ends = 0
 
     async def _write(self, batch: _Batch, trim_at: int | None) -> None:
         engine = self._engine
@@ -552,8 +575,9 @@ class SqliteStore:
                         self._flusher.cancel()
             except TimeoutError:
                 self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
+            if self._restart is not None:
+                self._restart.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
         try:
             await asyncio.wait_for(self.flush(), timeout_s)
         except TimeoutError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,8 @@ from ...engine.events import Event, event_from_dict
 from .backends import RealTimeBackend
 
 __all__ = ["AttachBackend", "AttachError", "GatewayDown", "RemoteOperator", "fetch_state"]
+
+log = logging.getLogger("omniroute.attach")
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 HEALTH_EVERY_S = 5.0  # how often an attached console reads the gateway's /health
@@ -142,6 +145,16 @@ class AttachBackend(RealTimeBackend):
         #: a room's replay as it said last (None for a gateway), and when (monotonic s)
         self.room: dict[str, Any] | None = None
         self._room_at = 0.0
+        self._bugs: set[str] = set()  # the places whose bug was logged with its traceback
+
+    def _bug(self, where: str, exc: Exception) -> str:
+        """An exception of ours, not the gateway's: logged (with its traceback the first
+        time in `where`), and the loop goes on. Returns it as a reason."""
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+        log.error("%s failed on %s: %s; going on", where, self.url, reason,
+                  exc_info=exc if where not in self._bugs else None)
+        self._bugs.add(where)
+        return reason
 
     def follow_room(self, replay: object) -> None:
         """Take a room's `replay` part (from its state or its stream); anything else is
@@ -234,6 +247,8 @@ class AttachBackend(RealTimeBackend):
                 self._failing_since = min(known) if known else None
             except (httpx.HTTPError, ValueError, AttributeError):
                 pass  # the event stream's reconnection says the gateway is gone
+            except Exception as exc:  # a bug of ours: said, and it reads again later
+                self._bug("reading /health", exc)
             await asyncio.sleep(HEALTH_EVERY_S)
 
     async def _backfill(self) -> None:
@@ -261,7 +276,8 @@ class AttachBackend(RealTimeBackend):
         self._on_state(reply.json())
 
     async def _follow(self) -> None:
-        """Read the event stream; on any break, wait (backing off) and reconnect."""
+        """Read the event stream; on any break, wait (backing off) and reconnect: an
+        exception of ours too (logged with its traceback, on `omniroute.attach`)."""
         failures = 0
         while True:
             try:
@@ -296,6 +312,10 @@ class AttachBackend(RealTimeBackend):
                 reason = "the stream ended"
             except (httpx.HTTPError, ValueError) as exc:
                 reason = str(exc) or type(exc).__name__
+            except Exception as exc:  # a bug of ours: a link that ended silently would
+                # say `attached` for ever; it is said and attached again (the state and
+                # the history are read again, so nothing the gateway kept is lost)
+                reason = self._bug("following the event stream", exc)
             moved, self._moved = self._moved, False
             self._unlinked(reason, moved=moved)
             if moved:  # the room's new run is up already: read it at once
