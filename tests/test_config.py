@@ -103,6 +103,26 @@ def test_errors_name_file_line_and_field(text: str, expected: str) -> None:
     assert expected in str(info.value)
 
 
+@pytest.mark.parametrize(("text", "line", "reason"), [
+    # libyaml words these "did not find expected ',' or ']'" and "... in this context"
+    ("providers: [1, 2\n", 2, "expected ',' or ']', but got '<stream end>'"),
+    ("providers:\n  a: b: c\n", 2, "mapping values are not allowed here"),
+    # libyaml takes the tab for a space and would read these files
+    ("providers:\t{}\n", 1, "found character '\\t' that cannot start any token"),
+    ("providers: {a: 1,\tb: 2}\n", 1, "found character '\\t' that cannot start any token"),
+])
+def test_a_syntax_error_reads_the_same_whichever_parser_pyyaml_has(
+        text: str, line: int, reason: str) -> None:
+    """A file is parsed with libyaml where PyYAML has it (a large one in a tenth of the
+    time); what it refuses, and every text with a tab, the pure-Python parser reads again,
+    so that the same files are refused for the same reason on every machine."""
+    with pytest.raises(ConfigError) as info:
+        load(text)
+    (problem,) = info.value.problems
+    assert (problem.line, problem.field, problem.reason) == (line, "(syntax)",
+                                                             f"YAML syntax: {reason}")
+
+
 def test_every_problem_is_reported_at_once() -> None:
     text = "providers:\n  a: {models: [], connections: []}\nroutes:\n  r: {targets: [b/m]}\n"
     with pytest.raises(ConfigError) as info:

@@ -20,6 +20,8 @@ from simulator.terminal_chart import herd_chart
 from simulator.timeline import Timeline
 from simulator.virtual import run_virtual
 
+from .shipped_runs import shipped_run
+
 SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit.xsd")
 
 
@@ -246,9 +248,10 @@ def test_the_html_report_is_self_contained_with_one_chart_per_policy(
 def outcome_of(name: str, policies: tuple[str, ...] | None = None
                ) -> tuple[ScenarioOutcome, dict[str, Timeline]]:
     scenario = load_scenario(SCENARIOS_DIR / f"{name}.yaml")
-    timelines = {p: Timeline(scenario) for p in policies or scenario.policies}
-    results = {p: run_virtual(scenario, p, timeline=t) for p, t in timelines.items()}
-    return ScenarioOutcome(scenario, results, evaluate(scenario, results)), timelines
+    runs = {p: shipped_run(name, p) for p in policies or scenario.policies}
+    results = {p: run.metrics for p, run in runs.items()}
+    outcome = ScenarioOutcome(scenario, results, evaluate(scenario, results))
+    return outcome, {p: run.timeline for p, run in runs.items()}
 
 
 @pytest.mark.parametrize("name", ["fleet-429-storm", "quota-exhaustion", "hour-long-mixed"])

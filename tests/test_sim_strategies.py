@@ -16,6 +16,8 @@ from simulator.fault_traffic import silent_faults
 from simulator.scenario import SCENARIOS_DIR, load_scenario, shipped_scenarios, with_strategy
 from simulator.virtual import run_virtual
 
+from .shipped_runs import shipped_run
+
 HEADROOM = SCENARIOS_DIR / "rate-limit-headroom.yaml"
 
 
@@ -106,8 +108,8 @@ def test_bad_strategies_are_errors_with_file_line_and_field(
 
 @pytest.mark.parametrize("name", shipped_scenarios())
 def test_every_shipped_scenarios_faults_see_traffic(name: str) -> None:
-    scenario = load_scenario(SCENARIOS_DIR / f"{name}.yaml")
-    assert silent_faults(scenario, run_virtual(scenario, "resilient")) == []
+    run = shipped_run(name)
+    assert silent_faults(run.scenario, run.metrics) == []
 
 
 FALLBACK_ONLY = """\

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import io
 
 import pytest
 
-from simulator.scenario import SCENARIOS_DIR, load_scenario
-from simulator.virtual import run_virtual
+from .shipped_runs import shipped_run
 
 #: sha256 of each shipped scenario's trace under the resilient policy (seed from the file);
 #: `demo` and `hour-long-mixed` re-pinned when their routes came to spread requests by
@@ -49,9 +47,8 @@ WITHOUT_WHY = {
 
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_shipped_traces_are_byte_identical_to_the_pinned_ones(name: str) -> None:
-    out = io.StringIO()
-    run_virtual(load_scenario(SCENARIOS_DIR / f"{name}.yaml"), "resilient", trace=out)
-    assert hashlib.sha256(out.getvalue().encode()).hexdigest() == PINNED[name]
-    without = "".join(line for line in out.getvalue().splitlines(keepends=True)
+    trace = shipped_run(name).trace  # run_virtual(scenario, "resilient", trace=...)
+    assert hashlib.sha256(trace.encode()).hexdigest() == PINNED[name]
+    without = "".join(line for line in trace.splitlines(keepends=True)
                       if '"type":"budget"' not in line and '"type":"wait"' not in line)
     assert hashlib.sha256(without.encode()).hexdigest() == WITHOUT_WHY[name]

