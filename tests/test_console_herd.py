@@ -139,3 +139,19 @@ def test_attached_the_chart_is_the_last_ten_minutes_live() -> None:
     assert label == "alpha" and chart.start_s == -600 and chart.end_s == 0
     assert xs[0] == -600 and xs[-1] == -10 and len(xs) == 60
     assert all(y == 3.0 for y in ys)
+
+
+async def test_the_live_charts_key_names_no_policy_and_no_fault_it_does_not_draw() -> None:
+    """On real time no naive policy is replayed and no fault is scheduled: the key says
+    what the markers and the shading are, not `hollow ○ naive` or fault lines."""
+    from omniroute_tui.console.model.console_model import ConsoleModel
+
+    model = ConsoleModel({}, lambda: 0)
+    model.load_state_document({"breakers": [
+        {"provider": "alpha", "state": "CLOSED", "failures": 0, "cycles": 0, "threshold": 5,
+         "opened_at": None, "open_for_ms": 0}], "connections": [], "lockouts": []})
+    chart = model.live_chart(1_800_000_000_000, 60)
+    assert chart.compared == [] and chart.compared_policy == ""
+    assert key(chart.compared_policy) == "● attempts, a marker a provider; ░ breaker OPEN"
+    assert key() == ("filled ● resilient, hollow ○ naive; ░ breaker OPEN; "
+                     "│ fault start/end")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ...config.durations import format_ms
 from ...config.router_config import ProviderConfig
+from ...config.words import plural
 from ...engine.events import (
     AttemptEvent,
     BreakerEvent,
@@ -271,7 +272,7 @@ class HerdChart:
     open_spans: list[tuple[str, float, float]]  # (provider, from s, to s)
     faults: list[tuple[str, float, float]]  # (name, from s, to s)
     end_s: int
-    compared_policy: str = "naive"  # whose attempts `compared` are
+    compared_policy: str = "naive"  # whose attempts `compared` are; "": none (real time)
     start_s: int = 0
 
 
@@ -765,6 +766,8 @@ class ConsoleModel:
         budget as the last retry found it, with how long ago)."""
         if v.budget_tokens is None:
             budget = "full"
+        elif v.budget_burst <= 0:  # attached: the gateway's state does not say its burst
+            budget = f"{v.budget_tokens:g} left {age_text(now, v.budget_at)}"
         else:
             budget = (f"{level_gauge(int(v.budget_tokens), int(v.budget_burst), width=5)} "
                       f"{age_text(now, v.budget_at)}")
@@ -790,7 +793,7 @@ class ConsoleModel:
                  for name, v in self.providers.items() for start, until in v.open_spans
                  if until < 0 or until / 1000 > since]
         spans = [(name, max(a, since - shift), b) for name, a, b in spans]
-        return HerdChart(lines, [], spans, [], end_s - shift, start_s=since - shift)
+        return HerdChart(lines, [], spans, [], end_s - shift, "", start_s=since - shift)
 
     def herd_chart(self, now: int, bins: int, *, compared: AttemptSeries | None = None,
                    faults: Iterable[tuple[str, int, int]] = ()) -> HerdChart:
@@ -856,6 +859,7 @@ class ConsoleModel:
             pairs = list(zip(_names(Pane.PROVIDERS), self.provider_rows(now)[key], strict=True))
             pairs = [p for p in pairs if p[0] not in ("attempts", "fails", "skipped")]
             tokens = ("full" if view.budget_tokens is None
+                      else f"{view.budget_tokens:g} tokens" if view.budget_burst <= 0
                       else f"{view.budget_tokens:g} of {view.budget_burst:g} tokens")
             pairs[pairs.index(next(p for p in pairs if p[0] == "budget, age"))] = (
                 "budget", tokens if view.budget_at is None
@@ -990,11 +994,6 @@ class ConsoleModel:
         locks = sorted(self.lockouts.values(),
                        key=lambda lk: -lk.until if sort == "time left" else -lk.failures)
         return [f"{lk.provider}/{lk.connection}/{lk.model}" for lk in locks]
-
-
-def plural(n: int, word: str) -> str:
-    """`1 model`, `2 models`."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def age_text(now: int, then: int | None) -> str:

@@ -31,7 +31,11 @@ _COLOURS = ("cyan", "magenta", "yellow", "green", "blue", "red")
 MARKERS = (("●", "○"), ("■", "□"), ("▲", "△"), ("◆", "◇"), ("★", "☆"), ("✚", "+"))
 #: the chart's title: what the markers, the shading and the lines mean (fits 80 columns)
 def key(compared: str = "naive") -> str:
-    """The chart's title: what filled and hollow markers, shading and bars mean."""
+    """The chart's title: what filled and hollow markers, shading and bars mean; on real
+    time (`compared` empty) no policy is replayed beside the engine and no fault is
+    scheduled, so only the markers and the shading."""
+    if not compared:
+        return "● attempts, a marker a provider; ░ breaker OPEN"
     return f"filled ● resilient, hollow ○ {compared}; ░ breaker OPEN; │ fault start/end"
 
 
