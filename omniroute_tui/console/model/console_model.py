@@ -270,7 +270,7 @@ class HerdChart:
     lines: list[tuple[str, list[float], list[float]]]  # (label, seconds, per second)
     compared: list[tuple[str, list[float], list[float]]]  # the naive policy's
     open_spans: list[tuple[str, float, float]]  # (provider, from s, to s)
-    faults: list[tuple[str, float, float]]  # (name, from s, to s)
+    faults: list[tuple[str, float, float]]  # (name, from s, to s): begun, maybe not ended
     end_s: int
     compared_policy: str = "naive"  # whose attempts `compared` are; "": none (real time)
     start_s: int = 0
@@ -805,8 +805,7 @@ class ConsoleModel:
             for name in self.providers]
         spans = [(name, start / 1000, (now if until < 0 else until) / 1000)
                  for name, v in self.providers.items() for start, until in v.open_spans]
-        windows = [(name, at / 1000, min(until, now) / 1000)
-                   for name, at, until in faults if at <= now]
+        windows = [(name, at / 1000, until / 1000) for name, at, until in faults if at <= now]
         return HerdChart(lines, other, spans, windows, end_s,
                          "naive" if compared is None else compared.policy)
 

@@ -160,7 +160,8 @@ class HerdChartPlot(Vertical):
                          marker=MARKERS[i % len(MARKERS)][1])
         for _, start, end in chart.faults:
             plt.vline(start, "red")
-            plt.vline(end, "red")
+            if end <= chart.end_s:  # a fault still on has no end line (it read as one now)
+                plt.vline(end, "red")
         plt.xlim(chart.start_s, chart.end_s)
         plt.ylim(0, top * 1.05)
         # a tick every other row at most: two on one row would show either label
