@@ -25,6 +25,7 @@ from omniroute_tui.config import ConfigError, parse_duration_ms
 from omniroute_tui.config.durations import format_ms
 from omniroute_tui.config.hidden import visible
 from omniroute_tui.config.problems import Problem
+from omniroute_tui.config.words import plural
 
 from .alerts import (
     MAX_SAMPLES,
@@ -524,15 +525,25 @@ def _summary(outcomes: list[ScenarioOutcome]) -> Table:
 
 
 def _list(console: Console) -> int:
+    """Each shipped scenario with the first sentence of its description (its first line
+    stopped mid-sentence), wrapped in its column."""
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("scenario", no_wrap=True)
+    table.add_column("what happens", overflow="fold")
     for path in sorted(SCENARIOS_DIR.glob("*.yaml")):
         try:
-            scenario = load_scenario(path)
-            summary = scenario.description.splitlines()[0] if scenario.description else ""
-            console.print(f"[bold]{escape(f'{path.stem:18}')}[/] {escape(summary)}")
+            table.add_row(Text(path.stem), Text(first_sentence(load_scenario(path).description)))
         except ConfigError as exc:
-            console.print(f"[bold]{escape(f'{path.stem:18}')}[/] [red]invalid:[/] "
-                          f"{escape(str(exc.problems[0]))}")
+            table.add_row(Text(path.stem), Text(f"invalid: {exc.problems[0]}", style="red"))
+    console.print(table)
     return 0
+
+
+def first_sentence(text: str) -> str:
+    """`text` on one line, up to the end of its first sentence."""
+    line = " ".join(text.split())
+    end = line.find(". ")
+    return line if end < 0 else line[:end + 1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -546,10 +557,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             for scenario in load_scenarios(args.scenario, args.config):
                 against = f" against {scenario.config.source}" if args.config else ""
                 console.print(escape(visible(
-                              f"{scenario.source}: ok{against} ({len(scenario.providers)} "
-                              f"providers, {len(scenario.traffic)} traffic items, "
-                              f"{len(scenario.faults)} faults, {len(scenario.expect)} "
-                              "expectations)")), soft_wrap=True)
+                              f"{scenario.source}: ok{against} "
+                              f"({plural(len(scenario.providers), 'provider')}, "
+                              f"{plural(len(scenario.traffic), 'traffic item')}, "
+                              f"{plural(len(scenario.faults), 'fault')}, "
+                              f"{plural(len(scenario.expect), 'expectation')})")),
+                              soft_wrap=True)
                 if scenario.faults and scenario.traffic:  # in virtual time, whatever its clock
                     _warn(silent_faults(scenario, run_virtual(scenario, Policy.RESILIENT)))
             return 0

@@ -754,7 +754,8 @@ MAX_STRATEGIES = 8
 
 
 def strategy_names() -> tuple[str, ...]:
-    return tuple(Strategy)
+    """The strategies by name (plain strings: argparse shows its choices by `repr`)."""
+    return tuple(s.value for s in Strategy)
 
 
 def read_strategies(src: Source, value: Any, path: Path) -> tuple[str, ...]:

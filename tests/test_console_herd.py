@@ -38,7 +38,7 @@ def test_the_chart_shows_the_herd_the_engine_prevents() -> None:
     assert all(e.probe for e in on_alpha)  # type: ignore[attr-defined]
     assert naive_alpha > 20 * 78 * 3  # 20 req/s, each retried against the storm
     assert sum(lines["beta"][42:120]) > 20 * 78 * 0.9  # the fallback takes the traffic
-    assert chart.faults == [("storm", 30.0, 120.0)]
+    assert chart.faults == [("storm", 30.0, 270.0)]  # as scheduled: it is still on
     (provider, start, end), *_ = chart.open_spans
     assert provider == "alpha" and 41 < start < 42 and end > start
 
@@ -143,3 +143,29 @@ def test_attached_the_chart_is_the_last_ten_minutes_live() -> None:
     assert label == "alpha" and chart.start_s == -600 and chart.end_s == 0
     assert xs[0] == -600 and xs[-1] == -10 and len(xs) == 60
     assert all(y == 3.0 for y in ys)
+
+
+async def test_the_live_charts_key_names_no_policy_and_no_fault_it_does_not_draw() -> None:
+    """On real time no naive policy is replayed and no fault is scheduled: the key says
+    what the markers and the shading are, not `hollow ○ naive` or fault lines."""
+    from omniroute_tui.console.model.console_model import ConsoleModel
+
+    model = ConsoleModel({}, lambda: 0)
+    model.load_state_document({"breakers": [
+        {"provider": "alpha", "state": "CLOSED", "failures": 0, "cycles": 0, "threshold": 5,
+         "opened_at": None, "open_for_ms": 0}], "connections": [], "lockouts": []})
+    chart = model.live_chart(1_800_000_000_000, 60)
+    assert chart.compared == [] and chart.compared_policy == ""
+    assert key(chart.compared_policy) == "● attempts, a marker a provider; ░ breaker OPEN"
+    assert key() == ("filled ● resilient, hollow ○ naive; ░ breaker OPEN; "
+                     "│ fault start/end")
+
+
+@pytest.mark.parametrize(("at_ms", "lines"), [(40_000, 1), (70_000, 2)])
+async def test_a_fault_still_on_has_its_start_line_and_no_end_line(at_ms: int,
+                                                                   lines: int) -> None:
+    """The demo's storm runs from 15 s to 60 s: at 40 s only its start is drawn (an end
+    line at the right edge said it had ended now), at 70 s both."""
+    async with piloted("5", at_ms=at_ms, size=(120, 36)) as (app, pilot):
+        top = _canvas(app.query_one(HerdChartPlot)).splitlines()[0]
+        assert top.count("┬") == lines  # each fault line meets the plot's top border

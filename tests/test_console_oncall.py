@@ -59,10 +59,11 @@ async def test_no_match_line_shows_above_the_filter_box() -> None:
 async def test_after_filtering_the_events_the_keys_go_to_the_pane() -> None:
     async with piloted("4", "slash", *"breaker", "enter", at_ms=40_000) as (app, pilot):
         log = app.query_one("#events-log", EventLog)
-        assert app.focused is log and log.matched > 0
+        assert app.focused is log and 0 < log.matched < log.seen == len(app.model.events)
         newest = format_ms(app.backend.now_ms() - app.model.events[-1][0])
-        assert str(log.border_title) == (f"Events [{log.matched}] newest {newest} ago "
-                                         f"/breaker {log.matched} of {log.matched}")
+        # the count before the filter is every line the log was given, as without one
+        assert str(log.border_title) == (f"Events [{log.seen}] newest {newest} ago "
+                                         f"/breaker {log.matched} of {log.seen}")
         await pilot.press("1")  # a pane key, not a letter typed into the filter
         assert app.query_one(TabbedContent).active == "providers"
         assert app.query_one("#filter", Input).value == "breaker"
@@ -351,3 +352,32 @@ async def test_a_lost_gateway_leaves_a_mark_in_the_events(tmp_path: Path) -> Non
             assert len(lines) == 1 and lines[0].startswith(
                 f"link: DISCONNECTED from {gw.url}")
             await asyncio.sleep(0)
+
+
+async def test_the_details_fields_line_up_however_long_a_name() -> None:
+    app, _ = console_app(at_ms=55_000)  # openai's fields end with its skip reasons
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("1", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        lines = str(app.screen.query_one("#current", Static).render()).splitlines()
+        names = [name for name, _ in app.screen.current]
+        assert "skipped: circuit_open" in names and "last error, age" in names
+        width = max(map(len, names))
+        assert {line.index(name) + len(name) for line, name in zip(lines, names,
+                                                                   strict=True)} == {width}
+
+
+async def test_help_and_detail_scroll_with_whole_cell_scrollbars() -> None:
+    app, _ = console_app(at_ms=110_000)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        scroll = app.screen.query_one("#keys-scroll", VerticalScroll)
+        assert scroll.max_scroll_y > 0
+        assert scroll.vertical_scrollbar.renderer is WholeCellScrollBar
+        await pilot.press("escape", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        history = app.screen.query_one("#history", VerticalScroll)
+        assert history.vertical_scrollbar.renderer is WholeCellScrollBar

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from omniroute_tui.config.durations import format_ms
+from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.screens.modals import DetailScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 
@@ -64,3 +65,20 @@ async def test_operator_keys_do_nothing_to_a_request_row() -> None:
         assert any("select a provider, connection or lockout" in n.message
                    for n in app._notifications)
     assert not [e for e in seen if e.TYPE == "operator"]
+
+
+def test_an_attached_consoles_budget_says_its_tokens_without_a_burst_it_does_not_know() -> None:
+    """Attached, the providers come from the gateway's state, which does not say their
+    retry budget's burst: the row says what the last retry left, not `7/0`."""
+    from omniroute_tui.console.model.console_model import ConsoleModel
+    from omniroute_tui.engine import BudgetEvent
+
+    model = ConsoleModel({}, lambda: 0)
+    model.load_state_document({"breakers": [{
+        "provider": "alpha", "state": "CLOSED", "failures": 0, "threshold": 5, "cycles": 0,
+        "opened_at": None, "open_for_ms": 0}], "connections": [], "lockouts": []})
+    model.on_event(BudgetEvent(t=1_000, request="r1", provider="alpha", spent=True,
+                               tokens=7.0))
+    assert model.provider_rows(11_000)["alpha"][9] == "7 left 10s"
+    _, fields, _ = model.detail(Pane.PROVIDERS, "alpha", 11_000) or ("", [], [])
+    assert ("budget", "7 tokens, 10s ago") in fields

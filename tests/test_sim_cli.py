@@ -229,3 +229,28 @@ def test_traces_are_byte_identical_across_processes(tmp_path: Path) -> None:
         )
         digests.append(hashlib.sha256(trace.read_bytes()).hexdigest())
     assert digests[0] == digests[1]
+
+
+def test_list_gives_each_scenario_its_first_sentence_whole(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("demo A mixed three-minute tour: a 429 storm on the main provider from 15 s, a "
+            "network blip on the second at 75 s, the large model's quota running out on the "
+            "third at 100 s, and a key revoked at 130 s. fleet-429-storm") in out
+    assert "The lesson:" not in out  # the first sentence only
+
+
+def test_validate_counts_in_words(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "429-storm"]) == 0
+    assert capsys.readouterr().out.endswith(
+        ": ok (2 providers, 1 traffic item, 1 fault, 9 expectations)\n")
+
+
+def test_an_unknown_strategy_is_refused_with_the_names_to_use(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "vpn-blip", "--strategy", "bogus"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "invalid choice: 'bogus' (choose from 'priority', 'round_robin', 'weighted', "
+        "'least_busy', 'headroom')")

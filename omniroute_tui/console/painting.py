@@ -81,7 +81,7 @@ class PaneView(App[None]):
             elif pane == Pane.EVENTS:
                 log = self.query_one("#events-log", EventLog)
                 log.catch_up(model, now)
-                log.set_title(self._title(Pane.EVENTS, log.matched, None, now,
+                log.set_title(self._title(Pane.EVENTS, log.matched, log.seen, now,
                                          log.filter_text))
                 matched = log.matched
             elif pane == Pane.OVERVIEW:
@@ -146,7 +146,7 @@ class PaneView(App[None]):
                 self._paint_table(self.query_one(f"#dash-{kind}", KeyedTable), now)
             log = self.query_one("#dash-events", EventLog)
             log.catch_up(model, now)
-            log.set_title(self._title(Pane.EVENTS, log.matched, None, now,
+            log.set_title(self._title(Pane.EVENTS, log.matched, log.seen, now,
                                          log.filter_text))
 
     def _paint_no_matches(self, matched: int | None) -> None:

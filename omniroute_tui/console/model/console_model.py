@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from ...config.durations import format_ms
 from ...config.hidden import visible
 from ...config.router_config import ProviderConfig
+from ...config.words import plural
 from ...engine.events import (
     AttemptEvent,
     BreakerEvent,
@@ -273,9 +274,9 @@ class HerdChart:
     lines: list[tuple[str, list[float], list[float]]]  # (label, seconds, per second)
     compared: list[tuple[str, list[float], list[float]]]  # the naive policy's
     open_spans: list[tuple[str, float, float]]  # (provider, from s, to s)
-    faults: list[tuple[str, float, float]]  # (name, from s, to s)
+    faults: list[tuple[str, float, float]]  # (name, from s, to s): begun, maybe not ended
     end_s: int
-    compared_policy: str = "naive"  # whose attempts `compared` are
+    compared_policy: str = "naive"  # whose attempts `compared` are; "": none (real time)
     start_s: int = 0
 
 
@@ -769,6 +770,8 @@ class ConsoleModel:
         budget as the last retry found it, with how long ago)."""
         if v.budget_tokens is None:
             budget = "full"
+        elif v.budget_burst <= 0:  # attached: the gateway's state does not say its burst
+            budget = f"{v.budget_tokens:g} left {age_text(now, v.budget_at)}"
         else:
             budget = (f"{level_gauge(int(v.budget_tokens), int(v.budget_burst), width=5)} "
                       f"{age_text(now, v.budget_at)}")
@@ -794,7 +797,7 @@ class ConsoleModel:
                  for name, v in self.providers.items() for start, until in v.open_spans
                  if until < 0 or until / 1000 > since]
         spans = [(name, max(a, since - shift), b) for name, a, b in spans]
-        return HerdChart(lines, [], spans, [], end_s - shift, start_s=since - shift)
+        return HerdChart(lines, [], spans, [], end_s - shift, "", start_s=since - shift)
 
     def herd_chart(self, now: int, bins: int, *, compared: AttemptSeries | None = None,
                    faults: Iterable[tuple[str, int, int]] = ()) -> HerdChart:
@@ -806,8 +809,7 @@ class ConsoleModel:
             for name in self.providers]
         spans = [(name, start / 1000, (now if until < 0 else until) / 1000)
                  for name, v in self.providers.items() for start, until in v.open_spans]
-        windows = [(name, at / 1000, min(until, now) / 1000)
-                   for name, at, until in faults if at <= now]
+        windows = [(name, at / 1000, until / 1000) for name, at, until in faults if at <= now]
         return HerdChart(lines, other, spans, windows, end_s,
                          "naive" if compared is None else compared.policy)
 
@@ -860,6 +862,7 @@ class ConsoleModel:
             pairs = list(zip(_names(Pane.PROVIDERS), self.provider_rows(now)[key], strict=True))
             pairs = [p for p in pairs if p[0] not in ("attempts", "fails", "skipped")]
             tokens = ("full" if view.budget_tokens is None
+                      else f"{view.budget_tokens:g} tokens" if view.budget_burst <= 0
                       else f"{view.budget_tokens:g} of {view.budget_burst:g} tokens")
             pairs[pairs.index(next(p for p in pairs if p[0] == "budget, age"))] = (
                 "budget", tokens if view.budget_at is None
@@ -997,11 +1000,6 @@ class ConsoleModel:
         locks = sorted(self.lockouts.values(),
                        key=lambda lk: -lk.until if sort == "time left" else -lk.failures)
         return [f"{lk.provider}/{lk.connection}/{lk.model}" for lk in locks]
-
-
-def plural(n: int, word: str) -> str:
-    """`1 model`, `2 models`."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def age_text(now: int, then: int | None) -> str:

@@ -13,11 +13,19 @@ from textual.widgets import Button, Label, Static
 from ...config.hidden import visible
 from ..actions import ACTIONS, PANE_KEYS, ConsoleAction
 from ..model.panes import Pane
+from ..widgets.scrollbars import whole_cell_scrollbars
 
 __all__ = ["HINT", "ConfirmScreen", "DetailScreen", "HelpScreen"]
 
 #: the detail's keys, on its bottom border
 HINT = "j k scroll · escape closes"
+
+
+def field_lines(fields: Sequence[tuple[str, str]]) -> str:
+    """A detail's fields, one a line, the names right-aligned to the longest (a fixed
+    width pushed `skipped: circuit_open` and its value out of line)."""
+    width = max((len(name) for name, _ in fields), default=0)
+    return "\n".join(f"{name:>{width}}  {value}" for name, value in fields)
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -89,6 +97,9 @@ class HelpScreen(ModalScreen[None]):
                 yield Static("\n".join(rows), id="keys", markup=False)
             yield Label("↑↓ j k scroll · escape closes", id="hint")
 
+    def on_mount(self) -> None:
+        whole_cell_scrollbars(self.query_one("#keys-scroll", VerticalScroll))
+
     def action_scroll(self, where: str) -> None:
         scroll = self.query_one("#keys-scroll", VerticalScroll)
         if where == "down":
@@ -118,11 +129,13 @@ class DetailScreen(ModalScreen[None]):
         with Vertical(id="dialog") as dialog:
             dialog.border_subtitle = HINT
             yield Label(self.heading, id="title", markup=False)
-            yield Static("\n".join(f"{k:>12}  {v}" for k, v in self.current), id="current",
-                         markup=False)
+            yield Static(field_lines(self.current), id="current", markup=False)
             with VerticalScroll(id="history"):
                 yield Static("\n".join(self.history[-40:]) or "no transitions yet",
                              markup=False)
+
+    def on_mount(self) -> None:
+        whole_cell_scrollbars(self.query_one("#history", VerticalScroll))
 
     def action_scroll(self, where: str) -> None:
         history = self.query_one("#history", VerticalScroll)

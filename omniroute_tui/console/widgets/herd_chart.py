@@ -31,7 +31,11 @@ _COLOURS = ("cyan", "magenta", "yellow", "green", "blue", "red")
 MARKERS = (("●", "○"), ("■", "□"), ("▲", "△"), ("◆", "◇"), ("★", "☆"), ("✚", "+"))
 #: the chart's title: what the markers, the shading and the lines mean (fits 80 columns)
 def key(compared: str = "naive") -> str:
-    """The chart's title: what filled and hollow markers, shading and bars mean."""
+    """The chart's title: what filled and hollow markers, shading and bars mean; on real
+    time (`compared` empty) no policy is replayed beside the engine and no fault is
+    scheduled, so only the markers and the shading."""
+    if not compared:
+        return "● attempts, a marker a provider; ░ breaker OPEN"
     return f"filled ● resilient, hollow ○ {compared}; ░ breaker OPEN; │ fault start/end"
 
 
@@ -156,7 +160,8 @@ class HerdChartPlot(Vertical):
                          marker=MARKERS[i % len(MARKERS)][1])
         for _, start, end in chart.faults:
             plt.vline(start, "red")
-            plt.vline(end, "red")
+            if end <= chart.end_s:  # a fault still on has no end line (it read as one now)
+                plt.vline(end, "red")
         plt.xlim(chart.start_s, chart.end_s)
         plt.ylim(0, top * 1.05)
         # a tick every other row at most: two on one row would show either label

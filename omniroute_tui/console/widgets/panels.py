@@ -110,6 +110,7 @@ class EventLog(StylePerPaint, RichLog):
         self._line_cache.maxsize = 200
         self.filter_text = ""
         self.matched = 0  # lines written since the last clear
+        self.seen = 0  # lines offered since the last clear, the filter's or not
         self.shown_serial = 0  # the model's event serial this log has caught up with
         self.title_text = ""
         self._following = True  # on the newest line (not scrolled back to read)
@@ -151,7 +152,7 @@ class EventLog(StylePerPaint, RichLog):
             self.border_title = Content(text)
 
     def clear(self) -> EventLog:
-        self.matched = self.shown_serial = 0
+        self.matched = self.seen = self.shown_serial = 0
         self._following = True  # an empty log follows what comes
         self.times.clear()
         return super().clear()
@@ -230,6 +231,8 @@ class EventLog(StylePerPaint, RichLog):
         strips (`_append`) and the scroll is done at once, not after the next refresh.
         """
         needle = self.filter_text.lower()
+        lines = list(lines)
+        self.seen += len(lines)
         kept = [(t, visible(text)) for t, _, text in lines
                 if not needle or needle in text.lower()]
         self.times.extend(t for t, _ in kept)
