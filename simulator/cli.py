@@ -37,7 +37,6 @@ from .alerts import (
     run_with_alerts,
 )
 from .fault_traffic import silent_faults
-from .html_report import write_html
 from .junit import ScenarioOutcome, write_junit
 from .report import build_report, evaluate, format_value, render
 from .scenario import (
@@ -457,6 +456,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                                                       outcome.checks, alert_report),
                                          indent=2) + "\n")
         if html := _output(args.html, scenario, REPORT_OPTIONS["html"], many):
+            from .html_report import write_html  # matplotlib: 1 of the 1.7 s an import took
+
             write_html(html, outcome, timelines)
             console.print(f"HTML report: {escape(str(html))} ({html.stat().st_size:,} bytes)",
                           soft_wrap=True)
