@@ -622,21 +622,22 @@ def test_the_why_view_says_which_strategy_chose_and_why() -> None:
     assert steps[2][1:] == ("router", f"attempt 1 on {other.provider}/{other.connection}/m")
 
 
-def test_headroom_compares_a_window_of_8_ready_keys_from_the_rotation() -> None:
+def test_headroom_compares_a_window_of_4_ready_keys_from_the_rotation() -> None:
     keys = tuple(f"k{i}" for i in range(12))
     engine, clock, _ = make_engine({"alpha": keys})
     router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha")})
     for i in range(12):  # the rotation discovers each key: k_i has 10 * (i + 1) left
         assert serve(router, str(i), clock, limits=limits(10 * (i + 1), 60_000)
                      ).connection == f"k{i}"
-    # the rotation is back at k0: the window is k0..k7, and k7 (80 left) is its best,
-    # though k11 (120) is better; one position on, the window k1..k8 gives k8
-    assert serve(router, "12", clock).connection == "k7"
-    assert serve(router, "13", clock).connection == "k8"
-    # at k8 the window wraps (k8..k11, k0..k3): k11 at last
-    for i in range(14, 20):
-        serve(router, str(i), clock)
-    assert serve(router, "20", clock).connection == "k11"
+    # the rotation is back at k0: the window is k0..k3, and k3 (40 left) is its best,
+    # though k11 (120) is better; one position on, the window k1..k4 gives k4
+    assert serve(router, "12", clock).connection == "k3"
+    assert serve(router, "13", clock).connection == "k4"
+    for i in range(14, 20):  # the windows k2..k5 to k7..k10: each its last key
+        assert serve(router, str(i), clock).connection == f"k{i - 9}"
+    assert serve(router, "20", clock).connection == "k11"  # k8..k11
+    # at k9 the window wraps (k9..k11, k0): k11 again, the most left
+    assert serve(router, "21", clock).connection == "k11"
 
 
 def test_a_reload_keeps_the_weighted_counters_of_an_unchanged_route_only() -> None:
