@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -47,7 +48,15 @@ from omniroute_tui.engine import (
     ResilienceEngine,
     default_settings,
 )
-from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target
+from omniroute_tui.router import (
+    Attempt,
+    RequestRouting,
+    Response,
+    Route,
+    Router,
+    Strategy,
+    Target,
+)
 from omniroute_tui.router.rate_limits import RateLimitInfo
 
 OK = Classification(None)
@@ -90,6 +99,34 @@ def decide(router: Router, n: int, counter: list[int], headers: RateLimitInfo | 
         assert isinstance(step, Attempt)
         routing.record(200, OK, headers)
         assert isinstance(routing.next_step(), Response)
+
+
+class Loaded:
+    """The same decisions with `depth` other requests in flight, as a busy router has
+    them: each decision starts a request and takes it to its attempt, then answers the
+    oldest attempt in flight. The work is the same as `decide`'s; what changes is the
+    state a strategy reads (`least_busy`'s counts in flight)."""
+
+    def __init__(self, router: Router, depth: int) -> None:
+        self.router = router
+        self.open: deque[RequestRouting] = deque()
+        counter = [-depth]
+        for _ in range(depth):
+            self.open.append(self._attempt(counter))
+
+    def _attempt(self, counter: list[int]) -> RequestRouting:
+        counter[0] += 1
+        routing = self.router.start(str(counter[0]), "r")
+        assert isinstance(routing.next_step(), Attempt)
+        return routing
+
+    def decide(self, n: int, counter: list[int]) -> None:
+        open_, attempt = self.open, self._attempt
+        for _ in range(n):
+            open_.append(attempt(counter))
+            routing = open_.popleft()
+            routing.record(200, OK, HEADERS)
+            assert isinstance(routing.next_step(), Response)
 
 
 class Floor:
@@ -138,12 +175,15 @@ def cpu_ns_per(run: Callable[[int, list[int]], None], n: int, counter: list[int]
     return (time.process_time_ns() - start) / n
 
 
-def _runner(what: str, pool: int) -> Callable[[int, list[int]], None]:
-    """`n` decisions of `what` (a strategy, BARE or "floor") on `pool` keys a provider."""
+def _runner(what: str, pool: int, depth: int = 0) -> Callable[[int, list[int]], None]:
+    """`n` decisions of `what` (a strategy, BARE or "floor") on `pool` keys a provider,
+    with `depth` other requests in flight (not for the floor)."""
     if what == "floor":
         return Floor(pool).decide
     if what == BARE:
         return partial(decide, build(pool, Strategy.PRIORITY), headers=None)
+    if depth:
+        return Loaded(build(pool, Strategy(what)), depth).decide
     return partial(decide, build(pool, Strategy(what)))
 
 
@@ -152,7 +192,12 @@ ROWS = (*(s.value for s in STRATEGIES), BARE)
 
 def measure(args: argparse.Namespace) -> None:
     speed = loop_step_ns()
-    runs = {(what, pool): _runner(what, pool) for what in ROWS for pool in (10, 1000)}
+    shown = ROWS if not args.in_flight else tuple(s.value for s in STRATEGIES)
+    if args.rows:  # priority stays: every ratio is to it
+        shown = ("priority", *(what for what in shown if what in args.rows
+                                and what != "priority"))
+    runs = {(what, pool): _runner(what, pool, args.in_flight) for what in shown
+            for pool in (10, 1000)}
     runs[("floor", 10)] = _runner("floor", 10)
     counter = [0]
     rows: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
@@ -162,7 +207,9 @@ def measure(args: argparse.Namespace) -> None:
     priority, floor = rows[("priority", 10)], rows[("floor", 10)]
     print(f"machine: {speed:.1f} ns a Python loop step (now {loop_step_ns():.1f})")
     print(f"floor (the essential work): {statistics.median(floor) / 1000:5.2f} µs")
-    for what in ROWS:
+    if args.in_flight:
+        print(f"with {args.in_flight} other requests in flight")
+    for what in shown:
         small, large = rows[(what, 10)], rows[(what, 1000)]
         size_ratio = statistics.median(b / a for a, b in zip(small, large, strict=True))
         vs_priority = statistics.median(a / p for a, p in zip(small, priority, strict=True))
@@ -235,17 +282,30 @@ def run_only(what: str, count: int, pool: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--batches", type=int, default=200)
-    parser.add_argument("--per-batch", type=int, default=200)
+    parser.add_argument("--per-batch", type=int, default=200,
+                        help="decisions a batch: fewer leave colder caches (the routers "
+                             "of the other rows run between two batches)")
+    parser.add_argument("--rows", type=lambda text: text.split(","), metavar="A,B",
+                        help="measure only these strategies (and priority), so that only "
+                             "their routers' state competes for the caches")
     parser.add_argument("--instructions", type=int, nargs="?", const=2000, metavar="N",
                         help="count instructions per decision under callgrind (N decisions)")
     parser.add_argument("--misses", type=int, nargs="?", const=2000, metavar="N",
                         help="simulate caches and branches under cachegrind instead (N "
                              "decisions): misses and mispredicts per decision")
+    parser.add_argument("--in-flight", type=int, default=0, metavar="N",
+                        help="keep N other requests in flight through every decision (CPU "
+                             "time; the five strategies' rows)")
     parser.add_argument("--run", nargs=3, metavar=("WHAT", "N", "POOL"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
+    names = [strategy.value for strategy in STRATEGIES]
+    unknown = [row for row in args.rows or () if row not in names]
+    if unknown:
+        parser.error(f"--rows: no strategy {', '.join(unknown)} (strategies: "
+                     f"{', '.join(names)})")
     if args.run:
         run_only(args.run[0], int(args.run[1]), int(args.run[2]))
     elif args.instructions or args.misses:
