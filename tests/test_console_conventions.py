@@ -37,9 +37,9 @@ async def test_confirm_focuses_no_so_enter_cancels() -> None:
 async def test_help_lists_every_key_and_scrolls_at_80x24() -> None:
     async with piloted("question_mark", size=(80, 24)) as (app, pilot):
         assert isinstance(app.screen, HelpScreen)
-        text = str(app.screen.query_one("#keys", Static).render())
+        listed = {key: what for key, what in app.screen.rows if key is not None}
         for action in ACTIONS:
-            assert f"{action.key_display or action.key}  {action.help}" in text, action.name
+            assert listed[action.key_display or action.key].startswith(action.help)
         scroll = app.screen.query_one("#keys-scroll", VerticalScroll)
         assert scroll.max_scroll_y > 0  # more keys than lines: it scrolls
         await pilot.press("j", "j", "j")

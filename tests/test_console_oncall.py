@@ -103,7 +103,7 @@ async def test_read_only_badge_first_and_its_actions_out_of_the_footer() -> None
         assert {"question_mark", "q", "slash"} <= keys
         assert not keys & {"r", "c", "o", "e", "C"}
         await pilot.press("question_mark")
-        shown = str(app.screen.query_one("#keys", Static).render())
+        shown = "\n".join(what for _, what in app.screen.rows)
         assert "(refused: read-only)" in shown and "(asks first)" not in shown
 
 
@@ -272,9 +272,23 @@ async def test_help_lists_this_panes_keys_first() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("2", "question_mark")
         assert isinstance(app.screen, HelpScreen)
-        lines = str(app.screen.query_one("#keys", Static).render()).splitlines()
-        assert lines[0] == "On this pane (connections):"
-        assert [line.split()[0] for line in lines[1:6]] == ["enter", "s", "c", "e", "/"]
+        rows = app.screen.rows
+        assert rows[0] == (None, "On this pane (connections):")
+        assert [key for key, _ in rows[1:6]] == ["enter", "s", "c", "e", "/"]
+
+
+async def test_a_help_line_too_long_for_80_columns_wraps_under_its_description() -> None:
+    """Not under the keys: the column of keys stays clear to read down."""
+    app, _ = console_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2", "question_mark")
+        await pilot.pause()
+        lines = screen_lines(app)
+        at = next(i for i, line in enumerate(lines) if "s  sort the rows:" in line)
+        column = lines[at].index("sort the rows:")
+        wrapped = lines[at + 1]
+        assert wrapped[column - 9:column].strip() == ""  # the keys' column, blank
+        assert wrapped[column:].startswith("the column)")
 
 
 async def test_palette_entries_carry_their_keys() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Footer, Static, TabbedContent
+from textual.widgets import Footer, TabbedContent
 
 from omniroute_tui.config import ConfigError
 from omniroute_tui.console.cli import _parser, build_app
@@ -320,13 +320,13 @@ async def test_help_lists_the_lessons_keys_first() -> None:
     async with running_lesson("1-cooldown-ladder") as (app, pilot):
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
-        lines = str(app.screen.query_one("#keys", Static).render()).splitlines()
-        assert lines[:4] == [
-            "In this lesson:",
-            "  space  a paused lesson step: go on (no step waiting: pause or resume)",
-            "  enter  reveal the answer to the step's question (none: the row's detail)",
-            ""]
-        assert lines[4] == "On this pane (connections):"
+        rows = app.screen.rows
+        assert rows[:4] == [
+            (None, "In this lesson:"),
+            ("space", "a paused lesson step: go on (no step waiting: pause or resume)"),
+            ("enter", "reveal the answer to the step's question (none: the row's detail)"),
+            (None, "")]
+        assert rows[4] == (None, "On this pane (connections):")
         await pilot.press("escape")
         assert isinstance(app, LessonApp) and app.backend.paused  # help changed nothing
         # the overview names the lesson's routes as any replay's does

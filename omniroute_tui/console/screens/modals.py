@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -19,6 +22,25 @@ __all__ = ["HINT", "ConfirmScreen", "DetailScreen", "HelpScreen"]
 
 #: the detail's keys, on its bottom border
 HINT = "j k scroll · escape closes"
+
+
+def _key_table(rows: Sequence[tuple[str | None, str]]) -> Group:
+    """Help's rows as a two-column grid: a description too long for the line wraps under
+    itself, not under the keys. Cells are plain text (no markup)."""
+    parts: list[Text | Table] = []
+    grid: Table | None = None
+    for key, what in rows:
+        if key is None:  # a heading or a blank line ends the grid above it
+            grid = None
+            parts.append(Text(what))
+            continue
+        if grid is None:
+            grid = Table.grid(padding=(0, 0, 0, 2))
+            grid.add_column(justify="right", width=7, no_wrap=True)
+            grid.add_column(ratio=1)
+            parts.append(grid)
+        grid.add_row(Text(key), Text(what))
+    return Group(*parts)
 
 
 def field_lines(fields: Sequence[tuple[str, str]]) -> str:
@@ -76,25 +98,30 @@ class HelpScreen(ModalScreen[None]):
         self.read_only = read_only
         self.lesson = tuple(lesson)
 
-    def _row(self, a: ConsoleAction) -> str:
+    def _row(self, a: ConsoleAction) -> tuple[str, str]:
         asks = ("  (refused: read-only)" if self.read_only else "  (asks first)"
                 ) if a.destructive else ""
-        return f"{(a.key_display or a.key):>7}  {a.help}{asks}"
+        return a.key_display or a.key, f"{a.help}{asks}"
 
-    def compose(self) -> ComposeResult:
-        """A running lesson's keys first, then this pane's, then every other key."""
+    @property
+    def rows(self) -> list[tuple[str | None, str]]:
+        """What help lists, in order: (key, what it does), or (None, a heading or a blank
+        line). A running lesson's keys first, then this pane's, then every other key."""
         first = PANE_KEYS.get(self.pane, ())
         mine = [a for name in first for a in ACTIONS if a.name == name]
-        rows = [*(["In this lesson:", *(f"{key:>7}  {what}" for key, what in self.lesson),
-                   ""] if self.lesson else []),
-                f"On this pane ({self.pane}):", *map(self._row, mine), "", "Everywhere:",
-                *(self._row(a) for a in ACTIONS if a.name not in first)]
-        rows.append(f"{'←↑↓→':>7}  move the cursor; → and ← scroll a wide table's columns")
-        rows.append(f"{'ctrl+p':>7}  command palette: every action, jump to any entity")
+        lesson: list[tuple[str | None, str]] = [
+            (None, "In this lesson:"), *self.lesson, (None, "")] if self.lesson else []
+        return [*lesson, (None, f"On this pane ({self.pane}):"), *map(self._row, mine),
+                (None, ""), (None, "Everywhere:"),
+                *(self._row(a) for a in ACTIONS if a.name not in first),
+                ("←↑↓→", "move the cursor; → and ← scroll a wide table's columns"),
+                ("ctrl+p", "command palette: every action, jump to any entity")]
+
+    def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label("Keys", id="title")
             with VerticalScroll(id="keys-scroll"):
-                yield Static("\n".join(rows), id="keys", markup=False)
+                yield Static(_key_table(self.rows), id="keys")
             yield Label("↑↓ j k scroll · escape closes", id="hint")
 
     def on_mount(self) -> None:
