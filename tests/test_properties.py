@@ -319,3 +319,77 @@ def test_the_probe_picks_by_the_rule_and_its_success_frees_only_backoff(
         else:  # quota, hinted, free: as they were (but the probe key's level)
             assert after.cooling_until == before[n].cooling_until, (n, state)
             assert after.level == before[n].level, (n, state)
+
+
+#: what may happen to a pool between two steps of a walk over it: a key fails (cools),
+#: is disabled or enabled, has its cooldown cleared, or the clock moves on
+pool_change = st.tuples(st.sampled_from(["fail", "disable", "enable", "clear", "wait"]),
+                        st.integers(min_value=0, max_value=11),
+                        st.integers(min_value=0, max_value=20_000))
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(min_value=1, max_value=12), start=st.integers(0, 40),
+       locked=st.sets(st.integers(0, 11)), before=st.lists(pool_change, max_size=12),
+       during=st.lists(st.lists(pool_change, max_size=2), max_size=14))
+def test_a_walk_offers_what_a_plain_scan_of_the_index_offers(
+    size: int, start: int, locked: set[int], before: list[tuple[str, int, int]],
+    during: list[list[tuple[str, int, int]]]
+) -> None:
+    """`ConnectionPool.candidates` against the rule it implements, read off the pool's
+    index at every step: from the cursor, the next ready position (wrapping, never more
+    than one lap in all), offered unless locked for the model; the pool may change
+    between two steps (docs/design.md §4)."""
+    from omniroute_tui.engine.jitter import Jitter
+    from omniroute_tui.engine.lockout import ModelLockouts
+    from omniroute_tui.engine.pool import ConnectionPool
+
+    names = tuple(f"k{i}" for i in range(size))
+    config = default_settings()
+    pool = ConnectionPool("p", names, config.cooldown, emit=lambda _: None, jitter=Jitter())
+    lockouts = ModelLockouts("p", config.lockout, emit=lambda _: None)
+    now = 1_000_000
+
+    def apply(change: tuple[str, int, int]) -> None:
+        nonlocal now
+        what, pos, ms = change
+        pos %= size
+        if what == "fail":
+            pool.record_failure(pos, now, FailureKind.SERVER_ERROR, ms or None)
+        elif what in ("disable", "enable"):
+            pool.set_enabled(pos, now, what == "enable", "operator")
+        elif what == "clear":
+            pool.clear(pos, now)
+        else:
+            now += ms
+
+    for change in before:
+        apply(change)
+    for pos in locked:
+        if pos < size:
+            lockouts.record_failure(now, names[pos], "m", FailureKind.FORBIDDEN, None)
+    walk = pool.candidates(now, "m", lockouts, start)
+    offered = next(walk, None)
+    # the scan: the same cursor and lap, the index read afresh at each step
+    pool.ready(now)  # the walk refreshed the index when it started
+    cursor, visited, expected = start % size, 0, None
+    for step, changes in enumerate([[], *during]):
+        if step:  # the first was offered above
+            for change in changes:
+                apply(change)
+            offered = next(walk, None)
+        expected = None
+        while expected is None:
+            gap = next((d for d in range(size - visited)
+                        if pool._is_ready[(cursor + d) % size]), None)
+            if gap is None:
+                break
+            visited += gap + 1
+            pos = (cursor + gap) % size
+            cursor = (pos + 1) % size
+            lock = lockouts.entries.get((names[pos], "m"))
+            if lock is None or lock.until <= now:
+                expected = names[pos]
+        assert offered == expected
+        if offered is None:
+            break
