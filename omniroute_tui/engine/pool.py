@@ -161,8 +161,10 @@ class ConnectionPool:
         visited = 0
         cursor = start % count
         while visited < count:
-            if is_ready[cursor]:  # the usual step: no search (at 1,000 keys, a search
-                nxt = cursor  # reads ten scattered positions)
+            # the usual step, to a ready key, needs no search (at 1,000 keys a search
+            # reads ten positions scattered in memory)
+            if is_ready[cursor]:
+                nxt = cursor
             else:
                 ready = self._ready
                 i = bisect_left(ready, cursor)

@@ -535,12 +535,7 @@ class HeadroomChooser(Chooser):
         start = self.rotation_start(layers)
         known = self.headroom.keys.get(layers.name)
         pool = layers.pool
-        ready = None
-        if known:
-            cooling = pool._cooling  # `pool.ready(now)`, inlined
-            if cooling and cooling[0][0] <= now:
-                pool._refresh(now)
-            ready = pool._ready
+        ready = pool.ready(now) if known else None
         if not ready:
             return start, ("no key has said its rate limits yet: in rotation"
                            if self.bus.wants(AttemptEvent) else None)
