@@ -281,21 +281,34 @@ def run_only(what: str, count: int, pool: int) -> None:
     _runner(what, pool)(count, [0])
 
 
+def _whole(least: int) -> Callable[[str], int]:
+    """An option's whole number, at least `least` (argparse says so for anything else)."""
+    def read(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if number < least:
+            raise argparse.ArgumentTypeError(f"{number} is less than {least}")
+        return number
+    return read
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--batches", type=int, default=200)
-    parser.add_argument("--per-batch", type=int, default=200,
+    parser.add_argument("--batches", type=_whole(1), default=200)
+    parser.add_argument("--per-batch", type=_whole(1), default=200,
                         help="decisions a batch: fewer leave colder caches (the routers "
                              "of the other rows run between two batches)")
     parser.add_argument("--rows", type=lambda text: text.split(","), metavar="A,B",
                         help="measure only these strategies (and priority), so that only "
                              "their routers' state competes for the caches")
-    parser.add_argument("--instructions", type=int, nargs="?", const=2000, metavar="N",
+    parser.add_argument("--instructions", type=_whole(1), nargs="?", const=2000, metavar="N",
                         help="count instructions per decision under callgrind (N decisions)")
-    parser.add_argument("--misses", type=int, nargs="?", const=2000, metavar="N",
+    parser.add_argument("--misses", type=_whole(1), nargs="?", const=2000, metavar="N",
                         help="simulate caches and branches under cachegrind instead (N "
                              "decisions): misses and mispredicts per decision")
-    parser.add_argument("--in-flight", type=int, default=0, metavar="N",
+    parser.add_argument("--in-flight", type=_whole(0), default=0, metavar="N",
                         help="keep N other requests in flight through every decision (CPU "
                              "time; the five strategies' rows)")
     parser.add_argument("--run", nargs=3, metavar=("WHAT", "N", "POOL"),
@@ -306,6 +319,9 @@ def main() -> None:
     if unknown:
         parser.error(f"--rows: no strategy {', '.join(unknown)} (strategies: "
                      f"{', '.join(names)})")
+    if (args.instructions or args.misses) and (args.rows or args.in_flight):
+        parser.error("--rows and --in-flight measure CPU time: not with --instructions "
+                     "or --misses")
     if args.run:
         run_only(args.run[0], int(args.run[1]), int(args.run[2]))
     elif args.instructions or args.misses:

@@ -52,9 +52,18 @@ def test_each_mode_prints_its_table(options: list[str]) -> None:
         assert shown == ["priority", "round_robin", "weighted", "least_busy", "headroom"]
 
 
-def test_an_unknown_row_is_named_with_the_ones_to_use() -> None:
-    done = subprocess.run([sys.executable, str(BENCH / "route_decision.py"), "--rows",
-                           "least_bsy"], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize(("options", "said"), [
+    (["--rows", "least_bsy"], "--rows: no strategy least_bsy (strategies: priority, "
+                              "round_robin, weighted, least_busy, headroom)"),
+    (["--per-batch", "0"], "argument --per-batch: 0 is less than 1"),
+    (["--batches", "x"], "argument --batches: not a whole number: 'x'"),
+    (["--in-flight", "-3"], "argument --in-flight: -3 is less than 0"),
+    (["--instructions", "5", "--rows", "least_busy"],
+     "--rows and --in-flight measure CPU time: not with --instructions or --misses"),
+])
+def test_bad_options_are_named_with_what_to_give(options: list[str], said: str) -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "route_decision.py"), *options],
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert ("--rows: no strategy least_bsy (strategies: priority, round_robin, weighted, "
-            "least_busy, headroom)") in done.stderr
+    assert said in done.stderr
+    assert "Traceback" not in done.stderr
