@@ -33,7 +33,7 @@ async def test_the_providers_pane_shows_the_last_minutes_share_of_attempts() -> 
     assert {name: round(100 * n / total) for name, n in counts.items()} == {
         "alpha": 69, "beta": 31}
     async with app.run_test(size=(160, 30)) as pilot:
-        await pilot.press("1", "w")  # every column: at 160 the pane shows the narrow ones
+        await pilot.press("1", "w")  # every column (160 show the share, not the fails)
         await pilot.pause()
         table = app.query_one("#providers-table", KeyedTable)
         shown = {key: table.get_row(key)[_SHARE] for key in ("alpha", "beta")}
@@ -44,6 +44,29 @@ async def test_the_providers_pane_shows_the_last_minutes_share_of_attempts() -> 
         later = Counter(e.provider for e in seen if e.TYPE == "attempt"  # type: ignore[attr-defined]
                         and 75 - SHARE_S < e.t // 1000 <= 75)
         assert rows["alpha"][_SHARE] == f"{round(100 * later['alpha'] / later.total())}%"
+
+
+async def test_the_share_shows_from_100_columns_and_every_column_from_180() -> None:
+    """80 columns show name, breaker, failures, retry and last error; from 100 the
+    attempts and their share too, as `1` shows them without `w`; from 180 every one."""
+    names = [name for name, _ in COLUMNS[Pane.PROVIDERS]]
+    for width, shown in ((80, ["provider", "breaker", "fail/thr", "retry in",
+                               "last error, age"]),
+                         (99, ["provider", "breaker", "fail/thr", "retry in",
+                               "last error, age"]),
+                         (100, ["provider", "breaker", "fail/thr", "retry in",
+                                "last error, age", "attempts", "share"]),
+                         (180, names)):
+        async with piloted("1", scenario="429-storm", at_ms=45_000, size=(width, 30)) as (
+                app, pilot):
+            table = app.query_one("#providers-table", KeyedTable)
+            assert [str(column.key.value) for column in table.columns.values()] == shown
+            if "share" in shown:
+                at = shown.index("share")
+                assert [table.get_row(key)[at] for key in ("alpha", "beta")] == [
+                    "69%", "31%"]
+            # every column shown is on the screen, none scrolled off to the right
+            assert table.virtual_size.width <= table.size.width, width
 
 
 def test_no_attempts_in_the_last_minute_is_no_share() -> None:

@@ -13,6 +13,7 @@ from ..config.durations import format_ms
 from ..config.hidden import visible
 from .model.backends import Backend
 from .model.console_model import (
+    COLUMNS,
     LIVE_CHART_S,
     RECENT_REQUESTS,
     SORTS,
@@ -36,8 +37,24 @@ DASHBOARD_PICKS = {Pane.PROVIDERS: (0, 1, 2, 3, 5, 6, 9), Pane.CONNECTIONS: (0, 
 #: the providers' columns that fit 80 columns: name, breaker, failures, retry, last error
 #: (the rest: `w`, or the row's detail)
 NARROW_PROVIDERS = (0, 1, 2, 3, 5)
-#: below this width the providers pane shows NARROW_PROVIDERS unless `w` asks for all
-WIDE_PROVIDERS = 165
+
+
+def _least_width(pick: tuple[int, ...]) -> int:
+    """The screen columns the providers' columns `pick` take at their least, a cell's
+    padding either side: a column of a set width as `KeyedTable` sizes it (room for the
+    sort mark), one that grows with its contents as wide as its name."""
+    columns = COLUMNS[Pane.PROVIDERS]
+    return sum((len(name) if width is None else max(width, len(name) + len(KeyedTable.SORTED)))
+               + 2 for name, width in (columns[i] for i in pick))
+
+
+#: from this width up, the attempts' sparkline and the last minute's share of them too
+#: (where a route's strategy spreads its load): 98 columns, and 2 for a longer name
+MIDDLE_PROVIDERS = (*NARROW_PROVIDERS, 6, 7)
+MIDDLE_WIDTH = _least_width(MIDDLE_PROVIDERS) + 2
+#: from this width up, every column (174 at their least, and 6 for longer names and
+#: counts); below it, NARROW_PROVIDERS or MIDDLE_PROVIDERS unless `w` asks for all
+WIDE_PROVIDERS = _least_width(tuple(range(len(COLUMNS[Pane.PROVIDERS])))) + 6
 #: the column each sort orders by, for the header's mark (the first sort of each table is
 #: its rows' own order: no mark)
 SORTED_COLUMNS = {"failures": "fail/thr", "state": "breaker", "cooldown left": "cooldown",
@@ -114,7 +131,10 @@ class PaneView(App[None]):
         one when the terminal is wide enough or `w` asked, the most useful otherwise."""
         if table.id == "dash-providers":
             return DASHBOARD_PICKS[Pane.PROVIDERS] if self.dashboard_fits else NARROW_PROVIDERS
-        return None if self._wide or self.size.width >= WIDE_PROVIDERS else NARROW_PROVIDERS
+        width = self.size.width
+        if self._wide or width >= WIDE_PROVIDERS:
+            return None
+        return MIDDLE_PROVIDERS if width >= MIDDLE_WIDTH else NARROW_PROVIDERS
 
     def _title(self, kind: Pane, matched: int, total: int | None, now: int, needle: str
                ) -> str:
