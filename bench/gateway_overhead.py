@@ -168,6 +168,9 @@ def main() -> None:
     parser.add_argument("--log-format", choices=("text", "json"), default="text",
                         help="the gateway's log lines (an access line per request, to "
                              "/dev/null)")
+    parser.add_argument("--rate-limit-headers", action="store_true",
+                        help="the fake answers with x-ratelimit-* headers, as OpenAI's and "
+                             "Anthropic's do (limits far above the load: never a 429)")
     parser.add_argument("--serve-aiohttp", nargs=2, metavar=("CONFIG", "PORT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -177,7 +180,8 @@ def main() -> None:
     bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory() as folder:
         scenario = Path(folder) / "overhead.yaml"
-        scenario.write_text(SCENARIO)
+        scenario.write_text(SCENARIO if not args.rate_limit_headers else SCENARIO.replace(
+            "latency: 0ms,", "latency: 0ms, limits: {rpm: 1000000, tpm: 100000000},"))
         config = Path(folder) / "router.yaml"
         fake = subprocess.Popen([str(bin_dir / "omniroute-sim"), "serve", str(scenario),
                                  "--for", "1h", "--config-out", str(config)],
