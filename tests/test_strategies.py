@@ -196,22 +196,43 @@ def test_least_busy_breaks_a_tie_by_the_ewma_latency() -> None:
         f"least_busy: {fast}/m and {slow}/m 0 in flight each, latency 100 ms vs 400 ms")
 
 
-def test_least_busy_draws_two_keys_of_the_chosen_provider() -> None:
-    engine, clock, rec = make_engine({"alpha": ("a", "b", "c")})
+def test_least_busy_draws_two_keys_of_a_window_that_moves_one_key_a_request() -> None:
+    # six keys: the window is 4 ready keys from a start that moves one key along each
+    # request (a, b, ..., f, then a again), and the two keys are drawn from it
+    keys = "abcdef"
+    engine, clock, rec = make_engine({"alpha": tuple(keys)})
     router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha")}, seed=1)
     draws = random.Random(1 ^ 0x1EA57)  # one target: only keys are drawn
-    busy = dict.fromkeys("abc", 0)
-    for i in range(9):
-        a, b = two_of(draws.random(), 3)
-        x, y = "abc"[a], "abc"[b]
-        want = y if busy[y] < busy[x] else x
+    busy = dict.fromkeys(keys, 0)
+    chosen = []
+    for i in range(12):
+        x, y = two_of(draws.random(), 4)
+        first, second = keys[(i + x) % 6], keys[(i + y) % 6]
+        want = second if busy[second] < busy[first] else first
         routing = router.start(str(i), "r")
         step = routing.next_step()
         assert isinstance(step, Attempt) and step.connection == want
-        busy[want] += 1
-    assert busy == {"a": 3, "b": 4, "c": 2}  # two choices, not a rotation: seed 1's draws
+        busy[want] += 1  # left in flight
+        chosen.append(want)
+    # by hand, seed 1 (the window's start: the two drawn (in flight) -> chosen):
+    #  a: a 0, b 0 -> a | b: e 0, c 0 -> e | c: e 1, d 0 -> d | d: e 1, d 1 -> e
+    #  e: f 0, e 2 -> f | f: f 1, c 0 -> c | a: a 1, b 0 -> b | b: c 1, e 2 -> c
+    #  c: d 1, f 1 -> d | d: a 1, d 2 -> a | e: a 2, e 2 -> a | f: c 2, f 1 -> f
+    assert "".join(chosen) == "aedefcbcdaaf"
+    assert busy == {"a": 3, "b": 1, "c": 2, "d": 2, "e": 2, "f": 2}
     assert rec.of("attempt")[0]["why"].startswith(
         "least_busy: alpha/m is the only target available; key ")
+
+
+def test_least_busy_window_spans_the_ready_keys_only() -> None:
+    # keys b and d cooling: the window moves over a, c, e, f (4 ready: all of them)
+    engine, clock, rec = make_engine({"alpha": tuple("abcdef")})
+    for key in "bd":
+        engine.record("alpha", key, MODEL, ADMIT, fail(FailureKind.RATE_LIMITED, 60_000))
+    router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha")}, seed=1)
+    tried = Counter(serve(router, str(i), clock).connection for i in range(400))
+    assert set(tried) == set("acef")
+    assert min(tried.values()) >= 70  # each about a quarter
 
 
 # -- headroom -------------------------------------------------------------------------

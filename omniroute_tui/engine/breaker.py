@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .changes import Changes
 from .events import BreakerEvent, Event
 from .jitter import Jitter
 from .kinds import BreakerReason, BreakerState, FailureKind, SkipReason
@@ -80,8 +81,11 @@ class ProviderBreaker:
         emit: Callable[[Event], None],
         jitter: Jitter | None = None,
         probe_gate: ProbeGate | None = None,
+        changes: Changes | None = None,
     ) -> None:
         self.provider = provider
+        #: counts each step away from CLOSED with no failures (a failure, a transition)
+        self._changes = changes or Changes()
         self.settings = settings
         self._probe_lease_ms = probe_lease_ms
         self._emit = emit
@@ -210,6 +214,7 @@ class ProviderBreaker:
         if not self._accepts(now, admission):
             return
         self._failures += 1
+        self._changes.count += 1
         self._last_failure_at = now
         if self._state is _HALF_OPEN:
             self._cycles += 1
@@ -302,6 +307,7 @@ class ProviderBreaker:
 
     def restore(self, snapshot: BreakerSnapshot) -> None:
         """Load persisted state; probe leases do not survive a restart."""
+        self._changes.count += 1
         self._state = snapshot.state
         self._failures = snapshot.failures
         self._last_failure_at = snapshot.last_failure_at
@@ -385,6 +391,7 @@ class ProviderBreaker:
         self._state = to
         if before is to and not force:
             return
+        self._changes.count += 1
         retry_after = None
         if to is _OPEN:
             retry_after = self._open_for_ms

@@ -24,6 +24,7 @@ from ..fleet.commands import (
 )
 from .breaker import BreakerAdmission, BreakerSnapshot, ProviderBreaker
 from .bus import EventBus
+from .changes import Changes
 from .classify import Classification
 from .consequences import CONSEQUENCES, BreakerEffect, Layer
 from .cooldown import ConnectionSnapshot
@@ -56,6 +57,7 @@ __all__ = [
 _COOLDOWN, _LOCKOUT, _DISABLE = Layer.COOLDOWN, Layer.LOCKOUT, Layer.DISABLE
 _FAILURE, _NO_EFFECT = BreakerEffect.FAILURE, BreakerEffect.NONE
 _CLOSED, _HALF_OPEN = BreakerState.CLOSED, BreakerState.HALF_OPEN
+_FOREVER = 1 << 62  # later than any clock time
 
 #: what one replica of a fleet tells the others: the event types `ResilienceEngine.merge`
 #: applies, and the operator's audit record (for the fleet's one audit log; the action
@@ -115,24 +117,26 @@ class ProviderLayers:
     provider up for every question it asks.
     """
 
-    __slots__ = ("_bus", "_gone", "_on_failure", "breaker", "budget", "dedup", "lockouts", "name",
-                 "pool", "spec", "timeout_ms")
+    __slots__ = ("_bus", "_changes", "_gone", "_on_failure", "breaker", "budget", "dedup",
+                 "lockouts", "name", "pool", "spec", "timeout_ms")
 
-    def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random) -> None:
+    def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random,
+                 changes: Changes) -> None:
         settings = spec.settings
         jitter = Jitter(settings.jitter, rng)
         self._bus = bus
+        self._changes = changes
         self.spec = spec
         self.name = spec.name
         self.timeout_ms = settings.request.timeout_ms
         self.breaker = ProviderBreaker(
             spec.name, settings.breaker, probe_lease_ms=settings.request.timeout_ms,
-            emit=bus.emit, jitter=jitter,
+            emit=bus.emit, jitter=jitter, changes=changes,
         )
-        self.pool = ConnectionPool(
-            spec.name, spec.connections, settings.cooldown, emit=bus.emit, jitter=jitter
-        )
-        self.lockouts = ModelLockouts(spec.name, settings.lockout, emit=bus.emit, jitter=jitter)
+        self.pool = ConnectionPool(spec.name, spec.connections, settings.cooldown,
+                                   emit=bus.emit, jitter=jitter, changes=changes)
+        self.lockouts = ModelLockouts(spec.name, settings.lockout, emit=bus.emit, jitter=jitter,
+                                      changes=changes)
         self.dedup = FailureDedup(settings.dedup)
         self.budget = RetryBudget(settings.retry_budget)
         #: connections a reload removed: a request in flight on one reports to nothing
@@ -173,7 +177,7 @@ class ProviderLayers:
             for name in removed:
                 self.pool.get(name).mute()
             pool = ConnectionPool(spec.name, spec.connections, settings.cooldown,
-                                  emit=self._bus.emit, jitter=jitter)
+                                  emit=self._bus.emit, jitter=jitter, changes=self._changes)
             for cooldown in kept.values():
                 pool.adopt(cooldown, now)
             self.pool = pool
@@ -299,6 +303,27 @@ def refused_targets(asks: Sequence[Ask], now: int) -> list[int] | None:
     return refused
 
 
+def quiet_until(asks: Sequence[Ask], now: int) -> int | None:
+    """Until when every target stays quiet while nothing changes (`Changes`): its
+    breaker CLOSED without failures, more ready keys than lockouts of any model, no
+    key's cooling ended (the earliest end among them is the answer); None when one is
+    not quiet now. It only reads: nothing is refreshed, so it changes no decision."""
+    until = _FOREVER
+    for _, layers, breaker, lockouts, _ in asks:
+        pool = layers.pool
+        if (breaker._state is not _CLOSED or breaker._failures
+                or len(pool._ready) <= len(lockouts.entries)):
+            return None
+        cooling = pool._cooling
+        if cooling:
+            ends = cooling[0][0]
+            if ends <= now:
+                return None
+            if ends < until:
+                until = ends
+    return until
+
+
 def _breaker_effect(settings: BreakerSettings, kind: FailureKind,
                     effect: BreakerEffect) -> BreakerEffect:
     """What `kind` tells a breaker with these settings: a per-kind override can make it
@@ -325,8 +350,10 @@ class ResilienceEngine:
         self._providers: dict[str, ProviderLayers] = {}
         self._command_listeners: list[Callable[[FleetCommand], None]] = []
         self._probe_gate: Callable[[str, int], bool] | None = None
+        #: what the layers count of their changes that can stop a provider from serving
+        self.changes = Changes()
         for spec in providers:
-            self._providers[spec.name] = ProviderLayers(spec, self.bus, self._rng)
+            self._providers[spec.name] = ProviderLayers(spec, self.bus, self._rng, self.changes)
 
     # -- lookup ------------------------------------------------------------------------
 
@@ -498,7 +525,7 @@ class ResilienceEngine:
         for name, spec in specs.items():
             state = self._providers.get(name)
             if state is None:
-                state = ProviderLayers(spec, self.bus, self._rng)
+                state = ProviderLayers(spec, self.bus, self._rng, self.changes)
                 if self._probe_gate is not None:
                     state.breaker.set_probe_gate(partial(self._probe_gate, name))
                 added.append(name)
@@ -512,6 +539,7 @@ class ResilienceEngine:
                 state.lockouts.forget(frozenset(spec.connections), declared)
             layered[name] = state
         self._providers = layered
+        self.changes.count += 1  # a layer replaced or a provider added: ask again
         return ReloadSummary(tuple(added), removed, tuple(changed), tuple(conns_added),
                              tuple(conns_removed))
 

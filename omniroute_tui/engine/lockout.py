@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from .changes import Changes
 from .consequences import CONSEQUENCES, Wait
 from .events import Event, LockoutEvent
 from .jitter import Jitter
@@ -53,8 +54,11 @@ class ModelLockouts:
         *,
         emit: Callable[[Event], None],
         jitter: Jitter | None = None,
+        changes: Changes | None = None,
     ) -> None:
         self.provider = provider
+        #: counts each lockout set, merged or restored
+        self._changes = changes or Changes()
         self.settings = settings
         self._emit = emit
         self._jitter = jitter or Jitter()
@@ -109,6 +113,7 @@ class ModelLockouts:
             duration = self._jitter.stretch(self.settings.duration_ms(failures))
         until = max(until, now + duration)
         self.entries[(connection, model)] = _Entry(kind, failures, now, until)
+        self._changes.count += 1
         self._emit(LockoutEvent(now, self.provider, connection, model, kind, failures, until))
 
     def merge(self, now: int, connection: str, model: str, kind: FailureKind, failures: int,
@@ -118,6 +123,7 @@ class ModelLockouts:
         entry = self.entries.get((connection, model))
         if entry is not None and until <= entry.until and failures <= entry.failures:
             return False
+        self._changes.count += 1
         if entry is None:
             entry = self.entries[(connection, model)] = _Entry(kind, failures, now, until)
         else:
@@ -168,6 +174,7 @@ class ModelLockouts:
 
     def restore(self, snapshot: LockoutSnapshot, now: int) -> None:
         """Load one persisted lockout; an expired one is dropped with its history."""
+        self._changes.count += 1
         if snapshot.until <= now:
             self.entries.pop((snapshot.connection, snapshot.model), None)
             return

@@ -11,6 +11,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from .changes import Changes
 from .consequences import CONSEQUENCES
 from .cooldown import ConnectionCooldown, ConnectionSnapshot
 from .events import Event
@@ -39,8 +40,11 @@ class ConnectionPool:
         *,
         emit: Callable[[Event], None],
         jitter: Jitter,
+        changes: Changes | None = None,
     ) -> None:
         self.provider = provider
+        #: counts each change of the ready keys or of the cooling ones
+        self._changes = changes or Changes()
         self.order = connections
         self.position = {name: i for i, name in enumerate(connections)}
         self.cooldowns = [
@@ -120,6 +124,7 @@ class ConnectionPool:
     # -- keeping the index true ----------------------------------------------------------
 
     def _reindex(self, pos: int, now: int) -> None:
+        self._changes.count += 1
         cooldown = self.cooldowns[pos]
         if cooldown.available(now):
             if not self._is_ready[pos]:

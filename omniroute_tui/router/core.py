@@ -244,12 +244,13 @@ class Router:
             current = self._weighted.get(route.name)
             if current is None or len(current) != len(plan):
                 current = self._weighted[route.name] = [0] * len(plan)
-            return WeightedChooser(plan, self.engine.bus, current,
+            return WeightedChooser(plan, self.engine.bus, self.engine.changes, current,
                                    route.weights or (1,) * len(plan), self.rotation_start)
         if strategy is _LEAST_BUSY:
-            return LeastBusyChooser(plan, self.engine.bus, self.load)
+            return LeastBusyChooser(plan, self.engine.bus, self.engine.changes, self.load)
         if strategy is _HEADROOM:
-            return HeadroomChooser(plan, self.engine.bus, self.headroom, self.rotation_start)
+            return HeadroomChooser(plan, self.engine.bus, self.engine.changes, self.headroom,
+                                   self.rotation_start)
         return None
 
     def rotation_start(self, layers: ProviderLayers) -> int:

@@ -6,8 +6,8 @@ Every counter here is this process's own (a fleet's replicas each keep theirs).
 
 Each route of an ordering strategy gets a chooser when it is first asked for, made for
 its plan: `order()` gives a request's targets their order (asking every target once
-whether it could take the request), `start()` the connection position the walk starts
-at on a provider.
+whether it could take the request, unless nothing changed since all could: `Chooser`),
+`start()` the connection position the walk starts at on a provider.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from math import floor
 
 from ..engine.bus import EventBus
-from ..engine.engine import ProviderLayers, ask_of, refused_targets
+from ..engine.changes import Changes
+from ..engine.engine import ProviderLayers, ask_of, quiet_until, refused_targets
 from ..engine.events import AttemptEvent
 from .rate_limits import RateLimitInfo
 from .routes import Target
@@ -39,7 +40,10 @@ UNSET_WINDOW_MS = 60_000
 LATENCY_ALPHA = 0.2
 #: how many ready keys `headroom` compares per decision, from the rotation's position
 #: (docs/design.md §7: 3 already spare every 429 that 8 do in the loads tried, 2 do not;
-#: each key more costs about 1,000 instructions a decision)
+#: each key more costs about 1,000 instructions a decision), and how many `least_busy`
+#: draws its two keys from (a window that moves one key along each request, so that a
+#: decision reads keys next to the last one's: at 1,000 keys a draw over all of them
+#: read state scattered in memory, 1.2x the CPU time of 10 keys; the window, 1.06x)
 WINDOW = 4
 _FULL = float("inf")  # the score of a key that never said its limits
 _NEVER = -1 << 62  # before any clock time
@@ -48,20 +52,43 @@ _NEVER = -1 << 62  # before any clock time
 class Chooser:
     """A route's ordering strategy for its plan: its name, the order of a request's
     targets and where the walk starts on each provider's connections, each with why when
-    someone reads the attempt events (the reason is written on the next attempt)."""
+    someone reads the attempt events (the reason is written on the next attempt).
 
-    __slots__ = ("asks", "bus", "firsts", "name", "plan")
+    Asking every target whether it could serve is most of what ordering costs, and the
+    answer is nearly always that all could. A chooser that found them all quiet
+    (`quiet_until`) remembers it, with the engine's count of changes then: while the
+    count stands and the clock is before the first key's cooling ends, they are quiet
+    still, and `quiet()` says so without asking."""
 
-    def __init__(self, name: str, plan: Plan, bus: EventBus) -> None:
+    __slots__ = ("asks", "bus", "changes", "firsts", "name", "plan", "quiet_at",
+                 "quiet_until")
+
+    def __init__(self, name: str, plan: Plan, bus: EventBus, changes: Changes) -> None:
         self.name = name
         self.plan = plan
         self.bus = bus
+        self.changes = changes
+        #: the engine's count of changes when every target was last found quiet (-1:
+        #: never), and until when they stay so while it stands
+        self.quiet_at = -1
+        self.quiet_until = 0
         #: what `refused_targets` asks of each target
         self.asks = tuple(ask_of(i, layers, target.model)
                           for i, (target, layers, _) in enumerate(plan))
         #: per target: the plan with it first, the others after it in the route's order
         self.firsts = tuple(plan if i == 0 else (plan[i], *plan[:i], *plan[i + 1:])
                             for i in range(len(plan)))
+
+    def quiet(self, now: int) -> bool:
+        """Whether every target is known to be quiet, without asking them."""
+        return self.quiet_at == self.changes.count and now < self.quiet_until
+
+    def found_quiet(self, now: int) -> None:
+        """Every target could serve: remember whether they are all quiet, and until when
+        (read after the asking, which may have refreshed a pool)."""
+        until = quiet_until(self.asks, now)
+        if until is not None:
+            self.quiet_at, self.quiet_until = self.changes.count, until
 
     def order(self, now: int) -> Ordered:
         raise NotImplementedError
@@ -81,9 +108,9 @@ class WeightedChooser(Chooser):
 
     __slots__ = ("current", "rotation_start", "total", "weights")
 
-    def __init__(self, plan: Plan, bus: EventBus, current: list[int], weights: Sequence[int],
-                 rotation_start: RotationStart) -> None:
-        super().__init__("weighted", plan, bus)
+    def __init__(self, plan: Plan, bus: EventBus, changes: Changes, current: list[int],
+                 weights: Sequence[int], rotation_start: RotationStart) -> None:
+        super().__init__("weighted", plan, bus, changes)
         self.current = current  # the router's, kept across reloads of an unchanged route
         self.weights = tuple(enumerate(weights))  # with their positions
         self.total = sum(weights)
@@ -93,7 +120,12 @@ class WeightedChooser(Chooser):
         current = self.current
         best = -1
         high = 0
-        refused = refused_targets(self.asks, now)
+        if self.quiet_at == self.changes.count and now < self.quiet_until:  # `quiet()`
+            refused = None
+        else:
+            refused = refused_targets(self.asks, now)
+            if refused is None:
+                self.found_quiet(now)
         if refused is None:  # the usual case: every target gains its weight
             total = self.total
             for i, weight in self.weights:
@@ -131,10 +163,12 @@ class Busy:
     latency. An attempt counts from its start until its routing records or cancels it
     (`RequestRouting` holds the Busy it counted on, and gives it back exactly once)."""
 
-    __slots__ = ("by_connection", "latency", "total")
+    __slots__ = ("by_connection", "latency", "total", "window")
 
     def __init__(self) -> None:
         self.total = 0
+        #: where least_busy's window over the ready keys starts next
+        self.window = 0
         self.by_connection: dict[str, int] = {}
         self.latency: float | None = None
 
@@ -190,18 +224,19 @@ class LeastBusy:
 class LeastBusyChooser(Chooser):
     """The power of two choices: of two usable targets drawn at random, the one with
     fewer attempts in flight (the lower EWMA latency on a tie, then the first drawn);
-    on its provider, of two ready connections drawn at random, the less busy.
+    on its provider, of two ready connections drawn at random from a window of `WINDOW`
+    ready ones, which moves one key along each request, the less busy.
 
     A pair is drawn with one `random()` call (`_pair`). The two targets are drawn from
-    all of the route's and asked whether they could serve; only when one could not are
-    all asked, and the pair drawn again from those that could, so the pair is uniform
-    over the usable targets either way and the usual decision asks two targets, not
-    every one."""
+    all of the route's and asked whether they could serve (unless all are known quiet);
+    only when one could not are all asked, and the pair drawn again from those that
+    could, so the pair is uniform over the usable targets either way and the usual
+    decision asks two targets at most, not every one."""
 
     __slots__ = ("busies", "count", "draw", "everyone", "load")
 
-    def __init__(self, plan: Plan, bus: EventBus, load: LeastBusy) -> None:
-        super().__init__("least_busy", plan, bus)
+    def __init__(self, plan: Plan, bus: EventBus, changes: Changes, load: LeastBusy) -> None:
+        super().__init__("least_busy", plan, bus, changes)
         self.load = load
         self.draw = load.rng.random
         self.busies = tuple(load.of(layers.name) for _, layers, _ in plan)
@@ -218,11 +253,19 @@ class LeastBusyChooser(Chooser):
             b = floor((u - a) * (n - 1))
             if b >= a:
                 b += 1
-            asks = self.asks
-            if refused_targets((asks[a], asks[b]), now) is not None:
-                a = b = -1
+            if self.quiet_at != self.changes.count or now >= self.quiet_until:  # `quiet()`
+                asks = self.asks
+                if refused_targets((asks[a], asks[b]), now) is not None:
+                    a = b = -1
+                else:
+                    self.found_quiet(now)
         if a == b:  # one target in all, or one drawn could not serve: ask every one
-            refused = refused_targets(self.asks, now)
+            if self.quiet(now):
+                refused = None
+            else:
+                refused = refused_targets(self.asks, now)
+                if refused is None:
+                    self.found_quiet(now)
             usable = (self.everyone if refused is None else
                       [i for i in self.everyone if i not in refused])
             n = len(usable)
@@ -265,15 +308,25 @@ class LeastBusyChooser(Chooser):
         if n < 2:
             return 0, None
         busy = self.load.providers.get(layers.name)
-        counts = busy.by_connection if busy is not None else {}
-        u = self.draw() * n  # `_pair()`, inlined
+        if busy is None:  # a provider a reload left out while this request ran
+            busy = self.load.of(layers.name)
+        at = busy.window % n  # the ready keys may be fewer than when it last moved
+        busy.window = at + 1
+        counts = busy.by_connection
+        size = WINDOW if n > WINDOW else n
+        u = self.draw() * size  # `_pair()`, inlined
         x = floor(u)
         if not counts and not self.bus.wants(AttemptEvent):
             # nothing in flight on the provider: both keys drawn are at 0 and the first
             # wins, so the second need not be drawn (the same draw, the same key)
-            return ready[x], None
-        y = floor((u - x) * (n - 1))
-        a, b = ready[x], ready[y + 1 if y >= x else y]
+            x += at
+            return ready[x if x < n else x - n], None
+        y = floor((u - x) * (size - 1))
+        if y >= x:
+            y += 1
+        x += at
+        y += at
+        a, b = ready[x if x < n else x - n], ready[y if y < n else y - n]
         order = pool.order
         busy_a, busy_b = counts.get(order[a], 0), counts.get(order[b], 0)
         if busy_b < busy_a:
@@ -512,9 +565,9 @@ class HeadroomChooser(Chooser):
 
     __slots__ = ("headroom", "rotation_start")
 
-    def __init__(self, plan: Plan, bus: EventBus, headroom: Headroom,
+    def __init__(self, plan: Plan, bus: EventBus, changes: Changes, headroom: Headroom,
                  rotation_start: RotationStart) -> None:
-        super().__init__("headroom", plan, bus)
+        super().__init__("headroom", plan, bus, changes)
         self.headroom = headroom
         self.rotation_start = rotation_start
 
