@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from typing import IO, Any
 
-from omniroute_tui.clock import ElapsedClock
+from omniroute_tui.clock import ElapsedClock, SystemClock
 from omniroute_tui.config.secrets import Secret
 from omniroute_tui.drivers import AsyncDriver, UpstreamClient
 from omniroute_tui.engine.bus import EventBus
@@ -76,7 +76,8 @@ class LiveRun:
                 replace(c, api_key=Secret(keys[name][c.id])) for c in provider.connections))
             for name, provider in scenario.providers.items()
         }
-        driver = AsyncDriver(self.router, providers, self._client)  # type: ignore[arg-type]
+        driver = AsyncDriver(self.router, providers, self._client,  # type: ignore[arg-type]
+                             wall=SystemClock())  # self.clock counts from the run's start
         self.clock.restart()  # scenario time starts once the fakes are listening
         self._started = time.perf_counter()
         self._tasks = [asyncio.create_task(_faults(scenario, self.clock, self.bus.emit))]

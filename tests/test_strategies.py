@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from omniroute_tui.clock import ManualClock
 from omniroute_tui.config import ConfigError, load_router_config
 from omniroute_tui.drivers.async_driver import AsyncDriver
 from omniroute_tui.drivers.upstream import UpstreamReply
@@ -19,6 +20,7 @@ from omniroute_tui.engine import BreakerState, Classification, FailureKind
 from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target
 from omniroute_tui.router.core import _rotation
 from omniroute_tui.router.rate_limits import MAX_COUNT, RateLimitInfo, parse_rate_limits
+from omniroute_tui.router.strategies import UNSET_WINDOW_MS
 
 from .helpers import ADMIT, OK, Answer, fail, make_engine, play
 
@@ -281,6 +283,33 @@ def test_headroom_chooses_by_remaining_and_resets_at_the_reset_time() -> None:
         "headroom: b has 100 requests left for 60.0 s (1.7/s) vs 0.5/s next")
 
 
+def test_headroom_leaves_a_key_locked_out_of_the_model_unranked() -> None:
+    # d never answered (it counts as full) and is locked out of the model: ranked, it
+    # would win, and the walk would go on from it to a, which is nearly out
+    engine, clock, rec = make_engine({"alpha": ("a", "b", "c", "d")})
+    router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha")})
+    engine.record("alpha", "d", MODEL, ADMIT, fail(FailureKind.FORBIDDEN))
+    said = {"a": 1, "b": 50, "c": 30}  # what each key says it has left of 60 s
+    assert [serve(router, str(i), clock, limits=limits(left, 60_000)).connection
+            for i, left in enumerate(said.values())] == list(said)
+    # the rotation is at d: the window d, a, b, c ranks a, b and c, and b has the most
+    assert serve(router, "4", clock).connection == "b"
+    assert rec.of("attempt")[-1]["why"] == (
+        "headroom: b has 50 requests left for 60.0 s (0.8/s) vs 0.5/s next")
+
+
+def test_headroom_with_every_key_of_its_window_locked_walks_on_in_rotation() -> None:
+    engine, clock, rec = make_engine({"alpha": tuple("abcdef")})
+    router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha")})
+    assert serve(router, "1", clock, limits=limits(10, 60_000)).connection == "a"
+    for key in "bcde":
+        engine.record("alpha", key, MODEL, ADMIT, fail(FailureKind.FORBIDDEN))
+    # the rotation is at b: the window b, c, d, e is locked; the walk goes on to f
+    assert serve(router, "2", clock).connection == "f"
+    assert rec.of("attempt")[-1]["why"] == (
+        "headroom: every key of the window is locked out of m: in rotation")
+
+
 def test_headroom_holds_back_an_exhausted_key_and_then_an_exhausted_target() -> None:
     engine, clock, rec = make_engine({"alpha": ("a", "b"), "beta": ("x",)})
     router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha", "beta")})
@@ -369,43 +398,52 @@ def test_huge_and_zero_values_from_headers_order_keys_without_failing() -> None:
     assert [serve(router, str(i), clock).connection for i in range(3, 7)] == list("abab")
 
 
-def test_the_async_driver_hands_the_parsed_headers_to_the_core() -> None:
-    from omniroute_tui.config.router_config import ProviderConfig
+def drive(headers: dict[str, dict[str, str]], served: list[str], wall: Any = None
+          ) -> Router:
+    """Requests through the async driver to a headroom route over keys a and b, on a
+    manual clock at 0; each answer carries the headers of the key that served it."""
+    from omniroute_tui.config.router_config import ConnectionConfig, ProviderConfig
     from omniroute_tui.engine import default_settings
     from omniroute_tui.engine.settings import AuthKind
-
-    class Fake:
-        def __init__(self) -> None:
-            self.left = {"a": "5", "b": "50"}
-
-        async def send(self, base_url: str, body: Any, *, api_key: Any, timeout_ms: int,
-                       stream: bool, now_epoch_ms: int) -> UpstreamReply:
-            key = api_key
-            return UpstreamReply(200, OK, {"x-ratelimit-remaining-requests": self.left[key],
-                                           "x-ratelimit-reset-requests": "60s"}, b"{}")
-
-    from omniroute_tui.config.router_config import ConnectionConfig
 
     engine, clock, _ = make_engine({"alpha": ("a", "b")})
     router = Router(engine, {"r": route_of(Strategy.HEADROOM, "alpha")})
     provider = ProviderConfig("alpha", AuthKind.APIKEY, (MODEL,),
                               (ConnectionConfig("a"), ConnectionConfig("b")),
                               default_settings(), base_url="http://127.0.0.1:9")
-    fake = Fake()
+    keys = list(served)
 
     async def send(base_url: str, body: Any, *, api_key: Any, timeout_ms: int, stream: bool,
                    now_epoch_ms: int) -> UpstreamReply:
-        return await fake.send(base_url, body, api_key=served.pop(0), timeout_ms=timeout_ms,
-                               stream=stream, now_epoch_ms=now_epoch_ms)
+        return UpstreamReply(200, OK, headers[keys.pop(0)], b"{}")
 
-    served = ["a", "b", "b"]
     client = type("Client", (), {"send": staticmethod(send)})()
-    driver = AsyncDriver(router, {"alpha": provider}, client)  # type: ignore[arg-type]
-    order = [asyncio.run(driver.complete({"model": "r"})).response.upstream
-             for _ in range(3)]
-    assert [a.connection for a in order if a is not None] == ["a", "b", "b"]
+    driver = AsyncDriver(router, {"alpha": provider}, client,  # type: ignore[arg-type]
+                         wall=wall)
+    order = [asyncio.run(driver.complete({"model": "r"})).response.upstream for _ in served]
+    assert [a.connection for a in order if a is not None] == served
+    return router
+
+
+def test_the_async_driver_hands_the_parsed_headers_to_the_core() -> None:
+    router = drive({key: {"x-ratelimit-remaining-requests": left,
+                          "x-ratelimit-reset-requests": "60s"}
+                    for key, left in (("a", "5"), ("b", "50"))}, ["a", "b", "b"])
     known = router.headroom.keys["alpha"]
     assert known["b"].requests_left == 50 and known["a"].requests_left == 5
+
+
+def test_dated_headers_are_read_against_the_wall_clock_the_driver_is_given() -> None:
+    # the router's clock counts from 0 (a live replay's); the answer's reset is a date
+    dated = {"anthropic-ratelimit-requests-remaining": "3",
+             "anthropic-ratelimit-requests-reset": "2026-01-01T00:00:12Z"}
+    wall = ManualClock(1_767_225_600_000)  # 2026-01-01T00:00:00Z
+    known = drive({"a": dated}, ["a"], wall).headroom.keys["alpha"]
+    assert known["a"].requests_reset_at == 12_000
+    # read against the router's clock, the date is 56 years away: ignored, and the count
+    # is trusted for a typical window
+    known = drive({"a": dated}, ["a"]).headroom.keys["alpha"]
+    assert known["a"].requests_reset_at == UNSET_WINDOW_MS
 
 
 # -- config ---------------------------------------------------------------------------
@@ -662,8 +700,6 @@ def test_headroom_compares_a_window_of_4_ready_keys_from_the_rotation() -> None:
 
 
 def test_a_reload_keeps_the_weighted_counters_of_an_unchanged_route_only() -> None:
-    from omniroute_tui.clock import ManualClock
-
     text = PROVIDERS + ("routes:\n  fast:\n    strategy: weighted\n    targets:\n"
                         "      - {target: alpha/gpt-4o, weight: 2}\n      - beta/gpt-4o\n")
     config = load_router_config("router.yaml", text=text)
@@ -686,8 +722,6 @@ def test_a_reload_keeps_the_weighted_counters_of_an_unchanged_route_only() -> No
 
 
 def test_headroom_reads_a_reloaded_provider_s_keys_along_its_new_order() -> None:
-    from omniroute_tui.clock import ManualClock
-
     def config(keys: str) -> Any:
         return load_router_config("router.yaml", text=(
             f"providers:\n  alpha: {{models: [m], connections: [{keys}]}}\n"

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..clock import Clock
 from ..config.router_config import ProviderConfig
 from ..engine.classify import Classification
 from ..engine.kinds import FailureKind
@@ -27,12 +28,19 @@ class Completion:
 
 
 class AsyncDriver:
+    """`wall`: the clock an answer's dated headers are read against (a Retry-After date,
+    Anthropic's reset times), which a server writes in wall time: the router's own clock
+    (None) where that keeps wall time, as the gateway's and the console's do; the system
+    clock under a clock that counts from a run's start (a live replay)."""
+
     def __init__(
-        self, router: Router, providers: Mapping[str, ProviderConfig], client: UpstreamClient
+        self, router: Router, providers: Mapping[str, ProviderConfig], client: UpstreamClient,
+        *, wall: Clock | None = None,
     ) -> None:
         self.router = router
         self.providers = providers
         self.client = client
+        self.wall = wall or router.engine.clock
         self._ids = 0
 
     def next_request_id(self) -> str:
@@ -50,7 +58,7 @@ class AsyncDriver:
         """
         routing = self.router.start(request_id or self.next_request_id(), str(body["model"]))
         providers = self.providers  # a reload swaps them: this request keeps its own
-        clock = self.router.engine.clock
+        wall = self.wall
         last_reply: UpstreamReply | None = None
         try:
             with routing:  # left unanswered, it cancels
@@ -65,8 +73,8 @@ class AsyncDriver:
                     if last_reply is not None and last_reply.stream is not None:
                         await last_reply.stream.aclose()
                     last_reply = await self._attempt(providers, step, body, stream,
-                                                     clock.now_ms())
-                    limits = (parse_rate_limits(last_reply.headers, clock.now_ms())
+                                                     wall.now_ms())
+                    limits = (parse_rate_limits(last_reply.headers, wall.now_ms())
                               if last_reply.headers else None)
                     routing.record(last_reply.status, last_reply.classification, limits)
         except (Exception, asyncio.CancelledError):  # not GeneratorExit: no await then
@@ -76,7 +84,7 @@ class AsyncDriver:
 
     async def _attempt(
         self, providers: Mapping[str, ProviderConfig], attempt: Attempt, body: dict[str, Any],
-        stream: bool, now_ms: int
+        stream: bool, now_epoch_ms: int
     ) -> UpstreamReply:
         provider = providers[attempt.provider]
         if provider.base_url is None:
@@ -88,5 +96,5 @@ class AsyncDriver:
         upstream_body = dict(body, model=attempt.model)
         return await self.client.send(
             provider.base_url, upstream_body, api_key=connection.api_key,
-            timeout_ms=attempt.timeout_ms, stream=stream, now_epoch_ms=now_ms,
+            timeout_ms=attempt.timeout_ms, stream=stream, now_epoch_ms=now_epoch_ms,
         )

@@ -456,7 +456,7 @@ class RequestRouting:
                     continue
                 chooser = self._chooser
                 if chooser is not None:
-                    start, why = chooser.start(next_layers, now)
+                    start, why = chooser.start(next_layers, next_target.model, now)
                     if why is not None:
                         self._why = (f"{self._strategy}: {why}" if self._why is None
                                      else f"{self._why}; {why}")

@@ -16,6 +16,7 @@ import random
 from bisect import bisect_left
 from collections.abc import Callable, Container, Mapping, Sequence
 from math import floor
+from typing import Protocol
 
 from ..engine.bus import EventBus
 from ..engine.changes import Changes
@@ -47,6 +48,13 @@ LATENCY_ALPHA = 0.2
 WINDOW = 4
 _FULL = float("inf")  # the score of a key that never said its limits
 _NEVER = -1 << 62  # before any clock time
+
+
+class Locked(Protocol):
+    """What `headroom` reads of a model lockout: until when it holds."""
+
+    @property
+    def until(self) -> int: ...
 
 
 class Chooser:
@@ -93,7 +101,7 @@ class Chooser:
     def order(self, now: int) -> Ordered:
         raise NotImplementedError
 
-    def start(self, layers: ProviderLayers, now: int) -> tuple[int, str | None]:
+    def start(self, layers: ProviderLayers, model: str, now: int) -> tuple[int, str | None]:
         raise NotImplementedError
 
 
@@ -151,7 +159,7 @@ class WeightedChooser(Chooser):
                       "to the others)" if refused else ")"))
         return self.firsts[best], why
 
-    def start(self, layers: ProviderLayers, now: int) -> tuple[int, str | None]:
+    def start(self, layers: ProviderLayers, model: str, now: int) -> tuple[int, str | None]:
         return self.rotation_start(layers), None
 
 
@@ -298,7 +306,7 @@ class LeastBusyChooser(Chooser):
         return (f"least_busy: {plan[win][2]} and {plan[lose][2]} {won.total} in flight each, "
                 f"latency {won.latency or 0.0:.0f} ms vs {lost.latency or 0.0:.0f} ms")
 
-    def start(self, layers: ProviderLayers, now: int) -> tuple[int, str | None]:
+    def start(self, layers: ProviderLayers, model: str, now: int) -> tuple[int, str | None]:
         pool = layers.pool
         cooling = pool._cooling  # `pool.ready(now)`, inlined
         if cooling and cooling[0][0] <= now:
@@ -560,8 +568,10 @@ class HeadroomChooser(Chooser):
     the first `WINDOW` ready connections from the rotation's position, the one with the
     most requests left per second until its reset (one that never said counts as full;
     the earlier in rotation on a tie); in rotation while the provider's answers never
-    carried the headers. The window keeps a decision's cost flat for 1,000 keys; as the
-    rotation moves, every key comes into it."""
+    carried the headers. A key of the window locked out of the target's model is not
+    ranked: it cannot serve it, and the walk would go on from it to whatever key came
+    next. The window keeps a decision's cost flat for 1,000 keys; as the rotation moves,
+    every key comes into it."""
 
     __slots__ = ("headroom", "rotation_start")
 
@@ -584,7 +594,7 @@ class HeadroomChooser(Chooser):
                "the reset, tried last") if self.bus.wants(AttemptEvent) else None
         return (*kept, *out), why
 
-    def start(self, layers: ProviderLayers, now: int) -> tuple[int, str | None]:
+    def start(self, layers: ProviderLayers, model: str, now: int) -> tuple[int, str | None]:
         start = self.rotation_start(layers)
         known = self.headroom.keys.get(layers.name)
         pool = layers.pool
@@ -600,11 +610,16 @@ class HeadroomChooser(Chooser):
         if len(window) < count:
             window += ready[:count - len(window)]
         order = pool.order
+        locks = layers.lockouts.entries
         placed = known.placed if known.order is order else known.place(order)
         if self.bus.wants(AttemptEvent):
-            return self._explain(placed, window, order, now)
-        best_pos, best_pace = -1, -1.0
+            return self._explain(placed, window, order, locks, model, start, now)
+        best_pos, best_pace = start, -1.0  # the rotation's start if every key is locked
         for pos in window:  # `_pace()`, inlined for the usual case: it runs for every key
+            if locks:  # `_locked()`, inlined: a key locked out of the model is not ranked
+                lock = locks.get((order[pos], model))
+                if lock is not None and lock.until > now:
+                    continue
             limits = placed[pos]
             if limits is None:
                 score = _FULL
@@ -619,9 +634,13 @@ class HeadroomChooser(Chooser):
 
     @staticmethod
     def _explain(placed: list[KeyLimits | None], window: list[int], order: tuple[str, ...],
-                 now: int) -> tuple[int, str]:
+                 locks: Mapping[tuple[str, str], Locked], model: str, start: int, now: int
+                 ) -> tuple[int, str]:
         """The same choice as `start()` makes, with why: the key, what it has left, and
         the pace of the next best."""
+        window = [pos for pos in window if not _locked(locks, order[pos], model, now)]
+        if not window:
+            return start, f"every key of the window is locked out of {model}: in rotation"
         best_pos, best_pace, runner = -1, -1.0, -1.0
         for pos in window:
             score = _pace(placed[pos], now)
@@ -640,6 +659,14 @@ class HeadroomChooser(Chooser):
             " vs a key that has not said" if runner == _FULL else f" vs {runner:.1f}/s next")
         return best_pos, (f"{name} has {said} left for {max(0, reset_at - now) / 1000:.1f} s "
                           f"({best_pace:.1f}/s){versus}")
+
+
+def _locked(locks: Mapping[tuple[str, str], Locked], connection: str, model: str, now: int
+            ) -> bool:
+    """Whether the key is locked out of the model now (an expired lockout lingers until
+    the key next succeeds or an operator clears it)."""
+    lock = locks.get((connection, model))
+    return lock is not None and lock.until > now
 
 
 def _pace(limits: KeyLimits | None, now: int) -> float:
