@@ -4,6 +4,7 @@ cooling ends, and never different from asking every time."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omniroute_tui.engine import Classification, FailureKind
-from omniroute_tui.engine.engine import quiet_until
-from omniroute_tui.engine.events import ResultEvent
+from omniroute_tui.engine.engine import EngineSnapshot, quiet_until
+from omniroute_tui.engine.events import LockoutEvent, ResultEvent
 from omniroute_tui.router import Attempt, Router, Strategy
 from omniroute_tui.router import strategies as strategies_module
 from omniroute_tui.router.rate_limits import RateLimitInfo
@@ -112,6 +113,55 @@ def test_a_lockout_makes_the_next_request_ask(monkeypatch: pytest.MonkeyPatch) -
         serve(router, str(i), clock)
     assert rec.of("skip") == []  # gamma's share went to the others, never tried
     assert not chooser_of(router).quiet(clock.now_ms())
+
+
+def _force_open(engine: Any, peer: Any) -> None:
+    engine.force_open("gamma", 60_000, actor="op")  # a breaker's transition
+
+
+def _peer_lockout(engine: Any, peer: Any) -> None:
+    heard = Recorder(peer.bus)
+    peer.record("gamma", "g", MODEL, ADMIT, fail(FailureKind.FORBIDDEN))
+    assert [engine.merge(e) for e in heard.events if isinstance(e, LockoutEvent)] == [True]
+
+
+def _restore_breakers(engine: Any, peer: Any) -> None:
+    peer.force_open("gamma", 60_000, actor="op")
+    engine.restore(EngineSnapshot(peer.snapshot().breakers, (), ()))
+
+
+def _restore_lockouts(engine: Any, peer: Any) -> None:
+    peer.record("gamma", "g", MODEL, ADMIT, fail(FailureKind.FORBIDDEN))
+    engine.restore(EngineSnapshot((), (), peer.snapshot().lockouts))
+
+
+def _reload_without_keys(engine: Any, peer: Any) -> None:
+    # the engine reloaded on its own (not through the router): gamma keeps no key
+    engine.reconfigure([replace(engine.spec(name), connections=())
+                        if name == "gamma" else engine.spec(name)
+                        for name in engine.providers()])
+
+
+@pytest.mark.parametrize("change", [_force_open, _peer_lockout, _restore_breakers,
+                                    _restore_lockouts, _reload_without_keys])
+def test_each_change_that_stops_a_target_makes_the_next_request_ask(
+        change: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # gamma weighs 4 of 6: remembered as quiet while it cannot serve, it would be ordered
+    # first and skipped by the walk
+    engine, clock, rec = make_engine(PROVIDERS)
+    peer, _, _ = make_engine(PROVIDERS, clock=clock)
+    router = Router(engine, {"r": route_of(Strategy.WEIGHTED, "alpha", "beta", "gamma",
+                                           weights=(1, 1, 4))})
+    serve(router, "0", clock)
+    assert chooser_of(router).quiet(clock.now_ms())
+    asked = []
+    real = strategies_module.refused_targets
+    monkeypatch.setattr(strategies_module, "refused_targets",
+                        lambda asks, now: asked.append(now) or real(asks, now))
+    change(engine, peer)
+    served = [serve(router, str(i), clock).provider for i in range(1, 7)]
+    assert asked and rec.of("skip") == []
+    assert served == ["alpha", "beta"] * 3  # gamma's share goes to the others
 
 
 # -- never different from asking every time --------------------------------------------

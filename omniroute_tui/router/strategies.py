@@ -233,7 +233,9 @@ class LeastBusyChooser(Chooser):
     """The power of two choices: of two usable targets drawn at random, the one with
     fewer attempts in flight (the lower EWMA latency on a tie, then the first drawn);
     on its provider, of two ready connections drawn at random from a window of `WINDOW`
-    ready ones, which moves one key along each request, the less busy.
+    ready ones, which moves one key along each request, the less busy (one locked out of
+    the target's model loses to the other, so its share goes to the keys drawn with it,
+    not all to the key after it, where the walk would go on).
 
     A pair is drawn with one `random()` call (`_pair`). The two targets are drawn from
     all of the route's and asked whether they could serve (unless all are known quiet);
@@ -324,21 +326,33 @@ class LeastBusyChooser(Chooser):
         size = WINDOW if n > WINDOW else n
         u = self.draw() * size  # `_pair()`, inlined
         x = floor(u)
-        if not counts and not self.bus.wants(AttemptEvent):
+        a = ready[at + x if at + x < n else at + x - n]
+        order = pool.order
+        locks = layers.lockouts.entries
+        idle = not counts and not self.bus.wants(AttemptEvent)
+        if idle:
             # nothing in flight on the provider: both keys drawn are at 0 and the first
-            # wins, so the second need not be drawn (the same draw, the same key)
-            x += at
-            return ready[x if x < n else x - n], None
+            # wins, so the second need not be drawn (the same draw, the same key), unless
+            # the first is locked out of the model (`_locked()`, inlined)
+            lock = locks.get((order[a], model)) if locks else None
+            if lock is None or lock.until <= now:
+                return a, None
         y = floor((u - x) * (size - 1))
         if y >= x:
             y += 1
-        x += at
-        y += at
-        a, b = ready[x if x < n else x - n], ready[y if y < n else y - n]
-        order = pool.order
+        b = ready[at + y if at + y < n else at + y - n]
+        if idle:  # the first is locked: the second, unless it is locked too
+            return (a if _locked(locks, order[b], model, now) else b), None
         busy_a, busy_b = counts.get(order[a], 0), counts.get(order[b], 0)
         if busy_b < busy_a:
             a, b, busy_a, busy_b = b, a, busy_b, busy_a
+        lock = locks.get((order[a], model)) if locks else None
+        if lock is not None and lock.until > now:  # the winner cannot serve the model
+            if _locked(locks, order[b], model, now):  # nor the other: the walk goes on
+                return a, (f"keys {order[a]} and {order[b]} are locked out of {model}"
+                           if self.bus.wants(AttemptEvent) else None)
+            return b, (f"key {order[b]} (key {order[a]} is locked out of {model})"
+                       if self.bus.wants(AttemptEvent) else None)
         return a, (f"key {order[a]} {busy_a} in flight vs {busy_b} on {order[b]}"
                    if self.bus.wants(AttemptEvent) else None)
 
@@ -548,15 +562,20 @@ class Headroom:
             if not out:
                 del self.out[provider]
 
-    def exhausted(self, layers: ProviderLayers, now: int) -> bool:
-        """Whether every ready connection of the provider said it is out until its reset
-        (then the target is tried after the others)."""
+    def exhausted(self, layers: ProviderLayers, model: str, now: int) -> bool:
+        """Whether every ready connection of the provider that is not locked out of
+        `model` said it is out until its reset (then the target is tried after the
+        others)."""
         known = self.keys.get(layers.name)
         if not known or layers.name not in self.out:
             return False
         order = layers.pool.order
+        locks = layers.lockouts.entries
         for pos in layers.pool.ready(now):
-            limits = known.get(order[pos])
+            name = order[pos]
+            if locks and _locked(locks, name, model, now):
+                continue  # it cannot serve the model, said or not
+            limits = known.get(name)
             if limits is None or limits.pace(now) != 0.0:
                 return False
         return True
@@ -586,7 +605,7 @@ class HeadroomChooser(Chooser):
         headroom = self.headroom
         if not headroom.out:  # no key anywhere said it is out: nothing to hold back
             return plan, None
-        out = [entry for entry in plan if headroom.exhausted(entry[1], now)]
+        out = [entry for entry in plan if headroom.exhausted(entry[1], entry[0].model, now)]
         if not out or len(out) == len(plan):
             return plan, None
         kept = tuple(entry for entry in plan if entry not in out)
