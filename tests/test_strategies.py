@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from omniroute_tui.clock import ManualClock
@@ -247,6 +247,45 @@ def test_least_busy_gives_a_locked_key_s_share_to_the_keys_drawn_with_it(listene
                "out of m)" in [a["why"] for a in rec.of("attempt")]
 
 
+def _least_busy_keys(listened: bool, seed: int, locks: list[tuple[str, int]],
+                     steps: list[tuple[int, bool]]) -> list[str]:
+    """The keys least_busy's requests go to, on one provider of six keys with `locks`
+    (key, ms), each step a clock jump and whether the request stays in flight."""
+    keys = tuple("abcdef")
+    engine, clock, _ = make_engine({"alpha": keys})
+    if not listened:  # nobody reads why: least_busy takes its shorter path when it can
+        engine = ResilienceEngine([engine.spec("alpha")], clock)
+    for key, ms in locks:
+        engine.record("alpha", key, MODEL, ADMIT, fail(FailureKind.FORBIDDEN, ms))
+    router = Router(engine, {"r": route_of(Strategy.LEAST_BUSY, "alpha")}, seed=seed)
+    chosen = []
+    for i, (jump, stays) in enumerate(steps):
+        clock.advance(jump)
+        routing = router.start(str(i), "r")
+        step = routing.next_step()
+        if isinstance(step, Attempt):
+            chosen.append(step.connection)
+            if not stays:
+                routing.record(200, OK)
+        else:
+            chosen.append("-")
+    return chosen
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=999),
+       st.lists(st.tuples(st.sampled_from("abcdef"),
+                          st.integers(min_value=1, max_value=20_000)), max_size=5),
+       st.lists(st.tuples(st.integers(min_value=0, max_value=500),
+                          st.sampled_from([False, False, False, True])),
+                min_size=1, max_size=80))
+@example(0, [("a", 60_000), ("c", 60_000)], [(1, False)] * 40)  # both drawn keys locked
+def test_least_busy_chooses_the_same_keys_whether_or_not_anyone_reads_why(
+        seed: int, locks: list[tuple[str, int]], steps: list[tuple[int, bool]]) -> None:
+    assert (_least_busy_keys(False, seed, locks, steps)
+            == _least_busy_keys(True, seed, locks, steps))
+
+
 def test_least_busy_window_spans_the_ready_keys_only() -> None:
     # keys b and d cooling: the window moves over a, c, e, f (4 ready: all of them)
     engine, clock, rec = make_engine({"alpha": tuple("abcdef")})
@@ -363,6 +402,12 @@ def test_headroom_holds_back_a_target_whose_keys_that_can_serve_are_all_out() ->
     assert serve(router, "2", clock).provider == "beta"
     assert rec.of("attempt")[-1]["why"].startswith(
         "headroom: alpha/m out of requests until the reset, tried last")
+    # a locked too: alpha has no key for the model, which is the walk's to say, not
+    # headroom's (it is skipped as all locked, not held back as out of requests)
+    engine.record("alpha", "a", MODEL, ADMIT, fail(FailureKind.FORBIDDEN))
+    assert serve(router, "3", clock).provider == "beta"
+    assert rec.of("skip")[-1]["reason"] == "all_locked"
+    assert "out of requests" not in (rec.of("attempt")[-1]["why"] or "")
 
 
 @pytest.mark.parametrize("headers", [

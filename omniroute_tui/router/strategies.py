@@ -349,6 +349,7 @@ class LeastBusyChooser(Chooser):
         lock = locks.get((order[a], model)) if locks else None
         if lock is not None and lock.until > now:  # the winner cannot serve the model
             if _locked(locks, order[b], model, now):  # nor the other: the walk goes on
+                # from the winner to the next key that serves
                 return a, (f"keys {order[a]} and {order[b]} are locked out of {model}"
                            if self.bus.wants(AttemptEvent) else None)
             return b, (f"key {order[b]} (key {order[a]} is locked out of {model})"
@@ -563,14 +564,15 @@ class Headroom:
                 del self.out[provider]
 
     def exhausted(self, layers: ProviderLayers, model: str, now: int) -> bool:
-        """Whether every ready connection of the provider that is not locked out of
-        `model` said it is out until its reset (then the target is tried after the
-        others)."""
+        """Whether the provider's ready connections not locked out of `model` are some,
+        and every one said it is out until its reset (then the target is tried after the
+        others; one with none is the walk's to skip, for its reason)."""
         known = self.keys.get(layers.name)
         if not known or layers.name not in self.out:
             return False
         order = layers.pool.order
         locks = layers.lockouts.entries
+        serving = False  # a key that can serve the model was seen (else: not for headroom)
         for pos in layers.pool.ready(now):
             name = order[pos]
             if locks and _locked(locks, name, model, now):
@@ -578,7 +580,8 @@ class Headroom:
             limits = known.get(name)
             if limits is None or limits.pace(now) != 0.0:
                 return False
-        return True
+            serving = True
+        return serving
 
 
 class HeadroomChooser(Chooser):
