@@ -16,12 +16,12 @@ import random
 from bisect import bisect_left
 from collections.abc import Callable, Container, Mapping, Sequence
 from math import floor
-from typing import Protocol
 
 from ..engine.bus import EventBus
 from ..engine.changes import Changes
 from ..engine.engine import ProviderLayers, ask_of, quiet_until, refused_targets
 from ..engine.events import AttemptEvent
+from ..engine.lockout import ModelLockouts
 from .rate_limits import RateLimitInfo
 from .routes import Target
 
@@ -48,13 +48,6 @@ LATENCY_ALPHA = 0.2
 WINDOW = 4
 _FULL = float("inf")  # the score of a key that never said its limits
 _NEVER = -1 << 62  # before any clock time
-
-
-class Locked(Protocol):
-    """What `headroom` reads of a model lockout: until when it holds."""
-
-    @property
-    def until(self) -> int: ...
 
 
 class Chooser:
@@ -90,6 +83,14 @@ class Chooser:
     def quiet(self, now: int) -> bool:
         """Whether every target is known to be quiet, without asking them."""
         return self.quiet_at == self.changes.count and now < self.quiet_until
+
+    def ask(self, now: int) -> list[int] | None:
+        """Ask every target (`refused_targets`); when all could serve, remember whether
+        they are quiet."""
+        refused = refused_targets(self.asks, now)
+        if refused is None:
+            self.found_quiet(now)
+        return refused
 
     def found_quiet(self, now: int) -> None:
         """Every target could serve: remember whether they are all quiet, and until when
@@ -128,12 +129,8 @@ class WeightedChooser(Chooser):
         current = self.current
         best = -1
         high = 0
-        if self.quiet_at == self.changes.count and now < self.quiet_until:  # `quiet()`
-            refused = None
-        else:
-            refused = refused_targets(self.asks, now)
-            if refused is None:
-                self.found_quiet(now)
+        refused = (None if self.quiet_at == self.changes.count and now < self.quiet_until
+                   else self.ask(now))  # `quiet()`, inlined
         if refused is None:  # the usual case: every target gains its weight
             total = self.total
             for i, weight in self.weights:
@@ -270,12 +267,7 @@ class LeastBusyChooser(Chooser):
                 else:
                     self.found_quiet(now)
         if a == b:  # one target in all, or one drawn could not serve: ask every one
-            if self.quiet(now):
-                refused = None
-            else:
-                refused = refused_targets(self.asks, now)
-                if refused is None:
-                    self.found_quiet(now)
+            refused = None if self.quiet(now) else self.ask(now)
             usable = (self.everyone if refused is None else
                       [i for i in self.everyone if i not in refused])
             n = len(usable)
@@ -328,12 +320,13 @@ class LeastBusyChooser(Chooser):
         x = floor(u)
         a = ready[at + x if at + x < n else at + x - n]
         order = pool.order
-        locks = layers.lockouts.entries
+        lockouts = layers.lockouts
+        locks = lockouts.entries
         idle = not counts and not self.bus.wants(AttemptEvent)
         if idle:
             # nothing in flight on the provider: both keys drawn are at 0 and the first
             # wins, so the second need not be drawn (the same draw, the same key), unless
-            # the first is locked out of the model (`_locked()`, inlined)
+            # the first is locked out of the model (`ModelLockouts.locked_until`, inlined)
             lock = locks.get((order[a], model)) if locks else None
             if lock is None or lock.until <= now:
                 return a, None
@@ -342,13 +335,13 @@ class LeastBusyChooser(Chooser):
             y += 1
         b = ready[at + y if at + y < n else at + y - n]
         if idle:  # the first is locked: the second, unless it is locked too
-            return (a if _locked(locks, order[b], model, now) else b), None
+            return (a if lockouts.locked_until(order[b], model, now) else b), None
         busy_a, busy_b = counts.get(order[a], 0), counts.get(order[b], 0)
         if busy_b < busy_a:
             a, b, busy_a, busy_b = b, a, busy_b, busy_a
         lock = locks.get((order[a], model)) if locks else None
         if lock is not None and lock.until > now:  # the winner cannot serve the model
-            if _locked(locks, order[b], model, now):  # nor the other: the walk goes on
+            if lockouts.locked_until(order[b], model, now):  # nor the other: the walk goes on
                 # from the winner to the next key that serves
                 return a, (f"keys {order[a]} and {order[b]} are locked out of {model}"
                            if self.bus.wants(AttemptEvent) else None)
@@ -571,11 +564,11 @@ class Headroom:
         if not known or layers.name not in self.out:
             return False
         order = layers.pool.order
-        locks = layers.lockouts.entries
+        lockouts = layers.lockouts
         serving = False  # a key that can serve the model was seen (else: not for headroom)
         for pos in layers.pool.ready(now):
             name = order[pos]
-            if locks and _locked(locks, name, model, now):
+            if lockouts.entries and lockouts.locked_until(name, model, now):
                 continue  # it cannot serve the model, said or not
             limits = known.get(name)
             if limits is None or limits.pace(now) != 0.0:
@@ -635,10 +628,10 @@ class HeadroomChooser(Chooser):
         locks = layers.lockouts.entries
         placed = known.placed if known.order is order else known.place(order)
         if self.bus.wants(AttemptEvent):
-            return self._explain(placed, window, order, locks, model, start, now)
+            return self._explain(placed, window, order, layers.lockouts, model, start, now)
         best_pos, best_pace = start, -1.0  # the rotation's start if every key is locked
         for pos in window:  # `_pace()`, inlined for the usual case: it runs for every key
-            if locks:  # `_locked()`, inlined: a key locked out of the model is not ranked
+            if locks:  # `ModelLockouts.locked_until`, inlined: a locked key is not ranked
                 lock = locks.get((order[pos], model))
                 if lock is not None and lock.until > now:
                     continue
@@ -656,11 +649,10 @@ class HeadroomChooser(Chooser):
 
     @staticmethod
     def _explain(placed: list[KeyLimits | None], window: list[int], order: tuple[str, ...],
-                 locks: Mapping[tuple[str, str], Locked], model: str, start: int, now: int
-                 ) -> tuple[int, str]:
+                 lockouts: ModelLockouts, model: str, start: int, now: int) -> tuple[int, str]:
         """The same choice as `start()` makes, with why: the key, what it has left, and
         the pace of the next best."""
-        window = [pos for pos in window if not _locked(locks, order[pos], model, now)]
+        window = [pos for pos in window if not lockouts.locked_until(order[pos], model, now)]
         if not window:
             return start, f"every key of the window is locked out of {model}: in rotation"
         best_pos, best_pace, runner = -1, -1.0, -1.0
@@ -681,14 +673,6 @@ class HeadroomChooser(Chooser):
             " vs a key that has not said" if runner == _FULL else f" vs {runner:.1f}/s next")
         return best_pos, (f"{name} has {said} left for {max(0, reset_at - now) / 1000:.1f} s "
                           f"({best_pace:.1f}/s){versus}")
-
-
-def _locked(locks: Mapping[tuple[str, str], Locked], connection: str, model: str, now: int
-            ) -> bool:
-    """Whether the key is locked out of the model now (an expired lockout lingers until
-    the key next succeeds or an operator clears it)."""
-    lock = locks.get((connection, model))
-    return lock is not None and lock.until > now
 
 
 def _pace(limits: KeyLimits | None, now: int) -> float:
