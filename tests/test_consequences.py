@@ -43,9 +43,11 @@ def test_the_table_says_what_the_design_says() -> None:
                          "next_target"),
         "client_error": ("none", "none", "success", "connection", "backoff", False, "respond"),
         "cancelled": ("none", "none", "none", "connection", "backoff", False, "respond"),
+        "stream_cut": ("cooldown", "cooldown", "failure", "connection", "backoff", True,
+                       "next_target"),
     }
     counted = sorted(BREAKER_FAILURE_KINDS)
-    assert counted == ["network", "rate_limited", "server_error", "timeout"]
+    assert counted == ["network", "rate_limited", "server_error", "stream_cut", "timeout"]
 
 
 @pytest.mark.parametrize("per_model_quota", [False, True])

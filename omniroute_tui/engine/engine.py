@@ -118,7 +118,8 @@ class ProviderLayers:
     """
 
     __slots__ = ("_bus", "_changes", "_gone", "_on_failure", "breaker", "budget", "dedup",
-                 "lockouts", "name", "pool", "spec", "timeout_ms")
+                 "first_token_ms", "lockouts", "name", "pool", "spec", "stream_idle_ms",
+                 "timeout_ms")
 
     def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random,
                  changes: Changes) -> None:
@@ -129,6 +130,8 @@ class ProviderLayers:
         self.spec = spec
         self.name = spec.name
         self.timeout_ms = settings.request.timeout_ms
+        self.stream_idle_ms = settings.request.stream_idle_ms
+        self.first_token_ms = settings.request.first_token_ms
         self.breaker = ProviderBreaker(
             spec.name, settings.breaker, probe_lease_ms=settings.request.timeout_ms,
             emit=bus.emit, jitter=jitter, changes=changes,
@@ -165,6 +168,8 @@ class ProviderLayers:
         jitter = Jitter(settings.jitter, rng)
         self.spec = spec
         self.timeout_ms = settings.request.timeout_ms
+        self.stream_idle_ms = settings.request.stream_idle_ms
+        self.first_token_ms = settings.request.first_token_ms
         self.breaker.reconfigure(settings.breaker, probe_lease_ms=settings.request.timeout_ms,
                                  jitter=jitter)
         staying = frozenset(spec.connections)
