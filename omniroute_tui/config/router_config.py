@@ -29,6 +29,7 @@ from .limits import (
     parse_retention,
 )
 from .overrides import OverridePatch, parse_overrides, read_first_token, validate_settings
+from .prescan import check_counts
 from .problems import Path
 from .readers import (
     read_bool,
@@ -443,7 +444,7 @@ def load_router_config(
     `read_keys=False` skips the keys and the environment they name: a simulation stands
     fakes in for every provider and never needs them.
     """
-    src = load_source(path, text=text)
+    src = load_source(path, text=text, precheck=check_counts)
     data = src.data
     reject_unknown(src, data, (), ("providers", "routes", "resilience", "store", "gateway"))
     patch = parse_overrides(src, data.get("resilience", {}), ("resilience",))
