@@ -256,7 +256,7 @@ async def test_a_first_token_too_late_falls_back_before_anything_is_sent(
 
 async def test_six_cuts_in_a_row_open_the_breaker(caplog: pytest.LogCaptureFixture) -> None:
     """Defaults (apikey): three counted failures make the breaker DEGRADED, five open it
-    (SPEC §3); each cut cools its key, so the next request takes the next key, and the
+    (docs/design.md §3); each cut cools its key, so the next request takes the next key, and the
     sixth goes to the route's next target."""
     caplog.set_level(logging.DEBUG)
     async with gateway_and_upstream() as setup:

@@ -8,14 +8,18 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from omniroute_tui.drivers import UpstreamClient
 from omniroute_tui.drivers.http1 import ProtocolError
 from omniroute_tui.drivers.relay import StreamBroken, StreamRelay
 from omniroute_tui.drivers.sse import SseDecoder, SseError
 from omniroute_tui.engine import StreamCut
+
+from .helpers import alpha_beta_driver
 
 
 def chunk(content: str | None = None, *, role: bool = False, finish: bool = False) -> bytes:
@@ -250,5 +254,77 @@ def test_at_any_cut_the_client_gets_a_prefix_and_the_outcome_says_so(
         assert relay.cut is not None and not relay.finished
         assert json.loads(b"{\"error\"" + error)["error"]["reason"] == relay.cut.value
         assert relay.cut is expected
+
+    asyncio.run(run())
+
+
+async def test_keep_alives_without_end_before_any_content_hold_no_memory() -> None:
+    relay = StreamRelay(Body([b": keep-alive\n\n" * 10_000] * 10), 5000)
+    with pytest.raises(StreamBroken, match="over 1024 KiB of events before any content"):
+        await relay.first_content()
+
+
+# -- any cut point, through the driver: what the engine records ----------------------------
+
+
+class _Cut(httpx.AsyncByteStream):
+    """An upstream body that ends, or breaks (a reset), after `upstream`."""
+
+    def __init__(self, upstream: bytes, splits: list[int], reset: bool) -> None:
+        self.pieces = [upstream[a:b] for a, b in zip([0, *splits], [*splits, len(upstream)],
+                                                     strict=True)]
+        self.reset = reset
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+        if self.reset:
+            raise httpx.ReadError("connection reset by peer")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 20), st.data())
+def test_the_engine_records_what_the_client_got(tokens: int, data: st.DataObject) -> None:
+    """alpha streams a body cut at a random byte, beta a whole one: a cut before the
+    first content falls back to beta unseen; after it, the client's bytes are a prefix of
+    alpha's and an error event, and the result the engine records says so."""
+    body = answer(tokens)
+    cut_at = data.draw(st.integers(0, len(body)), label="cut_at")
+    reset = data.draw(st.booleans(), label="reset") and cut_at < len(body)
+    splits = sorted(data.draw(st.lists(st.integers(0, cut_at), max_size=5), label="splits"))
+    first_content = len(chunk(role=True)) + len(chunk("t0 "))
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "beta.test":
+            return httpx.Response(200, content=answer(3),
+                                  headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, stream=_Cut(body[:cut_at], splits, reset),
+                              headers={"content-type": "text/event-stream"})
+
+    async def run() -> None:
+        client = UpstreamClient(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+        _, driver, seen = alpha_beta_driver(client)
+        completion = await driver.complete({"model": "r", "messages": [], "stream": True},
+                                           stream=True)
+        assert completion.relay is not None
+        try:
+            sent = b"".join([piece async for piece in completion.relay.relay()])
+        finally:
+            await completion.finish()
+        await client.aclose()
+        results = [(r["provider"], r["kind"], r.get("reason"), r.get("relayed_bytes"))
+                   for r in seen.of("result")]
+        if cut_at < first_content:  # alpha failed before anything was sent: beta answered
+            assert sent == answer(3)
+            assert results[0][:2] == ("alpha", "stream_cut")
+            assert results[1] == ("beta", None, None, len(sent))
+        elif cut_at == len(body):
+            assert sent == body and results == [("alpha", None, None, len(body))]
+        else:
+            relayed, _, error = sent.rpartition(b'data: {"error"')
+            assert body.startswith(relayed) and error
+            reason = json.loads(b'{"error"' + error)["error"]["reason"]
+            assert reason == ("reset" if reset else "no_done")
+            assert results == [("alpha", "stream_cut", reason, len(relayed))]
 
     asyncio.run(run())

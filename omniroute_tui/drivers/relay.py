@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from ..engine.kinds import StreamCut
-from .sse import SseDecoder, SseError, SseEvent
+from .sse import MAX_EVENT_BYTES, SseDecoder, SseError, SseEvent
 
 __all__ = ["BodyReader", "StreamBroken", "StreamRelay", "error_event"]
 
@@ -131,10 +131,15 @@ class StreamRelay:
         """Read until the first event with content (or `[DONE]`), holding back what
         comes before it; StreamBroken if the stream breaks first. The caller bounds the
         time (`request.first_token`, or `request.timeout`)."""
+        held = 0
         while True:
             for i, event in enumerate(self._backlog):
                 seen = _examine(event)
                 self._held.append(event.raw)
+                held += len(event.raw)
+                if held > MAX_EVENT_BYTES:  # keep-alives without end hold no memory
+                    raise StreamBroken(StreamCut.BAD_EVENT, f"over {MAX_EVENT_BYTES >> 10} "
+                                       "KiB of events before any content")
                 if seen >= _CONTENT:
                     if seen == _CONTENT:
                         self.relayed_chunks += 1
