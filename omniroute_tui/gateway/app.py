@@ -10,13 +10,14 @@ import asyncio
 import logging
 import unicodedata
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -38,6 +39,7 @@ from .auth import bearer_matches
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
 from .protocol import client_log
+from .relay_response import RelayResponse
 from .reload import ConfigReloader
 from .request_ids import REQUEST_ID_HEADER, RequestIds
 from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
@@ -233,8 +235,9 @@ class Gateway:
         if completion is None:  # the client went away; the attempt was cancelled
             _answered(request_id, 499, route=model)
             return Response(status_code=499)
-        response = self._respond(completion)
-        _answered(request_id, response.status_code, route=model, completion=completion)
+        response = self._respond(completion, request_id, model)
+        if completion.relay is None:  # a stream's line is written when it ends
+            _answered(request_id, response.status_code, route=model, completion=completion)
         return response
 
     async def _complete_unless_disconnected(
@@ -263,7 +266,7 @@ class Gateway:
         finally:
             watcher.cancel()
 
-    def _respond(self, completion: Completion) -> Response:
+    def _respond(self, completion: Completion, request_id: str, model: str) -> Response:
         response, reply = completion.response, completion.reply
         if reply is None:
             return JSONResponse(response.body, response.status, headers=response.headers)
@@ -271,8 +274,9 @@ class Gateway:
                    if k.lower() in _FORWARDED_HEADERS}
         headers["x-omniroute-served-by"] = (response.upstream.served_by
                                             if response.upstream else "")
-        if reply.stream is not None:
-            return StreamingResponse(_passthrough(reply), reply.status, headers=headers)
+        if reply.relay is not None:
+            return RelayResponse(completion, reply.status, headers, partial(
+                _stream_ended, request_id, model))
         return Response(reply.content, reply.status, headers=headers)
 
     async def models(self, request: Request) -> Response:
@@ -517,10 +521,12 @@ def _client_gone(request: Request, request_id: str | None = None) -> Response:
 def _answered(request_id: str, status: int, *, route: str | None = None,
               completion: Completion | None = None) -> None:
     """The access line of a proxied request: its id, route and status, and the target
-    that served it; never its body (docs/gateway.md, "Logs")."""
+    that served it; a stream's, how it ended and what it relayed; never its body
+    (docs/gateway.md, "Logs")."""
     if not access_log.isEnabledFor(logging.INFO):
         return
     fields: dict[str, Any] = {"request_id": request_id, "route": route, "status": status}
+    message = "chat completion answered %d"
     if completion is not None:
         response = completion.response
         upstream = response.upstream
@@ -528,7 +534,18 @@ def _answered(request_id: str, status: int, *, route: str | None = None,
             fields.update(provider=upstream.provider, connection=upstream.connection,
                           model=upstream.model)
         fields.update(attempts=len(response.attempts), latency_ms=response.latency_ms)
-    access_log.info("chat completion answered %d", status, extra=fields)
+        relay = completion.relay
+        if relay is not None:
+            ended = ("stream_cut" if relay.cut is not None else "whole" if relay.finished
+                     else "cancelled")
+            fields.update(stream=ended, reason=relay.cut, relayed_bytes=relay.relayed_bytes,
+                          relayed_chunks=relay.relayed_chunks)
+            message = f"chat completion answered %d, its stream {ended}"
+    access_log.info(message, status, extra=fields)
+
+
+def _stream_ended(request_id: str, route: str, completion: Completion) -> None:
+    _answered(request_id, completion.response.status, route=route, completion=completion)
 
 
 async def _disconnected(request: Request) -> None:
@@ -537,14 +554,3 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
-
-
-async def _passthrough(reply: Any) -> AsyncIterator[bytes]:
-    try:
-        if reply.first_chunk:
-            yield reply.first_chunk
-        if reply.chunks is not None:
-            async for chunk in reply.chunks:
-                yield chunk
-    finally:
-        await reply.aclose()
