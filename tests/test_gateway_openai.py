@@ -51,8 +51,10 @@ async def test_fallback_when_a_provider_fails(tmp_path: Path) -> None:
 
 async def test_aggregated_error_when_everything_is_down(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw, client(gw.url) as api:
-        with pytest.raises(openai.RateLimitError):  # the upstream 429, passed on
+        with pytest.raises(openai.RateLimitError) as first:  # the upstream 429, passed on
             await api.chat.completions.create(model="busy", messages=MESSAGES)
+        # when the key it met comes back out of its cooldown (the upstream said 30 s)
+        assert first.value.response.headers["retry-after"] in ("29", "30")
         with pytest.raises(openai.RateLimitError) as info:  # now the key is cooling
             await api.chat.completions.create(model="busy", messages=MESSAGES)
         response = info.value.response

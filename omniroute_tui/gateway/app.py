@@ -321,7 +321,8 @@ class Gateway:
             log.error("a metrics scrape failed (%d in all): %s: %s", self._scrape_failures,
                       type(exc).__name__, exc, exc_info=self._scrape_failures == 1)
             return Response("metrics unavailable: the scrape failed; the gateway's log says "
-                            "why\n", 503, media_type="text/plain")
+                            "why\n", 503, media_type="text/plain",
+                            headers={"Retry-After": "15"})  # about the next scrape
         return Response(body, 200, headers={"content-type": CONTENT_TYPE_LATEST})
 
     # -- the management API ----------------------------------------------------------------
