@@ -52,6 +52,7 @@ HISTORY_LIMIT = 1000
 _FORWARDED_HEADERS = {"content-type": "content-type", "openai-processing-ms":
                       "openai-processing-ms", "x-request-id": "x-upstream-request-id"}
 OPERATOR_HEADER = "x-omniroute-operator"
+SERVED_BY_HEADER = "x-omniroute-served-by"
 #: one line per proxied request, at info (docs/gateway.md, "Logs")
 access_log = logging.getLogger("omniroute.access")
 Handler = Callable[[Request], Awaitable[Response]]
@@ -86,6 +87,7 @@ class Gateway:
         config: RouterConfig | None = None,
         metrics: MetricsAccess = MetricsAccess.TOKEN,
         config_status: ConfigStatus | None = None,
+        served_by_header: bool = True,
     ) -> None:
         self.router = router
         self.limits = limits or GatewayLimits()
@@ -96,6 +98,9 @@ class Gateway:
         self.fleet = fleet
         self.client = client or UpstreamClient()
         self.driver = AsyncDriver(router, providers, self.client)
+        #: `x-omniroute-served-by: provider/connection/model` on every proxied answer
+        #: (`gateway.served_by_header`): a connection id may name a team or an account
+        self.served_by_header = served_by_header
         self.request_ids = RequestIds()
         self.events = EventBroadcaster(router.engine.bus,
                                        replica=None if fleet is None else fleet.replica)
@@ -269,8 +274,8 @@ class Gateway:
             return JSONResponse(response.body, response.status, headers=response.headers)
         headers = {_FORWARDED_HEADERS[k.lower()]: v for k, v in reply.headers.items()
                    if k.lower() in _FORWARDED_HEADERS}
-        headers["x-omniroute-served-by"] = (response.upstream.served_by
-                                            if response.upstream else "")
+        if self.served_by_header and response.upstream is not None:
+            headers[SERVED_BY_HEADER] = response.upstream.served_by
         if reply.stream is not None:
             return StreamingResponse(_passthrough(reply), reply.status, headers=headers)
         return Response(reply.content, reply.status, headers=headers)
