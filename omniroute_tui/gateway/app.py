@@ -166,6 +166,7 @@ class Gateway:
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
+            Route("/ready", self.ready, methods=["GET"]),
         ]
         if self.metrics_access is MetricsAccess.PUBLIC:
             routes.append(Route("/metrics", self.scrape, methods=["GET"]))
@@ -312,6 +313,22 @@ class Gateway:
             # a consumer of the events raised (isolated from routing, logged once a minute)
             body["subscriber_faults"] = dict(self.engine.bus.faults)
         return JSONResponse(body)
+
+    async def ready(self, request: Request) -> Response:
+        """`GET /ready`: whether to send this gateway traffic: its config loaded, its store
+        open (when it has one), its fleet link up (when it is a replica). 200, or 503 with
+        what is not; `/health` stays 200 while routing works at all."""
+        checks: dict[str, dict[str, Any]] = {"config": {
+            "ok": self.status is None or bool(self.status.version),
+            "version": None if self.status is None else self.status.version}}
+        if self.store is not None:
+            checks["store"] = {"ok": self.store.is_open}
+        if self.fleet is not None:
+            link = self.fleet.health()
+            checks["fleet"] = {"ok": link.ok, "error": link.error}
+        ok = all(check["ok"] for check in checks.values())
+        return JSONResponse({"ready": ok, "checks": checks}, 200 if ok else 503,
+                            headers=None if ok else {"Retry-After": "5"})
 
     async def scrape(self, request: Request) -> Response:
         """`GET /metrics`: the engine's state now and the traffic counted since start. A
@@ -506,7 +523,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     message = (f"no {request.method} {request.url.path} here" if status == 405 else
                f"nothing at {request.url.path}: the API is /v1/chat/completions, /v1/models, "
-               "/health and /api/resilience/...")
+               "/health, /ready and /api/resilience/...")
     return error_response(status, message, code="not_found" if status == 404 else None,
                           headers=getattr(exc, "headers", None))
 
