@@ -492,7 +492,7 @@ def drive(headers: dict[str, dict[str, str]], served: list[str], wall: Any = Non
     keys = list(served)
 
     async def send(base_url: str, body: Any, *, api_key: Any, timeout_ms: int, stream: bool,
-                   now_epoch_ms: int) -> UpstreamReply:
+                   now_epoch_ms: int, **stream_bounds: int) -> UpstreamReply:
         return UpstreamReply(200, OK, headers[keys.pop(0)], b"{}")
 
     client = type("Client", (), {"send": staticmethod(send)})()

@@ -104,9 +104,9 @@ class StreamRelay:
     """One streamed answer: `first_content()` reads until it has begun, `relay()` passes
     it on; then `cut` (None: whole) and what was relayed say how it went."""
 
-    __slots__ = ("_backlog", "_body", "_chunks", "_decoder", "_held", "_idle_s", "_reading",
-                 "_since", "_stop", "_task", "_timer", "cut", "detail", "finished", "gone",
-                 "relayed_bytes", "relayed_chunks")
+    __slots__ = ("_backlog", "_body", "_chunks", "_decoder", "_held", "_held_chunks",
+                 "_idle_s", "_reading", "_since", "_stop", "_task", "_timer", "cut", "detail",
+                 "finished", "gone", "relayed_bytes", "relayed_chunks")
 
     def __init__(self, body: BodyReader, idle_ms: int) -> None:
         self._body = body
@@ -114,6 +114,7 @@ class StreamRelay:
         self._decoder = SseDecoder()
         self._idle_s = idle_ms / 1000
         self._held: list[bytes] = []  # events read before the first content
+        self._held_chunks = 0  # events with content among them (the first, or none)
         self._backlog: list[SseEvent] = []  # events read and not yet looked at
         self._reading = False
         self._since = 0.0
@@ -141,10 +142,8 @@ class StreamRelay:
                     raise StreamBroken(StreamCut.BAD_EVENT, f"over {MAX_EVENT_BYTES >> 10} "
                                        "KiB of events before any content")
                 if seen >= _CONTENT:
-                    if seen == _CONTENT:
-                        self.relayed_chunks += 1
-                    else:
-                        self.finished = True
+                    self._held_chunks = int(seen == _CONTENT)
+                    self.finished = seen == _DONE
                     del self._backlog[:i + 1]
                     return
             self._backlog = await self._read()
@@ -181,6 +180,7 @@ class StreamRelay:
     async def _relay(self) -> AsyncIterator[bytes]:
         held = b"".join(self._held)
         self._held = []
+        self.relayed_chunks += self._held_chunks
         piece, broken = self._pass(self._backlog) if not self.finished else (b"", None)
         if held or piece:
             out = held + piece if piece else held
