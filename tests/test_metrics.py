@@ -63,6 +63,7 @@ CONTRACT = {
     "omniroute_request_duration_seconds": "histogram",
     "omniroute_request_attempts": "histogram",
     "omniroute_upstream_failures": "counter",
+    "omniroute_upstream_attempts": "counter",
     "omniroute_attempts_in_flight": "gauge",
     "omniroute_store_up": "gauge",
     "omniroute_store_pending_changes": "gauge",
@@ -228,6 +229,14 @@ def test_state_and_traffic_after_a_hand_driven_sequence() -> None:
     assert {k: v for k, v in failures.items() if v} == {
         ("alpha", "forbidden"): 1, ("alpha", "rate_limited"): 1, ("alpha", "server_error"): 1,
         ("beta", "server_error"): 1, ("gamma", "quota_exhausted"): 1}
+    outcomes = {(a["provider"], a["outcome"]): value(m, "omniroute_upstream_attempts_total", **a)
+                for a in series(m, "omniroute_upstream_attempts_total")}
+    # every provider's every outcome, 0 or not: the attempts without connection and model
+    assert len(outcomes) == 3 * (len(FailureKind) + 1)
+    assert {k: v for k, v in outcomes.items() if v} == {
+        ("alpha", "ok"): 2, ("alpha", "forbidden"): 1, ("alpha", "server_error"): 1,
+        ("alpha", "rate_limited"): 1, ("beta", "ok"): 3, ("beta", "server_error"): 1,
+        ("gamma", "quota_exhausted"): 1}
     assert value(m, "omniroute_skips_total", provider="alpha", reason="circuit_open") == 1
     assert sum(value(m, "omniroute_skips_total", **k)
                for k in series(m, "omniroute_skips_total")) == 1
@@ -461,3 +470,40 @@ def test_the_scrape_config_is_one_prometheus_takes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
     assert yaml.safe_load(block)["scrape_configs"][0]["authorization"] == {
         "type": "Bearer", "credentials_file": "/etc/prometheus/omniroute-token.txt"}
+
+
+ROUTER_A = """\
+providers:
+  alpha: {base_url: 'http://127.0.0.1:9/v1', models: [m], connections: [a]}
+routes:
+  chat: {targets: [alpha/m]}
+"""
+
+
+def test_a_provider_a_reload_adds_has_its_counters_at_zero_and_the_others_keep_theirs(
+) -> None:
+    from omniroute_tui.config import load_router_config
+
+    first = load_router_config("router.yaml", text=ROUTER_A)
+    router = first.build(ManualClock(T0))
+    registry = build_registry(router, clock=router.engine.clock)
+    routing = router.start("r1", "chat")
+    assert isinstance(routing.next_step(), Attempt)
+    routing.record(429, Classification(FailureKind.RATE_LIMITED, None))
+    routing.next_step()
+    second = load_router_config("router.yaml", text=ROUTER_A.replace(
+        "routes:", "  delta: {base_url: 'http://127.0.0.1:9/v1', models: [m], "
+                   "connections: [d]}\nroutes:"))
+    second.reconfigure(router, previous=first)
+    m = parse(exposition(registry))
+    for kind in ("ok", *FailureKind):
+        assert value(m, "omniroute_upstream_attempts_total", provider="delta",
+                     outcome=kind) == 0
+        assert value(m, "omniroute_upstream_attempts_total", provider="alpha",
+                     outcome=kind) == (1 if kind == "rate_limited" else 0)
+    for kind in FailureKind:
+        assert value(m, "omniroute_upstream_failures_total", provider="delta", kind=kind) == 0
+    assert value(m, "omniroute_upstream_failures_total", provider="alpha",
+                 kind="rate_limited") == 1
+    assert value(m, "omniroute_skips_total", provider="delta", reason="circuit_open") == 0
+    assert value(m, "omniroute_retry_budget_exhausted_total", provider="delta") == 0
