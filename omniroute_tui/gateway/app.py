@@ -27,10 +27,11 @@ from ..config.router_config import MetricsAccess, ProviderConfig, RouterConfig
 from ..config.status import ConfigStatus
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
+from ..drivers.usage import usage_of
 from ..engine.engine import UnknownTarget
 from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..fleet.redis_link import RedisLink
-from ..metrics import CONTENT_TYPE_LATEST, build_registry, exposition
+from ..metrics import CONTENT_TYPE_LATEST, AnswerCounters, build_registry, exposition
 from ..router.core import Router, UnknownRoute
 from ..state_document import state_document
 from ..store import SqliteStore
@@ -124,9 +125,12 @@ class Gateway:
         #: who may scrape `/metrics`: with the token (none: not served), anyone, or no one
         self.metrics_access = (MetricsAccess.OFF if metrics is MetricsAccess.TOKEN
                                and token is None else metrics)
-        self.metrics = None if self.metrics_access is MetricsAccess.OFF else build_registry(
+        #: what the metrics learn of the answers passed on (None: nothing counted)
+        self.answers = (None if self.metrics_access is MetricsAccess.OFF
+                        else AnswerCounters(router))
+        self.metrics = None if self.answers is None else build_registry(
             router, clock=router.engine.clock, store=store, fleet=fleet,
-            config_status=self.status)
+            config_status=self.status, answers=self.answers)
         self._scrape_failures = 0
 
     def _swap(self, config: RouterConfig) -> None:
@@ -240,8 +244,25 @@ class Gateway:
             _answered(request_id, 499, route=model)
             return Response(status_code=499)
         response = self._respond(completion)
+        if self.answers is not None:
+            self._count_answer(model, completion)
         _answered(request_id, response.status_code, route=model, completion=completion)
         return response
+
+    def _count_answer(self, route: str, completion: Completion) -> None:
+        """A successful answer's time to first token (a stream) or its tokens (a whole
+        body's `usage`). A stream's usage comes in its last chunk: the relay that passes
+        the chunks on reads it there (`usage_of` on that chunk's data) and tells
+        `self.answers.usage` when the stream ends."""
+        assert self.answers is not None
+        reply, upstream = completion.reply, completion.response.upstream
+        if reply is None or upstream is None or not 200 <= reply.status < 300:
+            return
+        if reply.stream is not None:  # its first bytes were read before it was chosen
+            self.answers.streamed(upstream.provider, upstream.model,
+                                  self.engine.now() - upstream.started_at)
+        elif (usage := usage_of(reply.content)) is not None:
+            self.answers.usage(upstream.provider, route, upstream.model, usage)
 
     async def _complete_unless_disconnected(
         self, request: Request, body: dict[str, Any], stream: bool, request_id: str

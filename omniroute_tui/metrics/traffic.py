@@ -37,7 +37,7 @@ from ..engine.events import (
 )
 from ..engine.kinds import CooldownReason, DedupWindow, FailureKind, SkipReason
 from .buckets import ATTEMPT_BUCKETS, DURATION_BUCKETS_MS, Buckets
-from .labels import LabelBounds, status_class
+from .labels import OTHER, LabelBounds, status_class
 from .text_format import Labels, sample
 
 __all__ = ["COOLING_REASONS", "TrafficCounters", "cooling_reason"]
@@ -74,6 +74,9 @@ class TrafficCounters:
         self.attempt_counts: dict[str, Buckets] = {}  # route -> attempts per request
         #: (provider, connection, model label, kind or None)
         self.attempts: dict[tuple[str, str, str, FailureKind | None], int] = {}
+        #: (provider, model label) -> an attempt's time to its answer, in ms
+        self.latency: dict[tuple[str, str], Buckets] = {
+            declared: Buckets(DURATION_BUCKETS_MS, 0.001) for declared in labels.declared}
         self.failures: dict[tuple[str, FailureKind], int] = {}
         self.skips: dict[tuple[str, str], int] = {}
         self.budget_exhausted: dict[str, int] = {}
@@ -180,10 +183,20 @@ class TrafficCounters:
         key = (provider, event.connection, model, kind)
         attempts = self.attempts
         attempts[key] = attempts.get(key, 0) + 1
+        if kind is not FailureKind.CANCELLED:  # a hang-up says nothing of the upstream
+            # a histogram per model the config declares; the learned ones share `other`
+            latency = self.latency.get((provider, model)) or self._learned_latency(provider)
+            latency.observe(event.latency_ms)
         if kind is not None:
             failures = self.failures
             failure = (provider, kind)
             failures[failure] = failures.get(failure, 0) + 1
+
+    def _learned_latency(self, provider: str) -> Buckets:
+        latency = self.latency.get((provider, OTHER))
+        if latency is None:
+            latency = self.latency[(provider, OTHER)] = Buckets(DURATION_BUCKETS_MS, 0.001)
+        return latency
 
     def _skip(self, event: SkipEvent) -> None:
         key = (event.provider, event.reason.value)
@@ -262,6 +275,13 @@ class TrafficCounters:
                                               "model": model, "outcome": kind or "ok"})
             add(sample(name, pairs, count))
         yield attempts
+        latency = HistogramMetricFamily(
+            "omniroute_upstream_latency_seconds",
+            "Time from sending an attempt to its answer (a stream's: its first bytes), "
+            "failures included, cancelled attempts not.", labels=("provider", "model"))
+        for (provider, model), buckets in self.latency.items():
+            latency.add_metric((provider, model), list(buckets.cumulative()), buckets.sum / 1000)
+        yield latency
         yield _counter("omniroute_upstream_attempts",
                        "Upstream attempts by provider and outcome (ok, or the failure kind): "
                        "every outcome of every provider from 0.", ("provider", "outcome"),
