@@ -226,9 +226,9 @@ async def test_a_fleet_replica_counts_what_it_applies_and_how_late(
 
 async def test_tokens_and_time_to_first_token_through_the_openai_client(
         tmp_path: Path) -> None:
-    """The official client asks for a plain and a streamed answer: the plain one's usage
-    counts its tokens by provider, route and model, the streamed one its time to first
-    token; a failed answer counts none."""
+    """The official client asks for plain and streamed answers: a plain one's usage counts
+    its tokens by provider, route and model, a stream its time to first token, and its
+    tokens when it ends if it asked for its usage; a failed answer counts none."""
     import openai
 
     messages = [{"role": "user", "content": "hello"}]
@@ -243,6 +243,15 @@ async def test_tokens_and_time_to_first_token_through_the_openai_client(
                                                    stream=True)
         async for _ in stream:
             pass
+        counted = None  # a stream that asks for its usage: counted when it ends
+        stream = await api.chat.completions.create(
+            model="fallback", messages=messages, stream=True,
+            stream_options={"include_usage": True})
+        async for chunk in stream:
+            counted = chunk.usage or counted
+        assert counted is not None
+        await eventually(lambda: gw.gateway.answers is not None and gw.gateway.answers.tokens[
+            ("healthy", "fallback", "m")][1] > 0, what="the stream's end counted")
         with pytest.raises(openai.RateLimitError):
             await api.chat.completions.create(model="busy", messages=messages)
         m = parse((await http.get("/metrics", headers=AUTH)).content)
@@ -254,17 +263,18 @@ async def test_tokens_and_time_to_first_token_through_the_openai_client(
                       ("chat", "completion"): reply.usage.completion_tokens,
                       ("healthy/m", "prompt"): direct.usage.prompt_tokens,
                       ("healthy/m", "completion"): direct.usage.completion_tokens,
-                      ("fallback", "prompt"): 0, ("fallback", "completion"): 0}
+                      ("fallback", "prompt"): counted.prompt_tokens,
+                      ("fallback", "completion"): counted.completion_tokens}
     assert value(m, "omniroute_upstream_tokens_total", provider="throttled", route="busy",
                  model="m", type="prompt") == 0
     assert value(m, "omniroute_upstream_time_to_first_token_seconds_count",
-                 provider="healthy", model="m") == 1
+                 provider="healthy", model="m") == 2
     first = value(m, "omniroute_upstream_time_to_first_token_seconds_sum", provider="healthy",
                   model="m")
     assert 0 < first < 3
     # every answered attempt, the broken provider's 503s and the throttled 429 included
     assert value(m, "omniroute_upstream_latency_seconds_count", provider="healthy",
-                 model="m") == 3
+                 model="m") == 4
     assert value(m, "omniroute_upstream_latency_seconds_count", provider="throttled",
                  model="m") == 1
     assert value(m, "omniroute_upstream_latency_seconds_count", provider="broken",

@@ -10,13 +10,14 @@ import asyncio
 import logging
 import unicodedata
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -39,6 +40,7 @@ from .auth import bearer_matches
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
 from .protocol import client_log
+from .relay_response import RelayResponse
 from .reload import ConfigReloader
 from .request_ids import REQUEST_ID_HEADER, RequestIds
 from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
@@ -243,26 +245,35 @@ class Gateway:
         if completion is None:  # the client went away; the attempt was cancelled
             _answered(request_id, 499, route=model)
             return Response(status_code=499)
-        response = self._respond(completion)
+        response = self._respond(completion, request_id, model)
         if self.answers is not None:
             self._count_answer(model, completion)
-        _answered(request_id, response.status_code, route=model, completion=completion)
+        if completion.relay is None:  # a stream's line is written when it ends
+            _answered(request_id, response.status_code, route=model, completion=completion)
         return response
 
     def _count_answer(self, route: str, completion: Completion) -> None:
-        """A successful answer's time to first token (a stream) or its tokens (a whole
-        body's `usage`). A stream's usage comes in its last chunk: the relay that passes
-        the chunks on reads it there (`usage_of` on that chunk's data) and tells
-        `self.answers.usage` when the stream ends."""
+        """A successful answer's time to first token (a stream: its first content was
+        read before it was chosen) or its tokens (a whole body's `usage`; a stream's are
+        counted when it ends, `_stream_ended`)."""
         assert self.answers is not None
         reply, upstream = completion.reply, completion.response.upstream
         if reply is None or upstream is None or not 200 <= reply.status < 300:
             return
-        if reply.stream is not None:  # its first bytes were read before it was chosen
+        if reply.relay is not None:
             self.answers.streamed(upstream.provider, upstream.model,
                                   self.engine.now() - upstream.started_at)
         elif (usage := usage_of(reply.content)) is not None:
             self.answers.usage(upstream.provider, route, upstream.model, usage)
+
+    def _stream_ended(self, request_id: str, route: str, completion: Completion) -> None:
+        """A relayed stream is over: its access line, and the tokens its last usage
+        chunk said it took (a stream cut before it counts none)."""
+        relay, upstream = completion.relay, completion.response.upstream
+        if (self.answers is not None and relay is not None and relay.usage is not None
+                and upstream is not None):
+            self.answers.usage(upstream.provider, route, upstream.model, relay.usage)
+        _answered(request_id, completion.response.status, route=route, completion=completion)
 
     async def _complete_unless_disconnected(
         self, request: Request, body: dict[str, Any], stream: bool, request_id: str
@@ -290,7 +301,7 @@ class Gateway:
         finally:
             watcher.cancel()
 
-    def _respond(self, completion: Completion) -> Response:
+    def _respond(self, completion: Completion, request_id: str, model: str) -> Response:
         response, reply = completion.response, completion.reply
         if reply is None:
             return JSONResponse(response.body, response.status, headers=response.headers)
@@ -298,8 +309,9 @@ class Gateway:
                    if k.lower() in _FORWARDED_HEADERS}
         if self.served_by_header and response.upstream is not None:
             headers[SERVED_BY_HEADER] = response.upstream.served_by
-        if reply.stream is not None:
-            return StreamingResponse(_passthrough(reply), reply.status, headers=headers)
+        if reply.relay is not None:
+            return RelayResponse(completion, reply.status, headers, partial(
+                self._stream_ended, request_id, model))
         return Response(reply.content, reply.status, headers=headers)
 
     async def models(self, request: Request) -> Response:
@@ -561,10 +573,12 @@ def _client_gone(request: Request, request_id: str | None = None) -> Response:
 def _answered(request_id: str, status: int, *, route: str | None = None,
               completion: Completion | None = None) -> None:
     """The access line of a proxied request: its id, route and status, and the target
-    that served it; never its body (docs/gateway.md, "Logs")."""
+    that served it; a stream's, how it ended and what it relayed; never its body
+    (docs/gateway.md, "Logs")."""
     if not access_log.isEnabledFor(logging.INFO):
         return
     fields: dict[str, Any] = {"request_id": request_id, "route": route, "status": status}
+    message = "chat completion answered %d"
     if completion is not None:
         response = completion.response
         upstream = response.upstream
@@ -572,7 +586,14 @@ def _answered(request_id: str, status: int, *, route: str | None = None,
             fields.update(provider=upstream.provider, connection=upstream.connection,
                           model=upstream.model)
         fields.update(attempts=len(response.attempts), latency_ms=response.latency_ms)
-    access_log.info("chat completion answered %d", status, extra=fields)
+        relay = completion.relay
+        if relay is not None:
+            ended = ("stream_cut" if relay.cut is not None else "whole" if relay.finished
+                     else "cancelled")
+            fields.update(stream=ended, reason=relay.cut, relayed_bytes=relay.relayed_bytes,
+                          relayed_chunks=relay.relayed_chunks)
+            message = f"chat completion answered %d, its stream {ended}"
+    access_log.info(message, status, extra=fields)
 
 
 async def _disconnected(request: Request) -> None:
@@ -581,14 +602,3 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
-
-
-async def _passthrough(reply: Any) -> AsyncIterator[bytes]:
-    try:
-        if reply.first_chunk:
-            yield reply.first_chunk
-        if reply.chunks is not None:
-            async for chunk in reply.chunks:
-                yield chunk
-    finally:
-        await reply.aclose()
