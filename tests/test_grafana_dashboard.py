@@ -110,6 +110,11 @@ def test_the_asked_for_panels_are_there() -> None:
         "Model lockouts": "omniroute_lockouts_active",
         "Request latency quantiles": "omniroute_request_duration_seconds_bucket",
         "Fleet propagation lag": "omniroute_fleet_propagation_lag_seconds_bucket",
+        "Upstream latency p95 per provider and model":
+            "omniroute_upstream_latency_seconds_bucket",
+        "Time to first token p95 per provider and model":
+            "omniroute_upstream_time_to_first_token_seconds_bucket",
+        "Tokens per minute per provider": "omniroute_upstream_tokens_total",
     }
     for title, metric in wanted.items():
         assert any(metric in t["expr"] for t in panels[title]["targets"]), title
