@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from ..engine.kinds import StreamCut
 from .sse import MAX_EVENT_BYTES, SseDecoder, SseError, SseEvent
+from .usage import Usage, usage_of
 
 __all__ = ["BodyReader", "StreamBroken", "StreamRelay", "error_event"]
 
@@ -106,7 +107,7 @@ class StreamRelay:
 
     __slots__ = ("_backlog", "_body", "_chunks", "_decoder", "_held", "_held_chunks",
                  "_idle_s", "_reading", "_since", "_stop", "_task", "_timer", "cut", "detail",
-                 "finished", "gone", "relayed_bytes", "relayed_chunks")
+                 "finished", "gone", "relayed_bytes", "relayed_chunks", "usage")
 
     def __init__(self, body: BodyReader, idle_ms: int) -> None:
         self._body = body
@@ -127,6 +128,8 @@ class StreamRelay:
         self.gone = False  # the client left
         self.relayed_bytes = 0
         self.relayed_chunks = 0  # events with content passed on
+        #: the tokens the stream's usage event says it took (the last one, if several)
+        self.usage: Usage | None = None
 
     async def first_content(self) -> None:
         """Read until the first event with content (or `[DONE]`), holding back what
@@ -142,6 +145,8 @@ class StreamRelay:
                     raise StreamBroken(StreamCut.BAD_EVENT, f"over {MAX_EVENT_BYTES >> 10} "
                                        "KiB of events before any content")
                 if seen >= _CONTENT:
+                    if seen == _CONTENT:
+                        self._note_usage(event)
                     self._held_chunks = int(seen == _CONTENT)
                     self.finished = seen == _DONE
                     del self._backlog[:i + 1]
@@ -227,10 +232,17 @@ class StreamRelay:
             out.append(event.raw)
             if seen == _CONTENT:
                 self.relayed_chunks += 1
+                self._note_usage(event)
             elif seen == _DONE:
                 self.finished = True
                 break
         return b"".join(out), None
+
+    def _note_usage(self, event: SseEvent) -> None:
+        """Keep the usage of an event that has one (most have none: a byte search)."""
+        data = event.data
+        if data is not None and b'"usage"' in data:
+            self.usage = usage_of(data) or self.usage
 
     def _check_idle(self) -> None:
         """The idle timer: one handle, moved on while reads come in time."""
