@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from omniroute_tui.config import ConfigError
-from omniroute_tui.router import strategies
+from omniroute_tui.router import DEFAULT_STRATEGY, strategies
 from simulator.cli import main
 from simulator.fault_traffic import silent_faults
 from simulator.scenario import SCENARIOS_DIR, load_scenario, shipped_scenarios, with_strategy
@@ -257,3 +257,19 @@ def test_a_burst_arrives_at_each_time_of_at() -> None:
     (traffic,) = scenario.traffic
     assert traffic.expected_requests(scenario.duration_ms) == 6
     assert list(traffic.arrivals(random.Random(0))) == [1000] * 3 + [2000] * 3
+
+
+def test_the_default_and_headroom_serve_the_herd_and_meet_no_429_under_headroom_s_load() -> None:
+    """design §8's figures for the choice of the default: both strategies that spread
+    serve the herd whole with one attempt each and meet no 429 in rate-limit-headroom."""
+    text = HEADROOM.read_text().replace("{strategy: headroom, targets:", "{targets:")
+    scenario = load_scenario("rate-limit-headroom.yaml", text=text)
+    assert scenario.config.routes["chat"].strategy is DEFAULT_STRATEGY
+    metrics = run_virtual(scenario, "resilient")
+    assert metrics["providers"]["openai"]["failures"] == {}
+    assert metrics["success_rate"] == 1.0
+    herd = load_scenario(HERD)
+    for strategy in ("round_robin", "headroom"):
+        metrics = run_virtual(with_strategy(herd, strategy), "resilient")
+        assert (metrics["successes"], metrics["attempts"]) == (200, 200), strategy
+        assert metrics["providers"]["openai"]["failures"] == {}, strategy
