@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+import uvicorn
 import yaml
 
 from omniroute_tui.clock import Clock, SystemClock
@@ -19,6 +22,8 @@ from omniroute_tui.store import SqliteStore
 from simulator.http_fakes import start_fakes, stop_fakes
 from simulator.scenario import load_scenario
 from simulator.serve import router_config_for
+
+from .waiting import eventually
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -93,6 +98,33 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
         for fake in fakes:
             fake.server.force_exit = True
         await stop_fakes(fakes)
+
+
+@asynccontextmanager
+async def gateway_for(config_text: str) -> AsyncIterator[Running]:
+    """A gateway on 127.0.0.1 for a router config's text (its upstreams are the test's)."""
+    config = load_router_config("router.yaml", text=config_text)
+    gateway = Gateway(config.build(SystemClock()), config.providers, token=TOKEN)
+    server = GatewayServer(gateway, "127.0.0.1", 0)
+    await server.start()
+    try:
+        yield Running(server.url, gateway, config_text, server)
+    finally:
+        await server.stop()
+
+
+@asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """An ASGI app served on 127.0.0.1 for the test's length; yields its `/v1` base URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
+                                           log_level="critical", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    try:
+        await eventually(lambda: server.started, what="the fake upstream")
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
 
 
 async def read_events(http: httpx.AsyncClient, into: list[dict[str, object]],

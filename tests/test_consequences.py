@@ -42,6 +42,8 @@ def test_the_table_says_what_the_design_says() -> None:
         "server_error": ("cooldown", "cooldown", "failure", "connection", "backoff", True,
                          "next_target"),
         "client_error": ("none", "none", "success", "connection", "backoff", False, "respond"),
+        "context_length": ("none", "none", "success", "connection", "backoff", False,
+                           "next_target"),
         "cancelled": ("none", "none", "none", "connection", "backoff", False, "respond"),
     }
     counted = sorted(BREAKER_FAILURE_KINDS)

@@ -199,6 +199,7 @@ def test_the_config_examples_load() -> None:
     routes = load_router_config(page, text=strategies).routes
     assert (routes["fast"].strategy, routes["fast"].weights) == (Strategy.WEIGHTED, (2, 1))
     assert routes["steady"].strategy is Strategy.HEADROOM
+    assert (routes["careful"].fallback_wait_ms, routes["fast"].fallback_wait_ms) == (3_000, 0)
     with_kinds = load_router_config(page, text=kinds + ROUTER_YAML)
     override = with_kinds.providers["openai"].settings.breaker.kinds[
         FailureKind.QUOTA_EXHAUSTED]

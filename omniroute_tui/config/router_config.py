@@ -329,7 +329,12 @@ def parse_routes(
         body = read_mapping(src, body, where)
         if body is None:
             continue
-        reject_unknown(src, body, where, ("strategy", "targets"))
+        reject_unknown(src, body, where, ("strategy", "targets", "fallback_wait"))
+        fallback_wait = 0
+        if "fallback_wait" in body:
+            fallback_wait = read_duration(src, body["fallback_wait"],
+                                          where + ("fallback_wait",),
+                                          longest_ms=MAX_FALLBACK_WAIT_MS) or 0
         strategy: Strategy | None = DEFAULT_STRATEGY  # None: unreadable, said so
         if "strategy" in body:
             try:
@@ -362,11 +367,14 @@ def parse_routes(
                 targets.append(target)
                 weights.append(weight)
         routes[str(name)] = Route(str(name), tuple(targets), strategy or DEFAULT_STRATEGY,
-                                  None if all(w == 1 for w in weights) else tuple(weights))
+                                  None if all(w == 1 for w in weights) else tuple(weights),
+                                  fallback_wait)
     return routes
 
 
 STRATEGY_NAMES = ", ".join(s.value for s in Strategy)
+#: a route's `fallback_wait` at most: past a minute, the fallback is the better answer
+MAX_FALLBACK_WAIT_MS = 60_000
 #: a target's weight at most: its share is weight / total, and a decision costs the same
 MAX_WEIGHT = 1_000_000
 

@@ -60,12 +60,18 @@ class AsyncDriver:
         providers = self.providers  # a reload swaps them: this request keeps its own
         wall = self.wall
         last_reply: UpstreamReply | None = None
+        #: a "prompt too long" answer, kept: the client's answer if no later target takes
+        #: the request (docs/design.md §2)
+        too_long: tuple[Attempt, UpstreamReply] | None = None
         try:
             with routing:  # left unanswered, it cancels
                 while True:
                     step = routing.next_step()
                     if isinstance(step, Response):
-                        reply = last_reply if step.upstream is not None else None
+                        reply = None
+                        if step.upstream is not None:
+                            reply = (too_long[1] if too_long and too_long[0] is step.upstream
+                                     else last_reply)
                         return Completion(step, reply)
                     if isinstance(step, Wait):
                         await asyncio.sleep(step.delay_ms / 1000)
@@ -74,6 +80,9 @@ class AsyncDriver:
                         await last_reply.stream.aclose()
                     last_reply = await self._attempt(providers, step, body, stream,
                                                      wall.now_ms())
+                    if (too_long is None
+                            and last_reply.classification.kind is FailureKind.CONTEXT_LENGTH):
+                        too_long = (step, last_reply)
                     limits = (parse_rate_limits(last_reply.headers, wall.now_ms())
                               if last_reply.headers else None)
                     routing.record(last_reply.status, last_reply.classification, limits)

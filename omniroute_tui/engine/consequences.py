@@ -91,6 +91,8 @@ _ROWS: tuple[tuple[FailureKind, Layer, Layer, BreakerEffect, DedupWindow, Wait, 
      _T.NEXT_TARGET),
     (_K.CLIENT_ERROR,    _L.NONE,     _L.NONE,     _E.SUCCESS, _D.CONNECTION, _W.BACKOFF, False,
      _T.RESPOND),
+    (_K.CONTEXT_LENGTH,  _L.NONE,     _L.NONE,     _E.SUCCESS, _D.CONNECTION, _W.BACKOFF, False,
+     _T.NEXT_TARGET),
     (_K.CANCELLED,       _L.NONE,     _L.NONE,     _E.NONE,    _D.CONNECTION, _W.BACKOFF, False,
      _T.RESPOND),
 )

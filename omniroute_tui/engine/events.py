@@ -235,7 +235,8 @@ class BreakerEvent(Event):
 class CooldownEvent(Event):
     """A connection's cooldown changed; `kind` is None when it was lifted (success, operator).
     `reason` says why a lift happened when it was not the connection's own doing:
-    `probe_freed`, the breaker's probe succeeded and freed the provider's backoff keys."""
+    `probe_freed`, the breaker's probe succeeded and freed the provider's backoff keys;
+    `carrier_served`, a request carried on a cooling key did (docs/design.md §4)."""
 
     TYPE: ClassVar[str] = "cooldown"
     provider: str

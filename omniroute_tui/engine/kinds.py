@@ -20,6 +20,8 @@ class FailureKind(StrEnum):
     RATE_LIMITED = "rate_limited"
     SERVER_ERROR = "server_error"
     CLIENT_ERROR = "client_error"
+    #: the prompt is longer than the model's context: another model may take it
+    CONTEXT_LENGTH = "context_length"
     CANCELLED = "cancelled"
 
     @classmethod
@@ -62,6 +64,7 @@ class BreakerReason(StrEnum):
     IMMEDIATE_RATE_LIMITED = "immediate_rate_limited"
     IMMEDIATE_SERVER_ERROR = "immediate_server_error"
     IMMEDIATE_CLIENT_ERROR = "immediate_client_error"
+    IMMEDIATE_CONTEXT_LENGTH = "immediate_context_length"
     IMMEDIATE_CANCELLED = "immediate_cancelled"
 
     @classmethod
@@ -74,6 +77,8 @@ class CooldownReason(StrEnum):
     """Why a cooldown was lifted, when the `cooldown` event says (docs/design.md §3)."""
 
     PROBE_FREED = "probe_freed"  # the breaker's probe succeeded: the backoff was the provider's
+    #: a request carried on a cooling key was served (§4): the same, without a probe
+    CARRIER_SERVED = "carrier_served"
 
 
 class DedupWindow(StrEnum):
@@ -93,6 +98,9 @@ class SkipReason(StrEnum):
     ALL_DISABLED = "all_disabled"
     RETRY_BUDGET = "retry_budget"
     UNKNOWN_TARGET = "unknown_target"
+    #: not a skip: the route waits for its target's short Retry-After, or one quick retry
+    #: after a 5xx, before it falls back to another model (`fallback_wait`, §7)
+    FALLBACK_WAIT = "fallback_wait"
 
     @property
     def is_temporary_unavailability(self) -> bool:

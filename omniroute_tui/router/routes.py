@@ -43,3 +43,7 @@ class Route:
     strategy: Strategy = DEFAULT_STRATEGY
     #: one weight per target (read by `weighted` only); None: every target weighs 1
     weights: tuple[int, ...] | None = None
+    #: the longest a request waits to try a target once more before it falls back to
+    #: another model (a short Retry-After, or one quick retry after a 5xx); 0: never
+    #: (docs/design.md §7)
+    fallback_wait_ms: int = 0
