@@ -187,7 +187,7 @@ def test_the_tour_quotes_the_chaos_run(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_the_config_examples_load() -> None:
     page = DOCS / "configuration.md"
-    example, strategies, kinds = blocks(page.read_text(), "yaml")
+    example, strategies, kinds, streams = blocks(page.read_text(), "yaml")
     config = load_router_config(page, text=example, env={
         "OPENAI_API_KEY": "sk-docs-example-0001", "OPENAI_SPARE_KEY": "sk-docs-example-0002"})
     openai = config.providers["openai"]
@@ -204,6 +204,9 @@ def test_the_config_examples_load() -> None:
     override = with_kinds.providers["openai"].settings.breaker.kinds[
         FailureKind.QUOTA_EXHAUSTED]
     assert (override.immediate_open, override.reset_timeout_ms) == (True, 3_600_000)
+    chat = load_router_config(page, text=streams).routes["chat"]
+    assert [(str(t), t.first_token_ms) for t in chat.targets] == [
+        ("openai/gpt-4o-mini", 8_000), ("openai/o3", 180_000), ("local/llama", 0)]
 
 
 def test_the_documented_gateway_limits_are_the_defaults() -> None:
@@ -262,6 +265,8 @@ _UNIT_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000}
 
 
 def _value(text: str) -> float:
+    if text.strip() == "off":  # a limit switched off is 0
+        return 0
     number, _, unit = text.strip().partition(" ")
     return float(number) * _UNIT_MS[unit] if unit else float(number)
 
@@ -290,7 +295,7 @@ def _setting(settings: ResilienceSettings, name: str) -> Any:
 
 def test_the_defaults_table_is_the_code() -> None:
     rows = list(defaults_table())
-    assert len(rows) == 25
+    assert len(rows) == 27
     for auth in AuthKind:
         settings = default_settings(auth)
         for name, apikey, oauth in rows:

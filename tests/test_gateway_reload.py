@@ -133,7 +133,8 @@ async def test_a_reload_swaps_the_config_and_says_its_version(tmp_path: Path) ->
         assert body["summary"] == {
             "providers_added": ["p1"], "providers_removed": [],
             "providers_changed": ["p0"], "connections_added": [],
-            "connections_removed": []}
+            "connections_removed": [], "routes_added": [], "routes_removed": [],
+            "routes_changed": ["chat"]}
         assert body["restart_needed"] == []
         health = (await client.get("/health")).json()
         assert health["config"]["version"] == version_of(new_text)
@@ -384,7 +385,7 @@ async def test_an_attached_console_shows_the_reload_in_its_events_and_audit(
             await settle(pilot, lambda: any(row[2] == "reload" for row in model.audit))
             _, actor, action, target, result = model.audit[-1]
             assert (actor, action, target) == ("ops-ana", "reload", str(gw.path))
-            assert result == f"ok {version_of(text)}: -p1"
+            assert result == f"ok {version_of(text)}: -p1; routes ~chat"
             assert "p1" not in model.providers
             assert ("p1", "c0") not in model.connections
 

@@ -28,7 +28,7 @@ from .limits import (
     parse_limits,
     parse_retention,
 )
-from .overrides import OverridePatch, parse_overrides, validate_settings
+from .overrides import OverridePatch, parse_overrides, read_first_token, validate_settings
 from .problems import Path
 from .readers import (
     read_bool,
@@ -329,12 +329,15 @@ def parse_routes(
         body = read_mapping(src, body, where)
         if body is None:
             continue
-        reject_unknown(src, body, where, ("strategy", "targets", "fallback_wait"))
+        reject_unknown(src, body, where,
+                       ("strategy", "targets", "fallback_wait", "first_token"))
         fallback_wait = 0
         if "fallback_wait" in body:
             fallback_wait = read_duration(src, body["fallback_wait"],
                                           where + ("fallback_wait",),
                                           longest_ms=MAX_FALLBACK_WAIT_MS) or 0
+        route_first_token = (read_first_token(src, body["first_token"], where + ("first_token",))
+                             if "first_token" in body else None)
         strategy: Strategy | None = DEFAULT_STRATEGY  # None: unreadable, said so
         if "strategy" in body:
             try:
@@ -349,19 +352,25 @@ def parse_routes(
             continue
         if not _within(src, len(targets_raw), where + ("targets",), "targets per route"):
             continue
-        targets, weights = [], []
+        targets: list[Target] = []
+        weights: list[int] = []
         for index, item in enumerate(targets_raw):
             at = where + ("targets", index)
             weight = 1
+            first_token = route_first_token
             if isinstance(item, dict):
-                reject_unknown(src, item, at, ("target", "weight"))
+                reject_unknown(src, item, at, ("target", "weight", "first_token"))
                 if "weight" in item:
                     weight = _weight(src, item["weight"], at + ("weight",), strategy,
                                      "strategy" in body)
+                if "first_token" in item:
+                    first_token = read_first_token(src, item["first_token"],
+                                                   at + ("first_token",))
                 item = item.get("target")
                 at = at + ("target",)
-            target = _target(src, item, at, providers)
-            if target in targets:  # the walk would ask it twice, least_busy draw it twice
+            target = _target(src, item, at, providers, first_token)
+            if target is not None and any(str(t) == str(target) for t in targets):
+                # the walk would ask it twice, least_busy draw it twice
                 src.problem(at, f"target {target} is listed twice")
             elif target is not None:
                 targets.append(target)
@@ -408,7 +417,8 @@ def _whole_weight(src: Source, value: Any, path: Path, largest: int) -> int:
 
 
 def _target(
-    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig]
+    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig],
+    first_token_ms: int | None = None,
 ) -> Target | None:
     if not isinstance(value, str) or value.count("/") < 1:
         src.problem(path, f"expected provider/model or {{target: provider/model, weight: N}}, "
@@ -424,7 +434,7 @@ def _target(
         src.problem(path, f"provider {provider!r} has no model {model!r} "
                           f"(models: {', '.join(config.models)})")
         return None
-    return Target(provider, model)
+    return Target(provider, model, first_token_ms)
 
 
 def load_router_config(

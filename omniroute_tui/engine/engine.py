@@ -119,8 +119,8 @@ class ProviderLayers:
     """
 
     __slots__ = ("_bus", "_changes", "_gone", "_on_failure", "breaker", "budget",
-                 "carried_until", "dedup", "last_failure_at", "lockouts", "name", "pool",
-                 "spec", "timeout_ms")
+                 "carried_until", "dedup", "first_token_ms", "last_failure_at", "lockouts",
+                 "name", "pool", "spec", "stream_idle_ms", "timeout_ms")
 
     def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random,
                  changes: Changes) -> None:
@@ -131,6 +131,8 @@ class ProviderLayers:
         self.spec = spec
         self.name = spec.name
         self.timeout_ms = settings.request.timeout_ms
+        self.stream_idle_ms = settings.request.stream_idle_ms
+        self.first_token_ms = settings.request.first_token_ms
         self.breaker = ProviderBreaker(
             spec.name, settings.breaker, probe_lease_ms=settings.request.timeout_ms,
             emit=bus.emit, jitter=jitter, changes=changes,
@@ -173,6 +175,8 @@ class ProviderLayers:
         jitter = Jitter(settings.jitter, rng)
         self.spec = spec
         self.timeout_ms = settings.request.timeout_ms
+        self.stream_idle_ms = settings.request.stream_idle_ms
+        self.first_token_ms = settings.request.first_token_ms
         self.breaker.reconfigure(settings.breaker, probe_lease_ms=settings.request.timeout_ms,
                                  jitter=jitter)
         staying = frozenset(spec.connections)

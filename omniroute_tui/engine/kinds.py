@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = ["BreakerReason", "BreakerState", "CooldownReason", "DedupWindow", "FailureKind",
-           "SkipReason"]
+           "SkipReason", "StreamCut"]
 
 
 class FailureKind(StrEnum):
@@ -23,6 +23,9 @@ class FailureKind(StrEnum):
     #: the prompt is longer than the model's context: another model may take it
     CONTEXT_LENGTH = "context_length"
     CANCELLED = "cancelled"
+    #: a stream that broke after its answer had started (docs/design.md §2, §7): reset,
+    #: an upstream error event, a malformed event, no `[DONE]`, a stall; `StreamCut` says
+    STREAM_CUT = "stream_cut"
 
     @classmethod
     def answer_status(cls, status: int, kind: FailureKind | None) -> int:
@@ -66,11 +69,28 @@ class BreakerReason(StrEnum):
     IMMEDIATE_CLIENT_ERROR = "immediate_client_error"
     IMMEDIATE_CONTEXT_LENGTH = "immediate_context_length"
     IMMEDIATE_CANCELLED = "immediate_cancelled"
+    IMMEDIATE_STREAM_CUT = "immediate_stream_cut"
 
     @classmethod
     def immediate(cls, kind: FailureKind) -> BreakerReason:
         """The reason for a breaker that `kind` opened at once."""
         return cls(f"immediate_{kind.value}")
+
+
+class StreamCut(StrEnum):
+    """What went wrong with a streamed answer (the `reason` of its result event).
+
+    All but `first_token` end a `stream_cut`; `first_token` is the reason of a `timeout`:
+    the stream's first content did not come within `request.first_token`, and nothing had
+    been sent to the client (docs/design.md §7).
+    """
+
+    RESET = "reset"  # the connection broke mid-body: reset, closed, a chunked body cut short
+    UPSTREAM_ERROR = "upstream_error"  # the upstream sent an error event
+    BAD_EVENT = "bad_event"  # an event that is not SSE, not a JSON object, or too long
+    NO_DONE = "no_done"  # the body ended without `data: [DONE]`
+    IDLE = "idle"  # nothing came for `request.stream_idle`
+    FIRST_TOKEN = "first_token"  # no content within `request.first_token` (a `timeout`)
 
 
 class CooldownReason(StrEnum):

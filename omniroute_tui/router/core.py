@@ -26,7 +26,7 @@ from ..engine.events import (
     WaitEvent,
 )
 from ..engine.jitter import Jitter
-from ..engine.kinds import FailureKind, SkipReason
+from ..engine.kinds import FailureKind, SkipReason, StreamCut
 from ..engine.reload import ReloadSummary
 from ..engine.settings import AdmissionSettings
 from .rate_limits import RateLimitInfo
@@ -57,6 +57,8 @@ _RATE_LIMITED, _SERVER_ERROR = FailureKind.RATE_LIMITED, FailureKind.SERVER_ERRO
 #: the wait before the one quick retry of a target that answered a 5xx without a hint,
 #: under `fallback_wait` (docs/design.md §7)
 QUICK_RETRY_MS = 250
+_STREAM_CUT = Classification(FailureKind.STREAM_CUT)
+_OK = Classification(None)
 
 
 class UnknownRoute(LookupError):
@@ -287,12 +289,10 @@ class RequestRouting:
     """
 
     __slots__ = ("_admission", "_again", "_again_done", "_busy", "_candidates", "_carried",
-                 "_chooser", "_inflight",
-                 "_label", "_layers", "_next", "_on_provider", "_pass", "_plan", "_round_robin",
-                 "_strategy", "_target", "_target_index", "_too_long", "_wait", "_why", "engine",
-                 "records",
-                 "request_id", "response", "route", "router", "skips", "started_at",
-                 "waited_ms")
+                 "_chooser", "_inflight", "_label", "_layers", "_next", "_on_provider", "_pass",
+                 "_plan", "_round_robin", "_strategy", "_stream", "_target", "_target_index",
+                 "_too_long", "_wait", "_why", "engine", "records", "request_id", "response",
+                 "route", "router", "skips", "started_at", "waited_ms")
 
     def __init__(self, router: Router, request_id: str, route: Route, plan: Plan,
                  chooser: Chooser | None = None) -> None:
@@ -306,6 +306,8 @@ class RequestRouting:
         self.response: Response | None = None
         self.waited_ms = 0
         self._inflight: Attempt | None = None
+        #: a streamed answer being relayed: its attempt and status, until `end_stream`
+        self._stream: tuple[Attempt, int] | None = None
         #: the in-flight count the attempt last built holds (least_busy), until it ends
         self._busy: Busy | None = None
         self._next: Step | None = None
@@ -365,9 +367,15 @@ class RequestRouting:
         return step
 
     def record(self, status: int, outcome: Classification,
-               rate_limits: RateLimitInfo | None = None) -> None:
+               rate_limits: RateLimitInfo | None = None, *, stream: bool = False,
+               reason: StreamCut | None = None) -> None:
         """Report the attempt's HTTP status (0 for transport errors) and its class, and
-        what the answer's headers said of the key's rate limits (`parse_rate_limits`)."""
+        what the answer's headers said of the key's rate limits (`parse_rate_limits`).
+
+        `stream`: a success is a stream whose first content is in; the request is answered
+        with it, and the attempt's result waits for `end_stream` (docs/design.md §7).
+        `reason`: what went wrong with a stream before its first content (a `stream_cut`,
+        or a `timeout` for `first_token`), written on the result event."""
         attempt = self._inflight
         if attempt is None:
             raise RuntimeError("record() without an attempt in flight")
@@ -382,7 +390,12 @@ class RequestRouting:
             self.router.headroom.note(attempt.provider, attempt.connection, now, rate_limits)
         elif kind is None and self.router.headroom.out:
             self.router.headroom.served(attempt.provider, attempt.connection)
-        self._note_result(now, attempt, status, outcome)
+        if stream and kind is None:
+            self.records.append(AttemptRecord(self._label, attempt.connection, status, None))
+            self._stream = (attempt, status)
+            self._next = self._respond(now, status, attempt, None, None)
+            return
+        self._note_result(now, attempt, status, outcome, reason)
         then = _RESPOND if kind is None else _THEN[kind]
         if then is _RESPOND:
             self._next = self._respond(now, status, attempt, None, None)
@@ -399,6 +412,27 @@ class RequestRouting:
                 self._next = Wait(delay)
                 return
         self._next = self._advance(now)
+
+    def end_stream(self, cut: StreamCut | None = None, *, cancelled: bool = False,
+                   relayed_bytes: int = 0, relayed_chunks: int = 0) -> None:
+        """The streamed answer `record(stream=True)` responded with has ended: whole
+        (`cut` None), cut (`stream_cut` for `cut`'s reason), or given up by the client
+        (`cancelled`). Its result goes to the layers now, as any attempt's does: breaker,
+        cooldown and dedup treat a cut as any other failure. A second call, or one for
+        a request that streamed nothing, changes nothing."""
+        stream = self._stream
+        if stream is None:
+            return
+        self._stream = None
+        attempt, status = stream
+        outcome = _CANCELLED if cancelled else _OK if cut is None else _STREAM_CUT
+        self._apply_result(self.engine.clock.now_ms(), attempt, status, outcome,
+                           None if cancelled else cut, relayed_bytes, relayed_chunks)
+
+    @property
+    def streaming(self) -> bool:
+        """Whether a streamed answer is being relayed (`end_stream` not called yet)."""
+        return self._stream is not None
 
     def cancel(self) -> Response:
         """The request ends unanswered (its client gave up, or its driver stopped): the
@@ -540,8 +574,11 @@ class RequestRouting:
         """The attempt on `connection`, counted and announced."""
         self._on_provider += 1
         n = len(self.records) + 1
+        first_token = target.first_token_ms
         attempt = Attempt(self.request_id, n, layers.name, connection, target.model, probe,
-                          layers.timeout_ms, now, admission)
+                          layers.timeout_ms, now, admission,
+                          layers.first_token_ms if first_token is None else first_token,
+                          layers.stream_idle_ms)
         router = self.router
         if router._tracks_load:  # counted until the attempt ends: record() or cancel()
             self._busy = router.load.started(layers.name, connection)
@@ -622,18 +659,26 @@ class RequestRouting:
         return self._attempt_on(now, layers, target, connection, admission, False,
                                 until if until > now else None)
 
-    def _note_result(self, now: int, attempt: Attempt, status: int, outcome: Classification
-                     ) -> None:
+    def _note_result(self, now: int, attempt: Attempt, status: int, outcome: Classification,
+                     reason: StreamCut | None = None) -> None:
         """Tell the events, the request's records and the attempt's provider's layers."""
-        kind = outcome.kind
+        self.records.append(AttemptRecord(self._label, attempt.connection, status,
+                                          outcome.kind))
+        self._apply_result(now, attempt, status, outcome, reason)
+
+    def _apply_result(self, now: int, attempt: Attempt, status: int, outcome: Classification,
+                      reason: StreamCut | None = None, relayed_bytes: int | None = None,
+                      relayed_chunks: int | None = None) -> None:
+        """The result event, and the result told to the attempt's provider's layers (a
+        stream's, with what it relayed, when it ends)."""
         bus = self.engine.bus
         if bus.wants(ResultEvent):  # positional: a third cheaper to build than by keyword
             bus.emit(ResultEvent(now, self.request_id, attempt.n, attempt.provider,
-                                 attempt.connection, attempt.model, status, kind,
-                                 now - attempt.started_at))
-        self.records.append(AttemptRecord(self._label, attempt.connection, status, kind))
-        layers = self._layers  # the attempt's: nothing moves the walk while it is in flight
-        assert layers is not None
+                                 attempt.connection, attempt.model, status, outcome.kind,
+                                 now - attempt.started_at, reason, relayed_bytes,
+                                 relayed_chunks))
+        layers = self._layers  # the attempt's: nothing moves the walk while it is in flight,
+        assert layers is not None  # and nothing after the answer it streams
         carried, self._carried = self._carried, False
         layers.record(now, attempt.connection, attempt.model, attempt.admission, outcome,
                       carried)

@@ -31,6 +31,9 @@ ORDERING_STRATEGIES = frozenset({Strategy.WEIGHTED, Strategy.LEAST_BUSY, Strateg
 class Target:
     provider: str
     model: str
+    #: the route's `first_token` for this target (0: off); None: the provider's
+    #: `request.first_token` (docs/design.md §7)
+    first_token_ms: int | None = None
 
     def __str__(self) -> str:
         return f"{self.provider}/{self.model}"

@@ -10,6 +10,7 @@ from typing import Any
 from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
 from ..engine.kinds import FailureKind, SkipReason
+from ..engine.settings import STREAM_IDLE_MS
 from ..engine.values import value
 from .rate_limits import RateLimitInfo
 
@@ -19,7 +20,9 @@ __all__ = ["Attempt", "AttemptRecord", "Response", "Routine", "Skip", "Step", "S
 
 @value
 class Attempt:
-    """Send the request to `provider` with `connection` for `model`, within `timeout_ms`."""
+    """Send the request to `provider` with `connection` for `model`, within `timeout_ms`;
+    a stream's first content within `first_token_ms` (0: no such limit) and its events
+    at most `stream_idle_ms` apart (docs/design.md §7)."""
 
     request_id: str
     n: int
@@ -30,6 +33,8 @@ class Attempt:
     timeout_ms: int
     started_at: int
     admission: BreakerAdmission = field(repr=False)
+    first_token_ms: int = 0
+    stream_idle_ms: int = STREAM_IDLE_MS
 
     @property
     def served_by(self) -> str:
