@@ -222,8 +222,8 @@ async def test_reload_bodies_other_than_none_or_empty_are_refused(
 
 
 @pytest.mark.parametrize(("providers", "connections", "limit"), [
-    (1, 10_000, "10,000 connections: at most 1,000 connections per provider"),
-    (11, 1_000, "11,000 connections: at most 10,000 connections in all"),
+    (1, 10_000, "more than 1,000 connections: at most 1,000 connections per provider"),
+    (11, 1_000, "more than 10,000 connections: at most 10,000 connections in all"),
 ])
 async def test_a_config_grown_past_the_limits_is_refused_naming_them(
         tmp_path: Path, providers: int, connections: int, limit: str) -> None:

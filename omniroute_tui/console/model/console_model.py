@@ -500,14 +500,17 @@ class ConsoleModel:
         view = self.providers.get(event.provider)
         conn = self.connections.get((event.provider, event.connection))
         took = precise_ms(event.latency_ms)
+        streamed = _streamed(event)
         if event.kind is None:
             self._step(event.request, event.t, "upstream",
-                       f"answered {event.status} in {took}")
+                       f"answered {event.status} in {took}{streamed}")
             if conn is not None:
                 conn.last_error = ""
             return
         text = f"{event.kind} ({event.status})" if event.status else event.kind
-        self._step(event.request, event.t, "upstream", f"failed: {text} after {took}")
+        if event.reason is not None:
+            text = f"{text}: {event.reason}"
+        self._step(event.request, event.t, "upstream", f"failed: {text} after {took}{streamed}")
         if view is not None:
             view.errors.add(event.t)
             view.last_error, view.last_error_at = text, event.t
@@ -1102,9 +1105,17 @@ def describe(event: Event) -> str | None:
                 f"{event.model} on a key cooling for backoff until "
                 f"{clock_text(event.cooling_until)} (every key was cooling) for {event.request}")
     if isinstance(event, ResultEvent) and event.kind is not None:
-        return (f"failure {event.provider}/{event.connection}/{event.model}: {event.kind} "
-                f"({event.status}) for {event.request}")
+        reason = f" {event.reason}" if event.reason is not None else ""
+        return (f"failure {event.provider}/{event.connection}/{event.model}: {event.kind}"
+                f"{reason} ({event.status}) for {event.request}")
     return None
+
+
+def _streamed(event: ResultEvent) -> str:
+    """What a streamed answer relayed before it ended, for its step in the why view."""
+    if event.relayed_bytes is None:
+        return ""
+    return f", streamed {event.relayed_chunks} chunk(s), {event.relayed_bytes:,} bytes"
 
 
 def _clipped(text: str) -> str:
