@@ -20,7 +20,7 @@ from omniroute_tui.engine import Classification, FailureKind, ProviderSpec, Resi
 from omniroute_tui.engine.events import LockoutEvent, ResultEvent
 from omniroute_tui.fleet.redis_link import FleetHealth
 from omniroute_tui.metrics import OTHER, AnswerCounters, build_registry, exposition
-from omniroute_tui.router import Attempt, Response, Route, Router, Target, Wait
+from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target, Wait
 from omniroute_tui.router.core import MAX_LEARNED_MODELS
 from omniroute_tui.store.sqlite_store import StoreHealth
 
@@ -121,7 +121,8 @@ class Setup:
              ProviderSpec("gamma", ("g1",), tight)], self.clock)
         self.router = Router(
             self.engine,
-            {"chat": Route("chat", (Target("alpha", "m"), Target("beta", "m"))),
+            {"chat": Route("chat", (Target("alpha", "m"), Target("beta", "m")),
+                           Strategy.PRIORITY),  # alpha's keys in order: a, then b
              "quota": Route("quota", (Target("gamma", "m"),)),
              "solo": Route("solo", (Target("beta", "m"),))},
             models={"alpha": frozenset({"m", "n"}), "beta": frozenset({"m"}),
