@@ -84,7 +84,7 @@ class LiveRun:
         for index, item in enumerate(scenario.traffic):
             for at in scenario.arrivals(index):
                 self._tasks.append(asyncio.create_task(
-                    _request(driver, self.clock, at, item.route, item.stream)))
+                    _request(driver, self.clock, at, item.route, item.stream is not None)))
 
     async def wait(self) -> None:
         await asyncio.gather(*self._tasks)
