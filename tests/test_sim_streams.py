@@ -9,10 +9,17 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from omniroute_tui.config.problems import ConfigError
-from simulator.fake_streams import DONE, chunk
-from simulator.scenario import load_scenario
+from omniroute_tui.engine.breaker import BreakerAdmission
+from omniroute_tui.engine.classify import Classification
+from omniroute_tui.engine.kinds import FailureKind, StreamCut
+from omniroute_tui.router.steps import Attempt
+from simulator.fake_streams import DONE, chunk, stream_fate
+from simulator.fakes import FakeAnswer
+from simulator.scenario import Fault, FaultAction, FaultTarget, StreamSpec, load_scenario
 from simulator.virtual import run_virtual
 
 BASE = """\
@@ -208,3 +215,49 @@ def test_hostile_stream_traffic_is_refused_with_the_field(stream: str, problem: 
         load_scenario("s.yaml", text=BASE.format(route="", stream=stream,
                                                 fault="no_done: true"))
     assert problem in str(refused.value)
+
+
+_ACTIONS = [None, FaultAction.STREAM_CUT, FaultAction.STREAM_STALL, FaultAction.BAD_CHUNK,
+            FaultAction.NO_DONE, FaultAction.FIRST_TOKEN]
+
+
+@settings(max_examples=300, deadline=None)
+@given(latency=st.integers(1, 5_000), gap=st.integers(1, 1_000), tokens=st.integers(1, 200),
+       action=st.sampled_from(_ACTIONS), after=st.integers(0, 250),
+       hold=st.integers(1, 120_000), first_token=st.sampled_from([0, 1_000, 8_000, 60_000]),
+       idle=st.integers(1, 30_000))
+def test_a_streams_fate_is_told_as_the_stream_unfolded(
+        latency: int, gap: int, tokens: int, action: FaultAction | None, after: int,
+        hold: int, first_token: int, idle: int) -> None:
+    """Whatever the fault: an answered stream relays at most its tokens, all of them when
+    whole; it ends no sooner than its first token; a cut relays what came before it; an
+    attempt that fails before its first content relays nothing, within its bounds."""
+    if action is FaultAction.STREAM_STALL:
+        after = max(1, after)
+    fault = None if action is None else Fault("f", 0, 1, FaultTarget(), action,
+                                              after_tokens=after, hold_ms=hold)
+    attempt = Attempt("r", 1, "alpha", "a", "m", False, 60_000, 0,
+                      BreakerAdmission(True, 0), first_token, idle)
+    fate = stream_fate(FakeAnswer(latency, 200, Classification(None)), fault,
+                       StreamSpec(tokens, gap), attempt)
+    if fate.stream is None:  # failed before its first content: the request moves on
+        assert fate.status == 0 and fate.classification.kind in (
+            FailureKind.STREAM_CUT, FailureKind.TIMEOUT)
+        assert fate.delay_ms <= max(first_token or 60_000, latency + gap)
+        if fate.reason is StreamCut.FIRST_TOKEN:
+            assert fate.delay_ms == first_token
+        return
+    end = fate.stream
+    assert fate.status == 200 and fate.classification.kind is None
+    assert latency < fate.delay_ms and end.after_ms >= 0
+    assert not first_token or fate.delay_ms < first_token
+    assert 1 <= end.relayed_chunks <= tokens
+    if end.cut is None or end.cut is StreamCut.NO_DONE:
+        assert end.relayed_chunks == tokens
+    else:
+        assert action is not None and end.relayed_chunks == after < tokens
+    if end.cut is StreamCut.IDLE:
+        assert hold >= idle and fate.delay_ms + end.after_ms == latency + after * gap + idle
+    assert end.relayed_bytes == ROLE + end.relayed_chunks * TOKEN + (
+        FINISH + len(DONE) if end.cut is None else FINISH if end.cut is StreamCut.NO_DONE
+        else 0)
