@@ -19,6 +19,7 @@ from omniroute_tui.engine.kinds import FailureKind, StreamCut
 from omniroute_tui.router.steps import Attempt
 from simulator.fake_streams import DONE, chunk, stream_fate
 from simulator.fakes import FakeAnswer
+from simulator.fault_traffic import silent_faults
 from simulator.scenario import Fault, FaultAction, FaultTarget, StreamSpec, load_scenario
 from simulator.virtual import run_virtual
 
@@ -261,3 +262,14 @@ def test_a_streams_fate_is_told_as_the_stream_unfolded(
     assert end.relayed_bytes == ROLE + end.relayed_chunks * TOKEN + (
         FINISH + len(DONE) if end.cut is None else FINISH if end.cut is StreamCut.NO_DONE
         else 0)
+
+
+def test_a_stream_fault_on_traffic_that_does_not_stream_is_said_to_see_none() -> None:
+    text = BASE.format(route="", stream="false", fault="no_done: true")
+    scenario = load_scenario("s.yaml", text=text)
+    assert silent_faults(scenario, run_virtual(scenario, "resilient")) == [
+        "s.yaml:12: fault 'f' saw no traffic: no streamed traffic runs while it does (it "
+        "acts on `stream:` traffic only)"]
+    streamed = load_scenario("s.yaml", text=BASE.format(route="", stream="true",
+                                                        fault="no_done: true"))
+    assert silent_faults(streamed, run_virtual(streamed, "resilient")) == []
