@@ -13,8 +13,9 @@ and `data: [DONE]` right after the last. A stream fault changes that timeline:
   `stream_cut` (bad_event) at `L + (N+1)·interval`.
 - `no_done: true`: the body ends after the finish event; a `stream_cut` (no_done) at
   `L + tokens·interval`.
-- `first_token: D`: the first events come D after the headers; with the attempt's
-  `first_token` set and `L + D` at or past it, a `timeout` (first_token) then.
+- `first_token: D`: the first events come D after the headers; with `L + D` at or past
+  the attempt's `first_token`, a `timeout` (first_token) then; without `first_token`,
+  `request.timeout` bounds the first content alike (a plain `timeout`).
 
 A fault that counts tokens acts on answers longer than N tokens only. A stream broken
 before its first token (`after_tokens: 0`) fails the attempt with nothing relayed, and
@@ -81,18 +82,18 @@ def stream_fate(fate: FakeAnswer, fault: Fault | None, spec: StreamSpec, attempt
         action = None  # the answer ends before the fault's token
     first = start + (fault.hold_ms if fault is not None and action is FaultAction.FIRST_TOKEN
                      else gap)
-    limit = attempt.first_token_ms
+    # the first content is awaited for `first_token`, else for `request.timeout`
+    limit = attempt.first_token_ms or attempt.timeout_ms
     broken: tuple[int, StreamCut] | None = None  # a break before the first content
     if action is FaultAction.STREAM_CUT and after == 0:
         broken = (start, StreamCut.RESET)
     elif action is FaultAction.BAD_CHUNK and after == 0:
         broken = (first, StreamCut.BAD_EVENT)
-    if limit and (broken[0] if broken else first) >= limit:
-        return FakeAnswer(limit, 0, _TIMED_OUT, reason=StreamCut.FIRST_TOKEN)
+    if (broken[0] if broken else first) >= limit:
+        return FakeAnswer(limit, 0, _TIMED_OUT,
+                          reason=StreamCut.FIRST_TOKEN if attempt.first_token_ms else None)
     if broken is not None:
         return FakeAnswer(broken[0], 0, _CUT, reason=broken[1])
-    if not limit and action is FaultAction.FIRST_TOKEN and first >= attempt.timeout_ms:
-        return FakeAnswer(attempt.timeout_ms, 0, _TIMED_OUT)  # the first event, too late
     role, token, finish = _sizes(attempt.model)
     cut: StreamCut | None = None
     chunks = tokens

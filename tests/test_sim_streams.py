@@ -125,7 +125,7 @@ def test_a_late_first_token_is_waited_for_without_a_first_token_limit() -> None:
     assert results(events) == [(5280, "alpha", 200, None, None, 4280, 60, WHOLE)]
 
 
-def test_without_a_first_token_limit_the_timeout_bounds_the_first_event() -> None:
+def test_without_a_first_token_limit_the_timeout_bounds_the_first_content() -> None:
     events, _ = replay("first_token: 90s")  # request.timeout: 60 s
     assert results(events)[0] == (61_000, "alpha", 0, "timeout", None, 60_000, None, None)
     assert responses(events) == [(61_120, 200, 60_120, "beta/b/m")]
@@ -245,13 +245,14 @@ def test_a_streams_fate_is_told_as_the_stream_unfolded(
         assert fate.status == 0 and fate.classification.kind in (
             FailureKind.STREAM_CUT, FailureKind.TIMEOUT)
         assert fate.delay_ms <= max(first_token or 60_000, latency + gap)
-        if fate.reason is StreamCut.FIRST_TOKEN:
-            assert fate.delay_ms == first_token
+        if fate.classification.kind is FailureKind.TIMEOUT:  # no content in time
+            assert fate.delay_ms == (first_token or 60_000)
+            assert fate.reason is (StreamCut.FIRST_TOKEN if first_token else None)
         return
     end = fate.stream
     assert fate.status == 200 and fate.classification.kind is None
     assert latency < fate.delay_ms and end.after_ms >= 0
-    assert not first_token or fate.delay_ms < first_token
+    assert fate.delay_ms < (first_token or 60_000)
     assert 1 <= end.relayed_chunks <= tokens
     if end.cut is None or end.cut is StreamCut.NO_DONE:
         assert end.relayed_chunks == tokens

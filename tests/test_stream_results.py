@@ -240,3 +240,25 @@ def test_bad_stream_settings_are_refused_with_where(change: tuple[str, str],
     with pytest.raises(ConfigError) as refused:
         load_router_config("r.yaml", text=text)
     assert problem in str(refused.value)
+
+
+def test_the_console_says_how_a_stream_ended_and_what_it_relayed() -> None:
+    from omniroute_tui.console.model.console_model import ConsoleModel
+
+    engine, clock, _ = make_engine({"alpha": ("a", "b"), "beta": ("x",)})
+    model = ConsoleModel({}, clock.now_ms)
+    engine.bus.subscribe(model.on_event)
+    router = make_router(engine)
+    cut, _ = _stream(router, "cut")
+    clock.advance(2500)
+    cut.end_stream(StreamCut.RESET, relayed_bytes=4321, relayed_chunks=40)
+    whole, _ = _stream(router, "whole")
+    clock.advance(800)
+    whole.end_stream(relayed_bytes=9000, relayed_chunks=61)
+    steps = {request: [what for _, layer, what in trail.steps if layer == "upstream"]
+             for request, trail in model.requests.items()}
+    assert steps == {
+        "cut": ["failed: stream_cut (200): reset after 2.5s, streamed 40 chunk(s), 4,321 bytes"],
+        "whole": ["answered 200 in 800ms, streamed 61 chunk(s), 9,000 bytes"]}
+    assert any("failure alpha/a/m: stream_cut reset (200) for cut" in text
+               for _, _, text in model.events)

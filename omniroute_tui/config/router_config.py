@@ -29,6 +29,7 @@ from .limits import (
     parse_retention,
 )
 from .overrides import OverridePatch, parse_overrides, read_first_token, validate_settings
+from .prescan import check_counts
 from .problems import Path
 from .readers import (
     read_bool,
@@ -117,6 +118,8 @@ class RouterConfig:
     gateway_token_file: str | None = None
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
     gateway_metrics: MetricsAccess = MetricsAccess.TOKEN
+    #: whether an answer names its provider/connection/model in `x-omniroute-served-by`
+    gateway_served_by_header: bool = True
     source: str = "<memory>"
     #: the file's sha256, first 12 hex digits: which config a router runs
     version: str = ""
@@ -443,7 +446,7 @@ def load_router_config(
     `read_keys=False` skips the keys and the environment they name: a simulation stands
     fakes in for every provider and never needs them.
     """
-    src = load_source(path, text=text)
+    src = load_source(path, text=text, precheck=check_counts)
     data = src.data
     reject_unknown(src, data, (), ("providers", "routes", "resilience", "store", "gateway"))
     patch = parse_overrides(src, data.get("resilience", {}), ("resilience",))
@@ -461,6 +464,7 @@ def load_router_config(
     retention = StoreRetention()
     limits = GatewayLimits()
     metrics = MetricsAccess.TOKEN
+    served_by_header = True
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
         if "events" in store:  # the earlier release's one log of every event
             src.problem(("store", "events"), "state changes and per-request events are kept "
@@ -482,7 +486,11 @@ def load_router_config(
             lease_max = read_duration(src, store["lease_max"], ("store", "lease_max"),
                                       positive=True, longest_ms=3_600_000) or lease_max
     if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
-        reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits", "metrics"))
+        reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits", "metrics",
+                                               "served_by_header"))
+        if "served_by_header" in gw:
+            served_by_header = _on_or_off(src, gw["served_by_header"],
+                                          ("gateway", "served_by_header"))
         if "metrics" in gw:
             metrics = _metrics_access(src, gw["metrics"], ("gateway", "metrics"))
         if "limits" in gw:
@@ -497,7 +505,7 @@ def load_router_config(
         store_redis=store_redis, store_prefix=prefix, store_lease_max_ms=lease_max,
         store_retention=retention,
         gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
-        gateway_metrics=metrics,
+        gateway_metrics=metrics, gateway_served_by_header=served_by_header,
         source=src.name, version=src.version, raw=data,
     )
 
@@ -513,6 +521,17 @@ def _metrics_access(src: Source, value: Any, path: Path) -> MetricsAccess:
                       f"public (no token asked) or off (not served), got "
                       f"{repr(value)[:40] if isinstance(value, str) else type(value).__name__}")
     return MetricsAccess.TOKEN
+
+
+def _on_or_off(src: Source, value: Any, path: Path) -> bool:
+    """`on` or `off` (YAML reads them unquoted as true and false): on unless said."""
+    if isinstance(value, bool):
+        return value
+    if value in ("on", "off"):
+        return bool(value == "on")
+    src.problem(path, f"expected on or off, got "
+                      f"{repr(value)[:40] if isinstance(value, str) else type(value).__name__}")
+    return True
 
 
 def _read_redis(src: Source, value: Any, path: Path) -> str | None:

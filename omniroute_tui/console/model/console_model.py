@@ -500,20 +500,17 @@ class ConsoleModel:
         view = self.providers.get(event.provider)
         conn = self.connections.get((event.provider, event.connection))
         took = precise_ms(event.latency_ms)
+        streamed = _streamed(event)
         if event.kind is None:
             self._step(event.request, event.t, "upstream",
-                       f"stream ended whole after {took}{relayed(event)}"
-                       if event.relayed_chunks is not None
-                       else f"answered {event.status} in {took}")
+                       f"answered {event.status} in {took}{streamed}")
             if conn is not None:
                 conn.last_error = ""
             return
         text = f"{event.kind} ({event.status})" if event.status else event.kind
-        said = ", ".join(str(part) for part in (event.status or None, event.reason)
-                         if part is not None)  # `stream_cut (200, reset)`
-        self._step(event.request, event.t, "upstream",
-                   f"failed: {event.kind}{f' ({said})' if said else ''} after {took}"
-                   f"{relayed(event)}")
+        if event.reason is not None:
+            text = f"{text}: {event.reason}"
+        self._step(event.request, event.t, "upstream", f"failed: {text} after {took}{streamed}")
         if view is not None:
             view.errors.add(event.t)
             view.last_error, view.last_error_at = text, event.t
@@ -1108,19 +1105,18 @@ def describe(event: Event) -> str | None:
                 f"{event.model} on a key cooling for backoff until "
                 f"{clock_text(event.cooling_until)} (every key was cooling) for {event.request}")
     if isinstance(event, ResultEvent) and event.kind is not None:
-        cut = f", {event.reason}" if event.reason is not None else ""
-        return (f"failure {event.provider}/{event.connection}/{event.model}: {event.kind} "
-                f"({event.status}{cut}){relayed(event)} for {event.request}")
+        reason = f" {event.reason}" if event.reason is not None else ""
+        return (f"failure {event.provider}/{event.connection}/{event.model}: {event.kind}"
+                f"{reason} ({event.status}) for {event.request}{_streamed(event)}")
     return None
 
 
-def relayed(event: ResultEvent) -> str:
-    """What a streamed answer had relayed when it ended (docs/design.md §7): `, 40
-    chunks (5,160 bytes) relayed`; nothing for an answer that did not stream."""
-    if event.relayed_chunks is None:
+def _streamed(event: ResultEvent) -> str:
+    """What a streamed answer relayed before it ended, for its step in the why view and
+    its line in the events pane."""
+    if event.relayed_bytes is None:
         return ""
-    return (f", {event.relayed_chunks:,} chunks ({event.relayed_bytes or 0:,} bytes) "
-            "relayed")
+    return f", streamed {event.relayed_chunks} chunk(s), {event.relayed_bytes:,} bytes"
 
 
 def _clipped(text: str) -> str:
