@@ -113,9 +113,8 @@ def stream_fate(fate: FakeAnswer, fault: Fault | None, spec: StreamSpec, attempt
     else:
         end = first + (tokens - 1) * gap
     relayed = role + chunks * token
-    if cut is None:
-        relayed += finish + len(DONE)
-    elif cut is StreamCut.NO_DONE:
-        relayed += finish
+    if cut is None or cut is StreamCut.NO_DONE:  # the finish event: content, as a relay
+        chunks += 1                              # counts it
+        relayed += finish + (len(DONE) if cut is None else 0)
     return FakeAnswer(first, 200, fate.classification, fate.headers,
                       stream=StreamEnd(end - first, cut, relayed, chunks))

@@ -126,7 +126,7 @@ async def _request(driver: AsyncDriver, clock: ElapsedClock, at: int, route: str
                             "messages": [{"role": "user", "content": "hello"}]}
     if stream:
         body["stream"] = True
-    completion = await driver.complete(body)
+    completion = await driver.complete(body, stream=stream)
     relay = completion.relay
     if relay is not None:  # read to its end, as a client would: its result comes then
         try:

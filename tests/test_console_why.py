@@ -100,7 +100,7 @@ def test_the_why_view_and_the_events_pane_name_a_broken_stream_and_its_reason() 
     assert ("upstream", "failed: timeout: first_token after 5.0s") in whats
     answered = [what for layer, what in whats if what.startswith("answered the client")]
     assert answered == ["answered the client 200 from beta/b1/m after 5.3s"]
-    assert whats[-1] == ("upstream", "answered 200 in 1.5s, streamed 60 chunk(s), 11,606 bytes")
+    assert whats[-1] == ("upstream", "answered 200 in 1.5s, streamed 61 chunk(s), 11,606 bytes")
     first = next(e for e in seen if isinstance(e, ResultEvent)
                  and e.reason is StreamCut.FIRST_TOKEN)
     assert describe(first) == "failure alpha/a1/m: timeout first_token (0) for r871"

@@ -4,6 +4,7 @@ httpx streaming (docs/simulator.md, "Streams")."""
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import AsyncIterator
@@ -14,7 +15,9 @@ import pytest
 
 from omniroute_tui.clock import ManualClock
 from simulator.http_fakes import BAD_EVENT, start_fakes, stop_fakes
+from simulator.live import run_live
 from simulator.scenario import load_scenario
+from simulator.virtual import run_virtual
 
 SCENARIO = """\
 name: stream-sockets
@@ -154,3 +157,55 @@ async def test_first_token_holds_the_first_event_after_the_headers() -> None:
     assert 0.7 <= first_event < 2.0
     assert read.when(1) - first_event < 0.1  # the first token with it
     assert len(read.tokens) == 60 and read.events[-1][1] == "[DONE]"
+
+
+LIVE = """\
+name: live-streams
+duration: 3s
+clock: live
+resilience: {admission: {max_wait: 0s}, request: {timeout: 2s, stream_idle: 400ms}}
+providers:
+  cutter: {models: [m], latency: 30ms, connections: [k]}
+  staller: {models: [m], latency: 30ms, connections: [k]}
+  garbler: {models: [m], latency: 30ms, connections: [k]}
+  undone: {models: [m], latency: 30ms, connections: [k]}
+  late: {models: [m], latency: 30ms, connections: [k]}
+  spare: {models: [m], latency: 30ms, connections: [k]}
+routes:
+  rcut: {targets: [cutter/m]}
+  rstall: {targets: [staller/m]}
+  rbad: {targets: [garbler/m]}
+  rdone: {targets: [undone/m]}
+  rlate: {first_token: 300ms, targets: [late/m, spare/m]}
+traffic:
+  - {route: rcut, at: [100ms], stream: true}
+  - {route: rstall, at: [100ms], stream: true}
+  - {route: rbad, at: [100ms], stream: true}
+  - {route: rdone, at: [100ms], stream: true}
+  - {route: rlate, at: [100ms], stream: true}
+faults:
+  - {name: cut, target: cutter, stream_cut: {after_tokens: 40}}
+  - {name: stall, target: staller, stream_stall: {after_tokens: 20, for: 1500ms}}
+  - {name: bad, target: garbler, bad_chunk: {after_tokens: 10}}
+  - {name: nodone, target: undone, no_done: true}
+  - {name: slow-start, target: late, first_token: 1s}
+"""
+
+
+def _outcomes(trace: str) -> list[tuple[object, ...]]:
+    events = [json.loads(line) for line in trace.splitlines()]
+    return sorted(((e["provider"], e["kind"], e.get("reason"), e.get("relayed_chunks"))
+                   for e in events if e["type"] == "result"), key=str)
+
+
+async def test_the_gateways_relay_sees_each_stream_fault_as_virtual_time_says() -> None:
+    """The same scenario live (the fakes over sockets, the router's relay reading them)
+    and in virtual time: each attempt ends the same way, with the same tokens relayed."""
+    scenario = load_scenario("live.yaml", text=LIVE)
+    virtual, live = io.StringIO(), io.StringIO()
+    run_virtual(scenario, trace=virtual)
+    await run_live(scenario, trace=live)
+    assert _outcomes(live.getvalue()) == _outcomes(virtual.getvalue()) == sorted([
+        ("cutter", "stream_cut", "reset", 40), ("staller", "stream_cut", "idle", 20),
+        ("garbler", "stream_cut", "bad_event", 10), ("undone", "stream_cut", "no_done", 61),
+        ("late", "timeout", "first_token", None), ("spare", None, None, 61)], key=str)

@@ -1,6 +1,7 @@
 """Stream faults in virtual time: each one's outcome and timing as the gateway would see
 them (docs/simulator.md, "Streams"), worked out by hand. Both providers answer their
-headers after 100 ms; a streamed answer's token k comes k·20 ms after them (50/s)."""
+headers after 100 ms; a streamed answer's token k comes k·20 ms after them (50/s). A
+stream relays its tokens as chunks, and its finish event as one more when it comes."""
 
 from __future__ import annotations
 
@@ -80,13 +81,13 @@ ANSWERED = [(1120, 200, 120, "alpha/a/m")]
      (1320, "alpha", 200, "stream_cut", "bad_event", 320, 10, ROLE + 10 * TOKEN)),
     # all 60 tokens and the finish event, the body ends at 1,100 + 60·20 with no [DONE]
     ("no_done: true",
-     (2300, "alpha", 200, "stream_cut", "no_done", 1300, 60, WHOLE - len(DONE))),
+     (2300, "alpha", 200, "stream_cut", "no_done", 1300, 61, WHOLE - len(DONE))),
     # a stall shorter than stream_idle: token 21 at 1,500 + 2,000, 39 more 20 ms apart
     ("stream_stall: {after_tokens: 20, for: 2s}",
-     (4280, "alpha", 200, None, None, 3280, 60, WHOLE)),
+     (4280, "alpha", 200, None, None, 3280, 61, WHOLE)),
     # a fault on the 60th token of a 60-token answer: the answer ends first
     ("stream_cut: {after_tokens: 60}",
-     (2300, "alpha", 200, None, None, 1300, 60, WHOLE)),
+     (2300, "alpha", 200, None, None, 1300, 61, WHOLE)),
 ])
 def test_a_stream_fault_ends_the_answered_stream_as_the_gateway_sees_it(
         fault: str, result: tuple[Any, ...]) -> None:
@@ -114,7 +115,7 @@ def test_a_late_first_token_moves_the_request_to_the_next_target() -> None:
     events, metrics = replay("first_token: 20s", route="first_token: 8s, ")
     assert results(events) == [
         (9000, "alpha", 0, "timeout", "first_token", 8000, None, None),
-        (10_300, "beta", 200, None, None, 1300, 60, WHOLE)]
+        (10_300, "beta", 200, None, None, 1300, 61, WHOLE)]
     assert responses(events) == [(9120, 200, 8120, "beta/b/m")]
     assert metrics["successes"] == 1
 
@@ -122,7 +123,7 @@ def test_a_late_first_token_moves_the_request_to_the_next_target() -> None:
 def test_a_late_first_token_is_waited_for_without_a_first_token_limit() -> None:
     events, _ = replay("first_token: 3s")
     assert responses(events) == [(4100, 200, 3100, "alpha/a/m")]  # 1,000 + 100 + 3,000
-    assert results(events) == [(5280, "alpha", 200, None, None, 4280, 60, WHOLE)]
+    assert results(events) == [(5280, "alpha", 200, None, None, 4280, 61, WHOLE)]
 
 
 def test_without_a_first_token_limit_the_timeout_bounds_the_first_content() -> None:
@@ -155,7 +156,7 @@ def test_stream_faults_leave_requests_that_do_not_stream_alone() -> None:
 def test_the_default_stream_is_60_tokens_at_50_a_second() -> None:
     events, _ = replay("no_done: true", stream="true")
     assert results(events) == [
-        (2300, "alpha", 200, "stream_cut", "no_done", 1300, 60, WHOLE - len(DONE))]
+        (2300, "alpha", 200, "stream_cut", "no_done", 1300, 61, WHOLE - len(DONE))]
 
 
 def test_the_baselines_answer_at_the_first_token_and_hear_of_the_cut_at_its_end() -> None:
@@ -253,14 +254,16 @@ def test_a_streams_fate_is_told_as_the_stream_unfolded(
     assert fate.status == 200 and fate.classification.kind is None
     assert latency < fate.delay_ms and end.after_ms >= 0
     assert fate.delay_ms < (first_token or 60_000)
-    assert 1 <= end.relayed_chunks <= tokens
-    if end.cut is None or end.cut is StreamCut.NO_DONE:
-        assert end.relayed_chunks == tokens
+    assert 1 <= end.relayed_chunks <= tokens + 1
+    relayed_tokens = end.relayed_chunks
+    if end.cut is None or end.cut is StreamCut.NO_DONE:  # every token, and the finish
+        assert end.relayed_chunks == tokens + 1
+        relayed_tokens = tokens
     else:
         assert action is not None and end.relayed_chunks == after < tokens
     if end.cut is StreamCut.IDLE:
         assert hold >= idle and fate.delay_ms + end.after_ms == latency + after * gap + idle
-    assert end.relayed_bytes == ROLE + end.relayed_chunks * TOKEN + (
+    assert end.relayed_bytes == ROLE + relayed_tokens * TOKEN + (
         FINISH + len(DONE) if end.cut is None else FINISH if end.cut is StreamCut.NO_DONE
         else 0)
 
