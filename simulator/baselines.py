@@ -16,7 +16,7 @@ from omniroute_tui.clock import Clock
 from omniroute_tui.engine.breaker import BreakerAdmission
 from omniroute_tui.engine.bus import EventBus
 from omniroute_tui.engine.events import AttemptEvent, RequestEvent, ResponseEvent, ResultEvent
-from omniroute_tui.engine.kinds import FailureKind
+from omniroute_tui.engine.kinds import FailureKind, StreamCut
 from omniroute_tui.router.routes import Route, Strategy, Target
 from omniroute_tui.router.steps import (
     Attempt,
@@ -88,6 +88,8 @@ class BaselineRouting(StepMachine):
         self.route = route
         self.started_at = router.clock.now_ms()
         self.records: list[AttemptRecord] = []
+        #: a streamed answer being relayed: its attempt and status, until `end_stream`
+        self._stream: tuple[Attempt, int] | None = None
         router.bus.emit(RequestEvent(self.started_at, request_id, route.name))
         super().__init__(self._run())
 
@@ -108,17 +110,40 @@ class BaselineRouting(StepMachine):
                                              connection, target.model, False))
                 reply = yield attempt
                 assert reply is not None  # the step protocol sends every attempt's result
-                status, outcome = reply
+                status, outcome, stream, reason = reply
                 kind = outcome.kind
-                end = router.clock.now_ms()
-                router.bus.emit(ResultEvent(end, self.request_id, n, target.provider,
-                                            connection, target.model, status, kind,
-                                            end - now))
                 self.records.append(AttemptRecord(str(target), connection, status, kind))
+                if stream and kind is None:  # its result comes when it ends: end_stream
+                    self._stream = (attempt, status)
+                    yield self._respond(status, attempt)
+                    return
+                self._result(attempt, status, kind, reason)
                 if outcome.kind is None or outcome.kind is FailureKind.CLIENT_ERROR:
                     yield self._respond(status, attempt)
                     return
         yield self._respond(FailureKind.answer_status(status, kind), None)
+
+    def end_stream(self, cut: StreamCut | None = None, *, cancelled: bool = False,
+                   relayed_bytes: int = 0, relayed_chunks: int = 0) -> None:
+        """The streamed answer has ended: its result event, as the core's (nothing is
+        learnt from it here)."""
+        if self._stream is None:
+            return
+        attempt, status = self._stream
+        self._stream = None
+        kind = (FailureKind.CANCELLED if cancelled else
+                None if cut is None else FailureKind.STREAM_CUT)
+        self._result(attempt, status, kind, None if cancelled else cut, relayed_bytes,
+                     relayed_chunks)
+
+    def _result(self, attempt: Attempt, status: int, kind: FailureKind | None,
+                reason: StreamCut | None, relayed_bytes: int | None = None,
+                relayed_chunks: int | None = None) -> None:
+        end = self.router.clock.now_ms()
+        self.router.bus.emit(ResultEvent(end, self.request_id, attempt.n, attempt.provider,
+                                         attempt.connection, attempt.model, status, kind,
+                                         end - attempt.started_at, reason, relayed_bytes,
+                                         relayed_chunks))
 
     def _respond(self, status: int, upstream: Attempt | None) -> Response:
         now = self.router.clock.now_ms()

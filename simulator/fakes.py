@@ -18,10 +18,11 @@ from omniroute_tui.engine.classify import (
     classify,
     classify_transport,
 )
+from omniroute_tui.engine.kinds import StreamCut
 from omniroute_tui.engine.values import value
 
 from .rate_limits import KeyWindow
-from .scenario import Fault, FaultAction, Scenario
+from .scenario import STREAM_FAULTS, Fault, FaultAction, Scenario
 
 __all__ = ["FakeAnswer", "FakeProviders", "error_body"]
 
@@ -56,8 +57,23 @@ def error_body(status: int, *, quota: bool = False) -> str:
 
 
 @value
+class StreamEnd:
+    """How a streamed answer ends, `after_ms` after its first content: whole (`cut`
+    None) or cut, with what had been relayed by then (docs/simulator.md)."""
+
+    after_ms: int
+    cut: StreamCut | None
+    relayed_bytes: int
+    relayed_chunks: int
+
+
+@value
 class FakeAnswer:
-    """An attempt's fate: after `delay_ms`, this status (0: transport failure) or error."""
+    """An attempt's fate: after `delay_ms`, this status (0: transport failure) or error.
+
+    A streamed answer's (virtual time): `stream` set, `delay_ms` is when its first content
+    comes and `stream` says how it ends; `reason` is what broke one before its first
+    content (a `stream_cut`, or a `timeout` for `first_token`)."""
 
     delay_ms: int
     status: int
@@ -65,6 +81,8 @@ class FakeAnswer:
     headers: dict[str, str] = field(default_factory=dict)
     body: str = ""
     transport: TransportFailure | None = None
+    reason: StreamCut | None = None
+    stream: StreamEnd | None = None
 
 
 class FakeProviders:
@@ -78,21 +96,25 @@ class FakeProviders:
                         for model in p.models}
         self._rendered: dict[tuple[str | None, int, bool],
                              tuple[dict[str, str], str, Classification]] = {}
-        self._by_provider: dict[str, tuple[Fault, ...]] = {
+        #: the faults a streamed answer may meet on each provider, and the others
+        self._streamed: dict[str, tuple[Fault, ...]] = {
             name: tuple(f for f in scenario.faults
                         if f.target.provider is None or f.target.provider == name)
             for name in scenario.providers
         }
+        self._by_provider = {name: tuple(f for f in faults if f.action not in STREAM_FAULTS)
+                             for name, faults in self._streamed.items()}
         #: the keys with `limits:`, each with its window's counts
         self.windows = {key: KeyWindow(limits) for key, limits in scenario.limits.items()}
         self._limited: dict[int, Classification] = {}
 
     def fault_for(
         self, t: int, provider: str, connection: str | None, model: str | None,
-        rng: random.Random,
+        rng: random.Random, *, streamed: bool = False,
     ) -> Fault | None:
-        """The first listed fault active at `t` on the target, if its rate roll hits."""
-        for fault in self._by_provider.get(provider, ()):
+        """The first listed fault active at `t` on the target, if its rate roll hits; a
+        stream fault only for a `streamed` answer (others pass it by)."""
+        for fault in (self._streamed if streamed else self._by_provider).get(provider, ()):
             if fault.at_ms <= t < fault.until_ms and fault.target.matches(
                 provider, connection, model
             ):
@@ -107,6 +129,25 @@ class FakeProviders:
     ) -> FakeAnswer:
         latency = self.latencies[provider].sample(rng)
         fault = self.fault_for(t, provider, connection, model, rng)
+        return self._answer(t, provider, connection, model, timeout_ms, latency, fault)
+
+    def answer_stream(
+        self, t: int, provider: str, connection: str, model: str, timeout_ms: int,
+        rng: random.Random,
+    ) -> tuple[FakeAnswer, Fault | None]:
+        """A streamed request's answer up to its headers (an error comes as for any
+        request), and the stream fault that breaks its body, if one hits."""
+        latency = self.latencies[provider].sample(rng)
+        fault = self.fault_for(t, provider, connection, model, rng, streamed=True)
+        if fault is not None and fault.action in STREAM_FAULTS:
+            return self._answer(t, provider, connection, model, timeout_ms, latency,
+                                None), fault
+        return self._answer(t, provider, connection, model, timeout_ms, latency, fault), None
+
+    def _answer(
+        self, t: int, provider: str, connection: str, model: str, timeout_ms: int,
+        latency: int, fault: Fault | None,
+    ) -> FakeAnswer:
         if (provider, model) not in self._served:
             return self._status(404, latency, None, timeout_ms)
         window = self.windows.get((provider, connection)) if self.windows else None

@@ -3,7 +3,8 @@ policy shows nothing, and a scenario that ships one teaches nothing by it.
 
 `silent_faults()` names each such fault with its line and the likely reason, read from
 the routes and the traffic: the target is in no route, only a fallback (a later target
-of a route that tries its targets in order), or no traffic runs while the fault does.
+of a route that tries its targets in order), or no traffic runs while the fault does; and
+each stream fault while no streamed traffic runs, whose attempts it leaves unharmed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from omniroute_tui.router.routes import Strategy
 
-from .scenario import Fault, Scenario
+from .scenario import STREAM_FAULTS, Fault, Scenario
 
 __all__ = ["silent_faults"]
 
@@ -21,8 +22,17 @@ __all__ = ["silent_faults"]
 _IN_ORDER = frozenset({Strategy.PRIORITY, Strategy.ROUND_ROBIN})
 
 
+def _unstreamed(scenario: Scenario, fault: Fault) -> bool:
+    """A stream fault while no streamed traffic runs: its attempts are all unharmed."""
+    return fault.action in STREAM_FAULTS and not any(
+        t.stream is not None and t.from_ms < fault.until_ms and t.to_ms > fault.at_ms
+        for t in scenario.traffic)
+
+
 def _reason(scenario: Scenario, fault: Fault) -> str:
     aim = fault.target
+    if _unstreamed(scenario, fault):
+        return "no streamed traffic runs while it does (it acts on `stream:` traffic only)"
     if aim.provider is None:
         return "no traffic runs while it does"
     what = aim.provider if aim.model is None else f"{aim.provider}/{aim.model}"
@@ -57,7 +67,7 @@ def silent_faults(scenario: Scenario, resilient: Mapping[str, Any]) -> list[str]
     fast"."""
     warnings = []
     for fault in scenario.faults:
-        if resilient["faults"][fault.name]["attempts"]:
+        if resilient["faults"][fault.name]["attempts"] and not _unstreamed(scenario, fault):
             continue
         where = f"{scenario.source}:{fault.line}" if fault.line else scenario.source
         warnings.append(f"{where}: fault {fault.name!r} saw no traffic: "

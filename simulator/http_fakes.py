@@ -4,8 +4,11 @@ Each attempt's fate comes from `FakeProviders.answer()`, the same function the v
 runner uses, with the scenario's time counted from launch. Rendering over a socket:
 errors after the provider's latency as JSON bodies with `Retry-After`, and a limited key's
 `x-ratelimit-*` headers on every answer (`simulator.rate_limits`); `reset` cuts the
-connection mid-body (mid-stream for SSE); `refused` cuts it at once; `timeout` holds
-the request past the client's timeout; `slow` adds its latency, then succeeds.
+connection mid-body (for SSE too: before any event); `refused` cuts it at once; `timeout`
+holds the request past the client's timeout; `slow` adds its latency, then succeeds.
+A streamed answer sends its tokens one every 20 ms, and a stream fault really breaks it
+(`simulator.fake_streams`): the connection dropped right after token N, a silence, a
+`data:` line that is not JSON, no `data: [DONE]`, a first event late.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from starlette.types import Receive, Scope, Send
 from omniroute_tui.clock import Clock, ElapsedClock
 from omniroute_tui.engine.classify import TransportFailure
 
+from .fake_streams import DONE, chunk
 from .fakes import FakeProviders, error_body
-from .scenario import Scenario
+from .scenario import Fault, FaultAction, Scenario, StreamSpec
 
 __all__ = ["FakeServer", "fake_api_keys", "provider_app", "start_fakes"]
 
@@ -70,13 +74,6 @@ def _completion(model: str, text: str) -> dict[str, Any]:
     }
 
 
-def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
-    data = {"id": "chatcmpl-stream", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-    return f"data: {json.dumps(data)}\n\n".encode()
-
-
 def provider_app(
     scenario: Scenario, provider: str, keys: Mapping[str, str], clock: Clock,
     *, seed: int = 0,
@@ -103,8 +100,13 @@ def provider_app(
         if connection is None:
             return Response(error_body(401), 401, media_type="application/json")
         model = body["model"]
-        stream = bool(body.get("stream"))
-        fate = fakes.answer(clock.now_ms(), provider, connection, model, timeout_ms, rng)
+        stream = body.get("stream") is True
+        fault = None
+        if stream:
+            fate, fault = fakes.answer_stream(clock.now_ms(), provider, connection, model,
+                                              timeout_ms, rng)
+        else:
+            fate = fakes.answer(clock.now_ms(), provider, connection, model, timeout_ms, rng)
         if fate.transport is TransportFailure.CONNECT_REFUSED:
             return _ResetResponse()
         if fate.transport is TransportFailure.READ_TIMEOUT:
@@ -112,20 +114,18 @@ def provider_app(
             return JSONResponse(_completion(model, "too late"))
         await asyncio.sleep(fate.delay_ms / 1000)
         if fate.transport is TransportFailure.CONNECTION_RESET:
-            if stream:
-                return StreamingResponse(_cut_stream(model, faker.sentence()),
-                                         media_type="text/event-stream")
             return _ResetResponse()
         if fate.status != 200:
             return Response(fate.body, fate.status, headers=fate.headers,
                             media_type="application/json")
-        text = faker.paragraph(nb_sentences=2)
         if stream:  # the rate-limit headers (a key with `limits:`) come with successes too
             options = body.get("stream_options")
             usage = isinstance(options, dict) and options.get("include_usage") is True
-            return StreamingResponse(_stream(model, text, usage=usage),
+            words = faker.words(nb=STREAM.tokens)
+            return StreamingResponse(_stream(model, words, fault, usage=usage),
                                      media_type="text/event-stream", headers=fate.headers)
-        return JSONResponse(_completion(model, text), headers=fate.headers)
+        return JSONResponse(_completion(model, faker.paragraph(nb_sentences=2)),
+                            headers=fate.headers)
 
     async def list_models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
@@ -137,27 +137,43 @@ def provider_app(
     ])
 
 
-async def _stream(model: str, text: str, *, usage: bool = False) -> AsyncIterator[bytes]:
-    """`usage`: the client asked for it (`stream_options: {include_usage: true}`), and it
-    comes as OpenAI sends it, in a last chunk without choices."""
-    yield _chunk(model, {"role": "assistant", "content": ""})
-    for word in text.split():
-        yield _chunk(model, {"content": word + " "})
-    yield _chunk(model, {}, "stop")
+#: a streamed answer over HTTP: 60 tokens, one every 20 ms (the traffic's defaults)
+STREAM = StreamSpec()
+#: where a token would be, a `bad_chunk` fault sends this: a `data:` line cut mid-JSON
+BAD_EVENT = b'data: {"id": "chatcmpl-stream", "choices": [{"delta": {"content": "tok\n\n'
+
+
+async def _stream(model: str, words: list[str], fault: Fault | None, *, usage: bool = False
+                  ) -> AsyncIterator[bytes]:
+    """A streamed answer after its headers, as `fault` breaks it (or whole). `usage`: the
+    client asked for it (`stream_options: {include_usage: true}`), and it comes as OpenAI
+    sends it, in a last chunk without choices."""
+    action = fault.action if fault is not None else None
+    after = fault.after_tokens if fault is not None else 0
+    gap = STREAM.interval_ms / 1000
+    created = int(time.time())
+    if action is FaultAction.FIRST_TOKEN:
+        assert fault is not None
+        await asyncio.sleep(fault.hold_ms / 1000)  # the headers are out: a late first event
+    yield chunk(model, {"role": "assistant", "content": ""}, created=created)
+    for k, word in enumerate(words, 1):
+        if action is FaultAction.STREAM_CUT and after == k - 1:
+            raise _CutConnection("stream cut by the fake provider")
+        if action is FaultAction.STREAM_STALL and after == k - 1:
+            assert fault is not None
+            await asyncio.sleep(fault.hold_ms / 1000)  # silence, then the stream goes on
+        elif not (action is FaultAction.FIRST_TOKEN and k == 1):
+            await asyncio.sleep(gap)
+        if action is FaultAction.BAD_CHUNK and after == k - 1:
+            yield BAD_EVENT
+        yield chunk(model, {"content": word + " "}, created=created)
+    yield chunk(model, {}, "stop", created=created)
     if usage:
         last = {"id": "chatcmpl-stream", "object": "chat.completion.chunk", "model": model,
-                "choices": [], "usage": _completion(model, text)["usage"]}
+                "choices": [], "usage": _completion(model, " ".join(words))["usage"]}
         yield f"data: {json.dumps(last)}\n\n".encode()
-    yield b"data: [DONE]\n\n"
-
-
-async def _cut_stream(model: str, text: str) -> AsyncIterator[bytes]:
-    """A stream that breaks half-way: the SSE equivalent of a connection reset."""
-    words = text.split()
-    yield _chunk(model, {"role": "assistant", "content": ""})
-    for word in words[: max(1, len(words) // 2)]:
-        yield _chunk(model, {"content": word + " "})
-    raise _CutConnection("stream cut by the fake provider")
+    if action is not FaultAction.NO_DONE:
+        yield DONE
 
 
 @dataclass

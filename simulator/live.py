@@ -84,7 +84,7 @@ class LiveRun:
         for index, item in enumerate(scenario.traffic):
             for at in scenario.arrivals(index):
                 self._tasks.append(asyncio.create_task(
-                    _request(driver, self.clock, at, item.route, item.stream)))
+                    _request(driver, self.clock, at, item.route, item.stream is not None)))
 
     async def wait(self) -> None:
         await asyncio.gather(*self._tasks)
@@ -126,7 +126,7 @@ async def _request(driver: AsyncDriver, clock: ElapsedClock, at: int, route: str
                             "messages": [{"role": "user", "content": "hello"}]}
     if stream:
         body["stream"] = True
-    completion = await driver.complete(body)
+    completion = await driver.complete(body, stream=stream)
     relay = completion.relay
     if relay is not None:  # read to its end, as a client would: its result comes then
         try:

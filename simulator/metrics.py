@@ -144,6 +144,10 @@ class MetricsCollector:
                     fs.ttr_ms = event.t - fs.fault.until_ms
         else:
             stats.failures[event.kind] += 1
+            if event.relayed_chunks is not None:
+                # a stream that broke after its answer had started: the request, counted
+                # a success when it was answered (with the stream), is not one
+                self.successes -= 1
 
     def _response(self, event: ResponseEvent) -> None:
         if 200 <= event.status < 300:

@@ -9,6 +9,7 @@ from omniroute_tui.clock import Clock
 from omniroute_tui.config.router_config import RouterConfig
 from omniroute_tui.engine.bus import EventBus
 from omniroute_tui.engine.classify import Classification
+from omniroute_tui.engine.kinds import StreamCut
 from omniroute_tui.router.rate_limits import RateLimitInfo
 from omniroute_tui.router.steps import Step
 
@@ -22,7 +23,11 @@ class Routing(Protocol):
     def next_step(self) -> Step: ...
 
     def record(self, status: int, outcome: Classification,
-               rate_limits: RateLimitInfo | None = None) -> None: ...
+               rate_limits: RateLimitInfo | None = None, *, stream: bool = False,
+               reason: StreamCut | None = None) -> None: ...
+
+    def end_stream(self, cut: StreamCut | None = None, *, cancelled: bool = False,
+                   relayed_bytes: int = 0, relayed_chunks: int = 0) -> None: ...
 
 
 class PolicyRouter(Protocol):

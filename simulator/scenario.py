@@ -47,6 +47,7 @@ from .rate_limits import RateLimits, read_limits
 
 __all__ = [
     "POLICIES",
+    "STREAM_FAULTS",
     "AlertExpect",
     "Expect",
     "Fault",
@@ -55,6 +56,7 @@ __all__ = [
     "Latency",
     "Policy",
     "Scenario",
+    "StreamSpec",
     "Traffic",
     "load_scenario",
 ]
@@ -134,6 +136,33 @@ class FaultAction(StrEnum):
     TIMEOUT = "timeout"
     SLOW = "slow"
     QUOTA = "quota"
+    # stream faults: a streamed answer that starts, then breaks (docs/simulator.md)
+    STREAM_CUT = "stream_cut"
+    STREAM_STALL = "stream_stall"
+    BAD_CHUNK = "bad_chunk"
+    NO_DONE = "no_done"
+    FIRST_TOKEN = "first_token"
+
+
+#: the faults that act on streamed answers only, each a field of a fault of its own name
+STREAM_FAULTS = frozenset({FaultAction.STREAM_CUT, FaultAction.STREAM_STALL,
+                           FaultAction.BAD_CHUNK, FaultAction.NO_DONE,
+                           FaultAction.FIRST_TOKEN})
+#: the most tokens a streamed answer may have, and a stream fault may count
+MAX_TOKENS = 100_000
+#: a streamed answer's tokens and their rate unless the traffic says (docs/simulator.md)
+DEFAULT_TOKENS = 60
+DEFAULT_TOKEN_RATE = 50.0
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A streamed request (`stream:` in traffic): the fakes answer it with `tokens`
+    content chunks, the first `interval_ms` after the headers, each next one
+    `interval_ms` after the one before."""
+
+    tokens: int = DEFAULT_TOKENS
+    interval_ms: int = round(1000 / DEFAULT_TOKEN_RATE)
 
 
 @dataclass(frozen=True)
@@ -173,6 +202,10 @@ class Fault:
     rate: float = 1.0
     latency_ms: int = 0
     line: int | None = None
+    #: a stream fault's token count (`after_tokens`), and what it holds back: a stall's
+    #: length, or how long after the headers the first token comes (`first_token`)
+    after_tokens: int = 0
+    hold_ms: int = 0
 
     def active(self, t: int) -> bool:
         return self.at_ms <= t < self.until_ms
@@ -188,7 +221,8 @@ class Traffic:
     rate_per_s: float | None = None
     every_ms: int | None = None
     at_ms: tuple[int, ...] | None = None
-    stream: bool = False  # live mode: ask for an SSE stream
+    #: the requests ask for an SSE stream: the fakes' answer, token by token
+    stream: StreamSpec | None = None
     #: requests at each time of `at_ms` (a burst: clients that all ask at once)
     count: int = 1
 
@@ -435,7 +469,8 @@ def _read_fault(
     if body is None:
         return None
     reject_unknown(src, body, path, ("name", "at", "for", "until", "target", "error",
-                                     "retry_after", "body", "rate", "latency"))
+                                     "retry_after", "body", "rate", "latency",
+                                     *sorted(STREAM_FAULTS)))
     name = read_name(src, body.get("name"), path + ("name",))
     at = read_duration(src, body.get("at", 0), path + ("at",))
     target = _read_target(src, body.get("target"), path + ("target",), providers, origin)
@@ -450,7 +485,25 @@ def _read_fault(
         if until is not None and at is not None and until <= at:
             src.problem(path + ("until",), "the fault must end after it starts")
             until = None
-    action, status = _read_error(src, body.get("error"), path + ("error",))
+    streamed = [key for key in sorted(STREAM_FAULTS) if key in body]
+    after_tokens = hold = 0
+    if streamed:
+        action, status = None, None
+        if len(streamed) + ("error" in body) != 1:
+            src.problem(path, "give exactly one of error, " + ", ".join(sorted(STREAM_FAULTS)))
+        else:
+            action = FaultAction(streamed[0])
+            read = _read_stream_fault(src, action, body[action], path + (action.value,))
+            if read is None:
+                action = None
+            else:
+                after_tokens, hold = read
+            for key in ("retry_after", "body", "latency"):
+                if key in body:
+                    src.problem(path + (key,), f"{action or streamed[0]} breaks a streamed "
+                                               "answer: it has no " + key)
+    else:
+        action, status = _read_error(src, body.get("error"), path + ("error",))
     retry_after = (read_duration(src, body["retry_after"], path + ("retry_after",))
                    if "retry_after" in body else None)
     rate = (read_number(src, body["rate"], path + ("rate",), minimum=0.0, maximum=1.0)
@@ -472,7 +525,41 @@ def _read_fault(
 
     text_body = json.dumps(fault_body) if isinstance(fault_body, dict) else fault_body
     return Fault(name, at, until, target, action, status, retry_after, text_body, rate, latency,
-                 src.line(path))
+                 src.line(path), after_tokens, hold)
+
+
+def _read_stream_fault(src: Source, action: FaultAction, value: Any, path: Path
+                       ) -> tuple[int, int] | None:
+    """A stream fault's field: `(after_tokens, hold_ms)` (docs/simulator.md, `faults`)."""
+    if action is FaultAction.NO_DONE:
+        if value is not True:
+            src.problem(path, f"expected true, got {value!r}"[:120])
+            return None
+        return 0, 0
+    if action is FaultAction.FIRST_TOKEN:
+        hold = read_duration(src, value, path, positive=True)
+        return None if hold is None else (0, hold)
+    body = read_mapping(src, value, path)
+    if body is None:
+        return None
+    stall = action is FaultAction.STREAM_STALL
+    reject_unknown(src, body, path, ("after_tokens", "for") if stall else ("after_tokens",))
+    if "after_tokens" not in body:
+        src.problem(path + ("after_tokens",), "missing: how many tokens come before it")
+        return None
+    # a stall before the first token is a late first token: `first_token`
+    after = read_int(src, body["after_tokens"], path + ("after_tokens",),
+                     minimum=1 if stall else 0)
+    if after is not None and after > MAX_TOKENS:
+        src.problem(path + ("after_tokens",), f"at most {MAX_TOKENS:,} tokens, got {after:,}")
+        after = None
+    hold = 0
+    if stall:
+        if "for" not in body:
+            src.problem(path + ("for",), "missing: how long the stream stalls, like 40s")
+            return None
+        hold = read_duration(src, body["for"], path + ("for",), positive=True)
+    return None if after is None or hold is None else (after, hold)
 
 
 def _read_error(src: Source, value: Any, path: Path) -> tuple[FaultAction | None, int | None]:
@@ -504,7 +591,7 @@ def _read_traffic(
         return None
     reject_unknown(src, body, path, ("route", "rate", "every", "at", "count", "from", "to",
                                      "stream"))
-    stream = bool(body.get("stream", False))
+    stream = _read_stream(src, body.get("stream", False), path + ("stream",))
     route = read_str(src, body.get("route"), path + ("route",))
     if route is not None and route not in routes:
         provider, _, model = route.partition("/")
@@ -549,6 +636,34 @@ def _read_traffic(
         return None
     return Traffic(route, start, end, at_ms=tuple(t for t in parsed if t is not None),
                    stream=stream, count=count)
+
+
+def _read_stream(src: Source, value: Any, path: Path) -> StreamSpec | None:
+    """`stream: true`, `false`, or `{tokens: 60, rate: 50/s}` (the answer's tokens)."""
+    if isinstance(value, bool):
+        return StreamSpec() if value else None
+    body = read_mapping(src, value, path)
+    if body is None:
+        return None
+    reject_unknown(src, body, path, ("tokens", "rate"))
+    tokens = read_int(src, body.get("tokens", DEFAULT_TOKENS), path + ("tokens",), minimum=1)
+    if tokens is not None and tokens > MAX_TOKENS:
+        src.problem(path + ("tokens",), f"at most {MAX_TOKENS:,} tokens, got {tokens:,}")
+        tokens = None
+    interval: int | None = round(1000 / DEFAULT_TOKEN_RATE)
+    if "rate" in body:
+        try:
+            rate = parse_rate_per_s(body["rate"])
+        except ValueError as exc:
+            src.problem(path + ("rate",), str(exc))
+            rate = None
+        if rate is not None and not 0.01 <= rate <= 1000:
+            src.problem(path + ("rate",), f"from 0.01/s to 1000/s tokens, got {rate:g}/s")
+            rate = None
+        interval = None if rate is None else round(1000 / rate)
+    if tokens is None or interval is None:
+        return None
+    return StreamSpec(tokens, interval)
 
 
 _ALERT_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")

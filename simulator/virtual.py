@@ -19,11 +19,12 @@ from omniroute_tui.engine.events import EVENT_CLASSES, Event, FaultEvent, json_e
 from omniroute_tui.router.rate_limits import parse_rate_limits
 from omniroute_tui.router.steps import Attempt, Wait
 
-from .fakes import FakeProviders
+from .fake_streams import stream_fate
+from .fakes import FakeProviders, StreamEnd
 from .fleet import Fleet
 from .metrics import MetricsCollector
 from .policies import PolicyRouter, Routing, build_policy
-from .scenario import Policy, Scenario
+from .scenario import Policy, Scenario, StreamSpec
 from .timeline import Timeline
 
 __all__ = ["TraceWriter", "VirtualRun", "run_virtual"]
@@ -99,7 +100,10 @@ class VirtualRun:
                                 schedule=self._later)
         else:
             self.router = build_policy(scenario, policy, self.clock, self.bus)
-        self._answer = FakeProviders(scenario).answer
+        fakes = FakeProviders(scenario)
+        self._answer, self._answer_stream = fakes.answer, fakes.answer_stream
+        #: the requests in flight that stream, with their answer's shape
+        self._streams: dict[Routing, StreamSpec] = {}
         self._rng = random.Random(scenario.seed)
         self._heap: list[tuple[int, int, int, int, Any]] = []
         self._seq = 0
@@ -143,7 +147,7 @@ class VirtualRun:
         heap, clock, scenario = self._heap, self.clock, self.scenario
         push, pop = heapq.heappush, heapq.heappop
         answer, rng, router, traffic = self._answer, self._rng, self.router, scenario.traffic
-        arrivals, emit = self._arrivals, self.bus.emit
+        arrivals, emit, streams = self._arrivals, self.bus.emit, self._streams
         seq = self._seq
         handled = 0
 
@@ -151,20 +155,31 @@ class VirtualRun:
             nonlocal seq
             step = routing.next_step()
             if isinstance(step, Attempt):
-                fate = answer(now, step.provider, step.connection, step.model, step.timeout_ms,
-                              rng)
+                spec = streams.get(routing) if streams else None
+                if spec is None:
+                    fate = answer(now, step.provider, step.connection, step.model,
+                                  step.timeout_ms, rng)
+                else:
+                    fate = stream_fate(*self._answer_stream(
+                        now, step.provider, step.connection, step.model, step.timeout_ms,
+                        rng), spec, step)
                 seq += 1
                 push(heap, (now + fate.delay_ms, _STEP, 0, seq, (routing, fate)))
             elif isinstance(step, Wait):
                 seq += 1
                 push(heap, (now + step.delay_ms, _STEP, 0, seq, (routing, None)))
+            elif streams:
+                streams.pop(routing, None)  # answered
 
         while heap and heap[0][0] <= until_ms:
             now, phase, index, _, payload = pop(heap)
             clock.set(now)
             if phase == _ARRIVAL:
                 self._requests += 1
-                routing = router.start(f"r{self._requests}", traffic[index].route)
+                item = traffic[index]
+                routing = router.start(f"r{self._requests}", item.route)
+                if item.stream is not None:
+                    streams[routing] = item.stream
                 advance(routing, now)
                 following = next(arrivals[index], None)
                 if following is not None:
@@ -172,11 +187,24 @@ class VirtualRun:
                     push(heap, (following, _ARRIVAL, index, seq, None))
             elif phase == _STEP:
                 routing, fate = payload
-                if fate is not None:
+                if fate is None:
+                    advance(routing, now)
+                elif fate.__class__ is StreamEnd:  # a streamed answer's end (docs/design.md §7)
+                    routing.end_stream(fate.cut, relayed_bytes=fate.relayed_bytes,
+                                       relayed_chunks=fate.relayed_chunks)
+                else:
                     # a key with `limits:` says what is left in its headers, as over HTTP
-                    routing.record(fate.status, fate.classification,
-                                   parse_rate_limits(fate.headers) if fate.headers else None)
-                advance(routing, now)
+                    limits = parse_rate_limits(fate.headers) if fate.headers else None
+                    end = fate.stream
+                    if end is None and fate.reason is None:
+                        routing.record(fate.status, fate.classification, limits)
+                    else:
+                        routing.record(fate.status, fate.classification, limits,
+                                       stream=end is not None, reason=fate.reason)
+                    if end is not None:
+                        seq += 1
+                        push(heap, (now + end.after_ms, _STEP, 0, seq, (routing, end)))
+                    advance(routing, now)
             elif phase == _SHARE:
                 payload()
             else:

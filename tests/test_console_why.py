@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections import Counter
 
 from omniroute_tui.config.durations import format_ms
+from omniroute_tui.console.model.console_model import describe
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.screens.modals import DetailScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
+from omniroute_tui.engine import StreamCut
+from omniroute_tui.engine.events import ResultEvent
 
 from .console_helpers import console_app
 
@@ -82,3 +85,29 @@ def test_an_attached_consoles_budget_says_its_tokens_without_a_burst_it_does_not
     assert model.provider_rows(11_000)["alpha"][9] == "7 left 10s"
     _, fields, _ = model.detail(Pane.PROVIDERS, "alpha", 11_000) or ("", [], [])
     assert ("budget", "7 tokens, 10s ago") in fields
+
+
+def test_the_why_view_and_the_events_pane_name_a_broken_stream_and_its_reason() -> None:
+    """stream-faults: r113's stream from alpha/a1 is cut after 40 of its 60 tokens at
+    31.6 s; r871's first token is late on alpha (a `first_token` timeout at 5 s, nothing
+    relayed) and beta answers it whole."""
+    app, seen = console_app("stream-faults", at_ms=218_000)
+    cut = next(e for e in seen if isinstance(e, ResultEvent) and e.reason is StreamCut.RESET)
+    assert describe(cut) == ("failure alpha/a1/m: stream_cut reset (200) for r113, "
+                             "streamed 40 chunk(s), 7,682 bytes")
+    late = app.model.requests["r871"]
+    whats = [(layer, what) for _, layer, what in late.steps]
+    assert ("upstream", "failed: timeout: first_token after 5.0s") in whats
+    answered = [what for layer, what in whats if what.startswith("answered the client")]
+    assert answered == ["answered the client 200 from beta/b1/m after 5.3s"]
+    assert whats[-1] == ("upstream", "answered 200 in 1.5s, streamed 61 chunk(s), 11,606 bytes")
+    first = next(e for e in seen if isinstance(e, ResultEvent)
+                 and e.reason is StreamCut.FIRST_TOKEN)
+    assert describe(first) == "failure alpha/a1/m: timeout first_token (0) for r871"
+
+
+def test_the_why_view_says_a_cut_streams_relayed_chunks() -> None:
+    app, _ = console_app("stream-faults", at_ms=33_000)
+    whats = [what for _, _, what in app.model.requests["r113"].steps]
+    assert "failed: stream_cut (200): reset after 1.2s, streamed 40 chunk(s), 7,682 bytes" \
+        in whats

@@ -76,7 +76,7 @@ async def test_live_mode_matches_virtual_mode() -> None:
     assert kinds == {
         ("throttled", "rate_limited", 429), ("broken", "server_error", 503),
         ("flaky", "network", 0), ("billing", "quota_exhausted", 429),
-        ("streamer", "network", 0),  # the SSE stream cut half-way
+        ("streamer", "network", 0),  # the SSE answer cut before its first event
         ("throttled", None, 200), ("streamer", None, 200),  # after the cooldowns
     }
     assert metrics["requests"] == 7 and metrics["successes"] == 2

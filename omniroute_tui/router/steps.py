@@ -9,13 +9,13 @@ from typing import Any
 
 from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
-from ..engine.kinds import FailureKind, SkipReason
+from ..engine.kinds import FailureKind, SkipReason, StreamCut
 from ..engine.settings import STREAM_IDLE_MS
 from ..engine.values import value
 from .rate_limits import RateLimitInfo
 
-__all__ = ["Attempt", "AttemptRecord", "Response", "Routine", "Skip", "Step", "StepMachine",
-           "Wait"]
+__all__ = ["Attempt", "AttemptRecord", "Reply", "Response", "Routine", "Skip", "Step",
+           "StepMachine", "Wait"]
 
 
 @value
@@ -106,7 +106,10 @@ class Response:
 
 Step = Attempt | Wait | Response
 
-Routine = Generator[Step, tuple[int, Classification] | None, None]
+#: an attempt's result as `record()` hears it: the status, its class, whether it is a
+#: stream's start, and what broke a stream (docs/design.md §7)
+Reply = tuple[int, Classification, bool, StreamCut | None]
+Routine = Generator[Step, Reply | None, None]
 
 
 class StepMachine:
@@ -138,7 +141,9 @@ class StepMachine:
         return step
 
     def record(self, status: int, outcome: Classification,
-               rate_limits: RateLimitInfo | None = None) -> None:
-        """Report the attempt's HTTP status (0 for transport errors) and its class; the
-        answer's rate limits are for the routing core's `headroom` (ignored here)."""
-        self._next = self._routine.send((status, outcome))
+               rate_limits: RateLimitInfo | None = None, *, stream: bool = False,
+               reason: StreamCut | None = None) -> None:
+        """Report the attempt's HTTP status (0 for transport errors) and its class, as
+        `RequestRouting.record` takes them; the answer's rate limits are for the routing
+        core's `headroom` (ignored here)."""
+        self._next = self._routine.send((status, outcome, stream, reason))

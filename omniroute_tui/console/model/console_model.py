@@ -1107,12 +1107,13 @@ def describe(event: Event) -> str | None:
     if isinstance(event, ResultEvent) and event.kind is not None:
         reason = f" {event.reason}" if event.reason is not None else ""
         return (f"failure {event.provider}/{event.connection}/{event.model}: {event.kind}"
-                f"{reason} ({event.status}) for {event.request}")
+                f"{reason} ({event.status}) for {event.request}{_streamed(event)}")
     return None
 
 
 def _streamed(event: ResultEvent) -> str:
-    """What a streamed answer relayed before it ended, for its step in the why view."""
+    """What a streamed answer relayed before it ended, for its step in the why view and
+    its line in the events pane."""
     if event.relayed_bytes is None:
         return ""
     return f", streamed {event.relayed_chunks} chunk(s), {event.relayed_bytes:,} bytes"
