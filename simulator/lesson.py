@@ -240,7 +240,12 @@ def stated_numbers(text: str) -> list[float]:
 
 
 def shipped_lessons() -> list[str]:
-    return sorted(p.stem for p in LESSONS_DIR.glob("*.yaml"))
+    """The shipped lessons in their order: by their number (`10-…` after `9-…`)."""
+    def number(stem: str) -> tuple[int, str]:
+        head = stem.split("-", 1)[0]
+        return (int(head) if head.isdigit() else 1 << 30, stem)
+
+    return sorted((p.stem for p in LESSONS_DIR.glob("*.yaml")), key=number)
 
 
 def resolve_lesson(name: str) -> FsPath:
