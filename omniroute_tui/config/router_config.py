@@ -28,6 +28,7 @@ from .limits import (
     parse_limits,
     parse_retention,
 )
+from .operators import OperatorTokens, parse_operators
 from .overrides import OverridePatch, parse_overrides, validate_settings
 from .problems import Path
 from .readers import (
@@ -115,6 +116,8 @@ class RouterConfig:
     store_retention: StoreRetention = field(default_factory=StoreRetention)
     gateway_listen: str | None = None
     gateway_token_file: str | None = None
+    #: the management API's named tokens and their roles (taken by a reload)
+    gateway_operators: OperatorTokens = field(default_factory=OperatorTokens)
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
     gateway_metrics: MetricsAccess = MetricsAccess.TOKEN
     source: str = "<memory>"
@@ -442,6 +445,7 @@ def load_router_config(
     lease_max = 10_000
     retention = StoreRetention()
     limits = GatewayLimits()
+    operators = OperatorTokens()
     metrics = MetricsAccess.TOKEN
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
         if "events" in store:  # the earlier release's one log of every event
@@ -464,7 +468,10 @@ def load_router_config(
             lease_max = read_duration(src, store["lease_max"], ("store", "lease_max"),
                                       positive=True, longest_ms=3_600_000) or lease_max
     if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
-        reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits", "metrics"))
+        reject_unknown(src, gw, ("gateway",),
+                       ("listen", "token_file", "limits", "metrics", "operators"))
+        if "operators" in gw:
+            operators = parse_operators(src, gw["operators"], ("gateway", "operators"))
         if "metrics" in gw:
             metrics = _metrics_access(src, gw["metrics"], ("gateway", "metrics"))
         if "limits" in gw:
@@ -478,7 +485,8 @@ def load_router_config(
         providers=providers, routes=routes, settings=settings, store_path=store_path,
         store_redis=store_redis, store_prefix=prefix, store_lease_max_ms=lease_max,
         store_retention=retention,
-        gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
+        gateway_listen=listen, gateway_token_file=token_file, gateway_operators=operators,
+        gateway_limits=limits,
         gateway_metrics=metrics,
         source=src.name, version=src.version, raw=data,
     )

@@ -94,6 +94,9 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.model = model
         self.operator = operator
         self.read_only = read_only
+        self._asked_read_only = read_only  # --read-only, or a room: whatever the token
+        #: why it is read-only when the gateway says so of the token (the status bar's)
+        self.read_only_why = ""
         self.autoplay = autoplay
         self._last_tick = time.monotonic()
         self._next_tick = self._last_tick  # when the paint clock beats next
@@ -103,6 +106,19 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self._frozen_at: float | None = None
         self._history: list[Pane] = []
         self._collections = PacedCollections()
+
+    def token_role(self, name: str, role: str) -> None:
+        """Attached to a gateway: the token used is `name`'s, of `role`. A `read` token
+        makes the console read-only, and it says so; an `operate` one (after a reload
+        rotated it) gives the actions back unless read-only was asked."""
+        reading = role != "operate"
+        self.read_only_why = f"{name}: {role} token" if reading else ""
+        if self.read_only != (reading or self._asked_read_only):
+            self.read_only = reading or self._asked_read_only
+            self.refresh_bindings()
+        if reading:
+            self.notify(f"read-only: the token of {name!r} may only read (role {role}); "
+                        "operator actions are disabled", title="read-only", timeout=10)
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")

@@ -229,8 +229,12 @@ def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None,
     if state is not None:
         backend.follow_room(state.get("replay"))
     model.now = backend.now_ms
-    return ConsoleApp(backend, model, operator=operator,  # type: ignore[arg-type]
-                      read_only=args.read_only or backend.room is not None)
+    app = ConsoleApp(backend, model, operator=operator,  # type: ignore[arg-type]
+                     read_only=args.read_only or backend.room is not None)
+    backend.on_caller = app.token_role
+    if state is not None:
+        backend.read_caller(state)
+    return app
 
 
 def main(argv: Sequence[str] | None = None) -> int:
