@@ -6,6 +6,10 @@ read-only and says so."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -15,7 +19,7 @@ from omniroute_tui.config import ConfigError, load_router_config
 from omniroute_tui.config.operators import Operator, Role, token_digest
 
 from .console_helpers import settle
-from .gateway_helpers import ALICE, GRAFANA, TOKEN, running_gateway
+from .gateway_helpers import ALICE, GRAFANA, TOKEN, free_port, running_gateway
 from .test_console_attach import attach_args
 from .test_gateway_reload import config_text, served
 
@@ -170,3 +174,26 @@ async def test_a_console_attached_with_a_read_token_is_read_only_and_says_so(
             audit = (await http.get("/api/resilience/audit",
                                     headers={"authorization": f"Bearer {TOKEN}"})).json()
         assert audit == {"entries": []}  # the read-only console did nothing
+
+
+def test_a_gateway_with_named_operators_only_serves_the_api_and_says_so(
+        tmp_path: Path) -> None:
+    path = tmp_path / "router.yaml"
+    path.write_text(config_text("http://127.0.0.1:9/v1", extra={"gateway": {
+        "operators": _operators(alice=("operate", ALICE), grafana=("read", GRAFANA))}}))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "omniroute_tui.gateway", "--config", str(path), "--listen",
+         f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "OMNIROUTE_TOKEN": ""})
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # blocks until it listens, or it died
+        assert line.startswith(f"omniroute-gateway on http://127.0.0.1:{port} with the "
+                               "management API (2 named operator(s)); "), line
+        state = httpx.get(f"http://127.0.0.1:{port}/api/resilience/state",
+                          headers={"authorization": f"Bearer {GRAFANA}"}, timeout=10)
+        assert state.status_code == 200 and state.json()["caller"]["name"] == "grafana"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..clock import SystemClock
 from ..config import ConfigError, MetricsAccess, load_router_config
+from ..config.operators import OperatorTokens
 from ..config.token import TOKEN_ENV, TokenError, load_token
 from ..logs import add_log_arguments, configure_logging
 from ..store import Recovery, SqliteStore, StoreError
@@ -110,8 +111,7 @@ async def _serve(args: argparse.Namespace) -> int:
             loop.add_signal_handler(hangup, reload_on_hangup)
     try:
         await server.start()
-        management = "with the management API" if token else (
-            f"WITHOUT the management API (no token: give --token-file or ${TOKEN_ENV})")
+        management = _management(gateway.operators)
         print(f"omniroute-gateway on {server.url} {management}; "
               f"{_METRICS_SERVED[gateway.metrics_access]}", flush=True)
         await stop.wait()
@@ -127,6 +127,17 @@ async def _serve(args: argparse.Namespace) -> int:
         return 1
     print("omniroute-gateway stopped", flush=True)
     return 0
+
+
+def _management(operators: OperatorTokens) -> str:
+    """How the start line says who may use the management API."""
+    if not operators:
+        return (f"WITHOUT the management API (no token: give --token-file or ${TOKEN_ENV}, "
+                "or gateway.operators)")
+    tokens = [f"{len(operators.by_digest)} named operator(s)"] if operators.by_digest else []
+    if operators.single is not None:
+        tokens.append("the single token")
+    return f"with the management API ({' and '.join(tokens)})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
