@@ -10,13 +10,16 @@ import os
 import signal
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from omniroute_tui.config import ConfigError, load_router_config
-from omniroute_tui.config.operators import Operator, Role, token_digest
+from omniroute_tui.config.operators import MAX_REASON_CHARS, Operator, Role, token_digest
 
 from .console_helpers import settle
 from .gateway_helpers import ALICE, GRAFANA, TOKEN, free_port, running_gateway
@@ -37,6 +40,15 @@ NEW_ALICE = "alice-rotated-token-0123456789"
 def _operators(**roles: tuple[str, str]) -> dict[str, dict[str, str]]:
     return {name: {"role": role, "token_sha256": token_digest(token)}
             for name, (role, token) in roles.items()}
+
+
+@given(st.text(max_size=400) | st.binary(max_size=400).map(lambda b: b.decode("latin-1")))
+def test_a_reason_never_changes_who_acts_nor_hides_anything(reason: str) -> None:
+    actor = Operator("alice", Role.OPERATE).acting(reason)
+    assert actor == "alice" or (actor.startswith("alice (") and actor.endswith(")"))
+    said = actor[len("alice ("):-1]
+    assert len(said) <= MAX_REASON_CHARS and said == said.strip() and "  " not in said
+    assert all(c == " " or unicodedata.category(c)[0] not in "CZ" for c in said)
 
 
 def test_the_config_names_each_token_by_its_digest() -> None:
@@ -111,7 +123,7 @@ async def test_the_audit_names_the_token_and_a_header_adds_only_a_reason(
                                 headers={"authorization": f"Bearer {GRAFANA}"})).json()
         actors = [e["actor"] for e in audit["entries"]]
         assert actors == ["alice", "alice (key leaked, INC-42)",
-                          f"alice ({('bob' + 'x' * 300)[:120]})", "operator"]
+                          f"alice ({('bob ' + 'x' * 300)[:120]})", "operator"]
 
 
 async def test_a_reload_rotates_the_tokens(tmp_path: Path) -> None:

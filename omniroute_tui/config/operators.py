@@ -8,9 +8,11 @@ operator too, named `operator`, with the role `operate`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -26,6 +28,8 @@ __all__ = ["SINGLE_TOKEN_NAME", "Operator", "OperatorTokens", "Role", "parse_ope
 
 #: the name the single token of `--token-file` / `$OMNIROUTE_TOKEN` has in the audit
 SINGLE_TOKEN_NAME = "operator"
+#: what of a reason the audit keeps
+MAX_REASON_CHARS = 120
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
@@ -43,6 +47,18 @@ class Operator:
     @property
     def may_operate(self) -> bool:
         return self.role is Role.OPERATE
+
+    def acting(self, reason: str) -> str:
+        """The audit's actor: the name, and `reason` after it in parentheses when it says
+        anything. A reason is a header's (latin-1 as it arrives, read as UTF-8 when it is);
+        any white space is one space, what else would not show is dropped, and 120
+        characters are kept."""
+        with contextlib.suppress(UnicodeEncodeError, UnicodeDecodeError):
+            reason = reason.encode("latin-1").decode("utf-8")
+        shown = "".join(" " if c.isspace() else c for c in reason
+                        if c.isspace() or unicodedata.category(c)[0] not in "CZ")
+        said = " ".join(shown.split())[:MAX_REASON_CHARS].strip()
+        return f"{self.name} ({said})" if said else self.name
 
 
 def token_digest(token: str) -> str:

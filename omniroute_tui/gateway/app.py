@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict
@@ -365,18 +364,10 @@ class Gateway:
 
     @staticmethod
     def _actor(request: Request) -> str:
-        """Who acts, for the audit: the name of the token used, never a header's; the
-        caller may add a reason (`x-omniroute-reason`: UTF-8, printable, 120 at most),
-        written after the name in parentheses."""
+        """Who acts, for the audit: the name of the token used, never a header's, with
+        the caller's reason if it gave one (`x-omniroute-reason`)."""
         operator: Operator = request.state.operator
-        raw = request.headers.get(REASON_HEADER) or ""
-        try:
-            reason = raw.encode("latin-1").decode("utf-8")
-        except (UnicodeEncodeError, UnicodeDecodeError):
-            reason = raw
-        reason = " ".join("".join(c for c in reason
-                                  if unicodedata.category(c)[0] != "C").split())[:120]
-        return f"{operator.name} ({reason})" if reason else operator.name
+        return operator.acting(request.headers.get(REASON_HEADER) or "")
 
     def _state(self) -> dict[str, Any]:
         return {**state_document(self.engine, self.providers, self.router.routes),
