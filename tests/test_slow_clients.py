@@ -14,6 +14,7 @@ from types import ModuleType
 
 import httpx
 import pytest
+import yaml
 
 from omniroute_tui.config.limits import GatewayLimits
 from omniroute_tui.console.model.backends import SimulationBackend
@@ -85,3 +86,19 @@ async def test_a_trickle_attack_leaves_a_room_to_its_viewers(slow_clients: Modul
     finally:
         await room.stop()
     assert outcomes.get("200", 0) / sum(outcomes.values()) >= 0.99, outcomes
+
+
+def test_a_room_takes_the_limits_of_its_config(tmp_path: Path) -> None:
+    from omniroute_tui.console.cli import _parser, build_app
+
+    from .test_sim_config import split
+
+    config, scenario = split("demo", tmp_path)
+    data = yaml.safe_load(config.read_text())
+    data["gateway"] = {"limits": {"max_connections_per_client": 3, "head_timeout": "2s"}}
+    config.write_text(yaml.safe_dump(data))
+    args = _parser().parse_args(["--scenario", str(scenario), "--config", str(config),
+                                 "--serve-room", "127.0.0.1:0"])
+    app = build_app(args)
+    limits = app.room.server.config.http.limits  # type: ignore[attr-defined]
+    assert (limits.max_connections_per_client, limits.head_timeout_s) == (3, 2.0)
