@@ -18,8 +18,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from omniroute_tui.clock import SystemClock
 from omniroute_tui.config import ConfigError, load_router_config
 from omniroute_tui.config.operators import MAX_REASON_CHARS, Operator, Role, token_digest
+from omniroute_tui.gateway import Gateway, GatewayServer
 
 from .console_helpers import settle
 from .gateway_helpers import ALICE, GRAFANA, TOKEN, free_port, running_gateway
@@ -209,3 +211,37 @@ def test_a_gateway_with_named_operators_only_serves_the_api_and_says_so(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
+
+
+async def test_a_reload_reads_the_single_tokens_file_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "router.yaml"
+    path.write_text(config_text("http://127.0.0.1:9/v1"))
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    config = load_router_config(path)
+    gateway = Gateway(config.build(SystemClock()), config.providers, token=TOKEN,
+                      config=config, token_file=str(token_file))
+    server = GatewayServer(gateway, "127.0.0.1", 0)
+    await server.start()
+    rotated = "rotated-single-token-0123456789"
+    try:
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            async def reload(token: str) -> int:
+                return (await http.post("/api/resilience/reload", headers={
+                    "authorization": f"Bearer {token}"})).status_code
+
+            async def reads(token: str) -> int:
+                return (await http.get("/api/resilience/state", headers={
+                    "authorization": f"Bearer {token}"})).status_code
+
+            token_file.write_text(rotated)
+            assert await reload(TOKEN) == 200
+            assert (await reads(TOKEN), await reads(rotated)) == (401, 200)
+            token_file.write_text("too-short")  # not usable: the one in force stays
+            assert await reload(rotated) == 200
+            assert await reads(rotated) == 200
+            assert any("the management token was not rotated" in r.getMessage()
+                       and "shorter than 16" in r.getMessage() for r in caplog.records)
+    finally:
+        await server.stop()

@@ -25,6 +25,7 @@ from ..config.limits import GatewayLimits
 from ..config.operators import Operator, OperatorTokens, Role
 from ..config.router_config import MetricsAccess, ProviderConfig, RouterConfig
 from ..config.status import ConfigStatus
+from ..config.token import TokenError, load_token
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
 from ..engine.engine import UnknownTarget
@@ -87,10 +88,12 @@ class Gateway:
         metrics: MetricsAccess = MetricsAccess.TOKEN,
         config_status: ConfigStatus | None = None,
         operators: OperatorTokens | None = None,
+        token_file: str | None = None,
     ) -> None:
-        """`token`: the single management token (role `operate`); `operators`: the
-        named tokens, by default the config's `gateway.operators` (a reload takes its
-        new ones). With neither, there is no management API."""
+        """`token`: the single management token (role `operate`), read again from
+        `token_file` on each reload when it came from one; `operators`: the named tokens,
+        by default the config's `gateway.operators` (a reload takes its new ones). With
+        neither, there is no management API."""
         self.router = router
         self.limits = limits or GatewayLimits()
         self.engine = router.engine
@@ -99,6 +102,7 @@ class Gateway:
             operators = OperatorTokens() if config is None else config.gateway_operators
         #: who may use the management API, and for what
         self.operators = operators.with_single(token)
+        self.token_file = token_file
         self.store = store
         self.fleet = fleet
         self.client = client or UpstreamClient()
@@ -137,10 +141,23 @@ class Gateway:
         names and tells the others its version."""
         self.providers = config.providers
         self.driver.providers = config.providers
-        self.operators = config.gateway_operators.with_single(self.operators.single)
+        self.operators = config.gateway_operators.with_single(self._single_token())
         if self.fleet is not None and self.reloader is not None:
             self.fleet.reconfigure(self.engine, self.router.models)
             self.fleet.announce_config(config.version, self.reloader.status.loaded_at_ms)
+
+    def _single_token(self) -> str | None:
+        """The single token after a reload: its file read again (rotated), or, if it
+        cannot be read or is not usable now, the one in force, said in an error line."""
+        token = self.operators.single
+        if self.token_file is None or token is None:
+            return token
+        try:
+            return load_token(self.token_file) or token
+        except TokenError as exc:
+            log.error("the management token was not rotated: %s; the one in force stays",
+                      exc)
+            return token
 
     def config_status(self) -> dict[str, Any] | None:
         return None if self.status is None else asdict(self.status)

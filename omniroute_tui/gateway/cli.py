@@ -61,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
 async def _serve(args: argparse.Namespace) -> int:
     config = load_router_config(args.config)
     host, port = parse_listen(args.listen or config.gateway_listen or "127.0.0.1:4000")
-    token = load_token(args.token_file or config.gateway_token_file)
+    token_file = args.token_file or config.gateway_token_file
+    token = load_token(token_file)
     router = config.build(SystemClock())
     db = args.db or config.store_path
     redis_url = args.redis or config.store_redis
@@ -87,7 +88,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await store.attach(router.engine)
     gateway = Gateway(router, config.providers, token=token, store=store,
                       limits=config.gateway_limits, fleet=link, config=config,
-                      metrics=config.gateway_metrics)
+                      metrics=config.gateway_metrics, token_file=token_file)
     stop = asyncio.Event()
     # a server that ends on its own (logged with its cause) ends the process, with 1: a
     # supervisor starts it again, where a process that lived on would answer nobody
