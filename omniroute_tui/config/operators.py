@@ -23,8 +23,8 @@ from .problems import Path
 from .readers import read_mapping, read_str, reject_unknown
 from .yaml_source import Source
 
-__all__ = ["SINGLE_TOKEN_NAME", "Operator", "OperatorTokens", "Role", "parse_operators",
-           "token_digest"]
+__all__ = ["MAX_REASON_CHARS", "SINGLE_TOKEN_NAME", "Operator", "OperatorTokens", "Role",
+           "parse_operators", "token_digest"]
 
 #: the name the single token of `--token-file` / `$OMNIROUTE_TOKEN` has in the audit
 SINGLE_TOKEN_NAME = "operator"
@@ -99,7 +99,6 @@ def parse_operators(src: Source, value: Any, path: Path) -> OperatorTokens:
     if body is None:
         return OperatorTokens()
     found: dict[str, Operator] = {}
-    named: dict[str, str] = {}
     for name, entry in body.items():
         where = path + (str(name),)
         if not isinstance(name, str) or not _NAME.fullmatch(name) or \
@@ -124,10 +123,9 @@ def parse_operators(src: Source, value: Any, path: Path) -> OperatorTokens:
             src.problem(where + ("token_sha256",), "the SHA-256 of the token, 64 hex digits "
                         "(printf %s \"$TOKEN\" | sha256sum), never the token itself")
             continue
-        if digest in named:
-            src.problem(where + ("token_sha256",),
-                        f"the same token as {named[digest]!r}: each operator has its own")
+        if digest in found:
+            src.problem(where + ("token_sha256",), f"the same token as "
+                        f"{found[digest].name!r}: each operator has its own")
             continue
-        named[digest] = name
         found[digest] = Operator(name, Role(role))
     return OperatorTokens(MappingProxyType(found))
