@@ -3,8 +3,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CHECK_TESTS := tests/test_breaker.py tests/test_cooldown.py tests/test_lockout.py \
+	tests/test_herd.py tests/test_classify.py tests/test_consequences.py tests/test_event_bus.py \
+	tests/test_router.py tests/test_strategies.py tests/test_strategy_quiet.py \
+	tests/test_strategies_hostile.py tests/test_properties.py tests/test_quick_probes.py \
+	tests/test_every_key_cooling.py tests/test_in_flight.py tests/test_sim_trace.py \
+	tests/test_trace_pins.py
 
-.PHONY: demo test lint browser prometheus bench clean
+.PHONY: demo test check lint browser prometheus bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +35,14 @@ browser:
 prometheus:
 	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { apt-get install -y -q prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q prometheus >/dev/null 2>&1; }; }; } || echo "no promtool, and no way to install it here: the tests that need Prometheus will be skipped"
 
+# the whole suite, on every core (pytest-xdist; a test that idles on a subprocess or a
+# server leaves its core to the next one, so workers steal work from each other)
 test: lint browser prometheus
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist worksteal
+
+# the inner loop: lint, types, and the engine's and the router's tests
+check: lint
+	$(BIN)/python -m pytest -n auto --dist worksteal $(CHECK_TESTS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/route_decision.py

@@ -6,6 +6,12 @@ The same gateway with its metrics on (`gateway: {metrics: public}`: every reques
 from the events for `GET /metrics`) runs in the same rounds: its CPU per request against the
 one without metrics is what counting costs (target: within 5 %).
 
+With `--stream` every request asks for a stream (`"stream": true`: the fake sends the role,
+a token a word, the finish and `[DONE]`, 20 to 40 events) and is read to its end: what the
+gateway's relay costs per streamed request, the events decoded and looked at one by one
+(docs/gateway.md, "Streams"); with `--baseline` against the tree before, in the same
+rounds (target: within 5 %).
+
 A further gateway, the same but with aiohttp's client for its upstream calls
 (`aiohttp_upstream.py`), is measured in the same rounds: docs/gateway.md says why the gateway
 keeps its own client, with these numbers. With `--baseline TREE`, a third one runs from
@@ -28,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -90,23 +97,31 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def latencies(direct: str, gateways: dict[str, str], count: int
+def _whole(reply: httpx.Response, stream: bool) -> bool:
+    """A 200 with the whole answer: a stream's ends with `[DONE]`."""
+    return reply.status_code == 200 and (not stream or reply.content.endswith(
+        b"data: [DONE]\n\n"))
+
+
+async def latencies(direct: str, gateways: dict[str, str], count: int, body: dict[str, Any]
                     ) -> dict[str, list[float]]:
-    """Milliseconds per request: `direct`, then each gateway, in turn, request by request."""
+    """Milliseconds per request: `direct`, then each gateway, in turn, request by request
+    (a stream's until its last byte)."""
     result: dict[str, list[float]] = {"direct": [], **{name: [] for name in gateways}}
     headers = {"authorization": "Bearer sk-bench-key-0001"}
+    stream = bool(body.get("stream"))
     async with httpx.AsyncClient(timeout=10) as http:
         for i in range(count + 50):
             start = time.perf_counter()
-            reply = await http.post(f"{direct}/chat/completions", json=dict(BODY, model="m"),
+            reply = await http.post(f"{direct}/chat/completions", json=dict(body, model="m"),
                                     headers=headers)
             took = {"direct": (time.perf_counter() - start) * 1000}
-            assert reply.status_code == 200, reply.text
+            assert _whole(reply, stream), reply.text
             for name, url in gateways.items():
                 start = time.perf_counter()
-                through = await http.post(f"{url}/v1/chat/completions", json=BODY)
+                through = await http.post(f"{url}/v1/chat/completions", json=body)
                 took[name] = (time.perf_counter() - start) * 1000
-                assert through.status_code == 200, through.text
+                assert _whole(through, stream), (name, through.text)
             if i >= 50:  # warm-up done
                 for name, ms in took.items():
                     result[name].append(ms)
@@ -141,16 +156,18 @@ async def serve_with_aiohttp(config_path: str, port: int) -> None:
     await server.stop()
 
 
-async def throughput(gateway: str, clients: int, seconds: float) -> tuple[int, int]:
+async def throughput(gateway: str, clients: int, seconds: float, body: dict[str, Any]
+                     ) -> tuple[int, int]:
     done = errors = 0
     deadline = time.monotonic() + seconds
     limits = httpx.Limits(max_connections=clients)
+    stream = bool(body.get("stream"))
     async with httpx.AsyncClient(timeout=10, limits=limits) as http:
         async def one() -> None:
             nonlocal done, errors
             while time.monotonic() < deadline:
-                reply = await http.post(f"{gateway}/v1/chat/completions", json=BODY)
-                if reply.status_code == 200:
+                reply = await http.post(f"{gateway}/v1/chat/completions", json=body)
+                if _whole(reply, stream):
                     done += 1
                 else:
                     errors += 1
@@ -171,6 +188,8 @@ def main() -> None:
     parser.add_argument("--rate-limit-headers", action="store_true",
                         help="the fake answers with x-ratelimit-* headers, as OpenAI's and "
                              "Anthropic's do (limits far above the load: never a 429)")
+    parser.add_argument("--stream", action="store_true",
+                        help="every request asks for a stream and reads it to its end")
     parser.add_argument("--serve-aiohttp", nargs=2, metavar=("CONFIG", "PORT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -219,16 +238,18 @@ def main() -> None:
             for url in gateways.values():
                 wait_until_up(f"{url}/health")
             before = {name: cpu_s(pid) for name, pid in pids.items()}
-            ms = asyncio.run(latencies(direct, gateways, args.requests))
+            body = dict(BODY, stream=True) if args.stream else BODY
+            ms = asyncio.run(latencies(direct, gateways, args.requests, body))
             cpu_us = {name: (cpu_s(pid) - before[name]) / (args.requests + 50) * 1e6
                       for name, pid in pids.items()}
             counted = scraped_requests(gateways["metrics"])
             done, errors = asyncio.run(throughput(gateways["gateway"], args.clients,
-                                                  args.seconds))
+                                                  args.seconds, body))
         finally:
             stop(procs)
     d50, d99 = statistics.median(ms["direct"]), percentile(ms["direct"], 0.99)
-    print(f"{args.requests} sequential requests, in turn direct / through each gateway:")
+    kind = "streamed requests" if args.stream else "requests"
+    print(f"{args.requests} sequential {kind}, in turn direct / through each gateway:")
     print(f"  direct:             median {d50:6.2f} ms   p99 {d99:6.2f} ms")
     labels = [("gateway", "gateway"), ("metrics", "gateway, metrics"),
               ("aiohttp", "gateway, aiohttp")]

@@ -126,7 +126,14 @@ async def _request(driver: AsyncDriver, clock: ElapsedClock, at: int, route: str
                             "messages": [{"role": "user", "content": "hello"}]}
     if stream:
         body["stream"] = True
-    await driver.complete(body)
+    completion = await driver.complete(body)
+    relay = completion.relay
+    if relay is not None:  # read to its end, as a client would: its result comes then
+        try:
+            async for _ in relay.relay():
+                pass
+        finally:
+            await completion.finish()
 
 
 async def _faults(scenario: Scenario, clock: ElapsedClock, emit: Any) -> None:

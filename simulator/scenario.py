@@ -21,6 +21,7 @@ from typing import Any
 from omniroute_tui.config.durations import format_ms, parse_rate_per_s
 from omniroute_tui.config.hidden import DESCRIPTION_KEEPS, hidden_reason
 from omniroute_tui.config.overrides import parse_overrides, validate_settings
+from omniroute_tui.config.prescan import check_counts
 from omniroute_tui.config.problems import ConfigError, Path, Problem
 from omniroute_tui.config.readers import (
     read_duration,
@@ -671,7 +672,7 @@ def load_scenario(
     faults, the expectations and optional latency profiles.
     """
     router = None if config is None else load_router_config(config, read_keys=False)
-    src = load_source(path, text=text)
+    src = load_source(path, text=text, precheck=check_counts)
     data = src.data
     reject_unknown(src, data, (), TOP_FIELDS)
     name = read_name(src, data.get("name", FsPath(str(path)).stem), ("name",)) or "scenario"

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import httpx
+import uvicorn
 import yaml
 
 from omniroute_tui.clock import Clock, SystemClock
@@ -21,6 +24,8 @@ from omniroute_tui.store import SqliteStore
 from simulator.http_fakes import start_fakes, stop_fakes
 from simulator.scenario import load_scenario
 from simulator.serve import router_config_for
+
+from .waiting import eventually
 
 TOKEN = "test-token-0123456789abcdef"  # the single token: `operator`, role operate
 #: named tokens (`gateway.operators`): alice operates, grafana reads
@@ -62,16 +67,18 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
                           redis: tuple[str, str] | None = None,
                           retention: StoreRetention | None = None,
                           metrics: MetricsAccess = MetricsAccess.TOKEN, port: int = 0,
-                          fakes_clock: Clock | None = None) -> AsyncIterator[Running]:
+                          fakes_clock: Clock | None = None,
+                          gateway_section: str = "") -> AsyncIterator[Running]:
     """A gateway on its own fakes; `redis` (URL, key prefix) makes it a fleet replica;
     `port` is its port on 127.0.0.1 (0: any free one); `fakes_clock` is the scenario's
-    time for the fakes' faults (by default, the time since they started)."""
+    time for the fakes' faults (by default, the time since they started);
+    `gateway_section` is a `gateway:` line added to the router config."""
     loaded = load_scenario("gateway.yaml", text=scenario)
     fakes = await start_fakes(loaded, fakes_clock)
     store = link = None
     server = None
     try:
-        text = yaml.safe_dump(router_config_for(loaded, fakes))
+        text = yaml.safe_dump(router_config_for(loaded, fakes)) + gateway_section
         config = load_router_config("router.yaml", text=text)
         router = config.build(SystemClock())
         if db:
@@ -85,7 +92,8 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             link = RedisLink(redis[0], prefix=redis[1])
             await link.attach(router.engine, router.models)
         gateway = Gateway(router, config.providers, token=TOKEN, store=store, limits=limits,
-                          fleet=link, metrics=metrics, operators=OPERATORS)
+                          fleet=link, metrics=metrics, operators=OPERATORS,
+                          served_by_header=config.gateway_served_by_header)
         server = GatewayServer(gateway, "127.0.0.1", port)
         await server.start()
         yield Running(server.url, gateway, text, server)
@@ -101,6 +109,33 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
         for fake in fakes:
             fake.server.force_exit = True
         await stop_fakes(fakes)
+
+
+@asynccontextmanager
+async def gateway_for(config_text: str) -> AsyncIterator[Running]:
+    """A gateway on 127.0.0.1 for a router config's text (its upstreams are the test's)."""
+    config = load_router_config("router.yaml", text=config_text)
+    gateway = Gateway(config.build(SystemClock()), config.providers, token=TOKEN)
+    server = GatewayServer(gateway, "127.0.0.1", 0)
+    await server.start()
+    try:
+        yield Running(server.url, gateway, config_text, server)
+    finally:
+        await server.stop()
+
+
+@asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """An ASGI app served on 127.0.0.1 for the test's length; yields its `/v1` base URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
+                                           log_level="critical", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    try:
+        await eventually(lambda: server.started, what="the fake upstream")
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
 
 
 async def read_events(http: httpx.AsyncClient, into: list[dict[str, object]],

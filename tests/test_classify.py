@@ -28,6 +28,32 @@ GEMINI_PER_MINUTE = (
 )
 
 
+#: "the prompt is too long", as each provider words it (HTTP 400)
+OPENAI_CONTEXT = (
+    '{"error": {"message": "This model\'s maximum context length is 8192 tokens. However, '
+    'your messages resulted in 9013 tokens. Please reduce the length of the messages.", '
+    '"type": "invalid_request_error", "param": "messages", "code": '
+    '"context_length_exceeded"}}'
+)
+ANTHROPIC_CONTEXT = (
+    '{"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too '
+    'long: 215893 tokens > 200000 maximum"}}'
+)
+GEMINI_CONTEXT = (
+    '{"error": {"code": 400, "message": "The input token count (1290571) exceeds the '
+    'maximum number of tokens allowed (1048576).", "status": "INVALID_ARGUMENT"}}'
+)
+MISTRAL_CONTEXT = (
+    '{"object": "error", "message": "Prompt contains 40123 tokens and 0 draft tokens, too '
+    'large for model with 32768 maximum context length", "type": "invalid_request_error", '
+    '"code": 3051}'
+)
+CONTENT_POLICY = (
+    '{"error": {"message": "Your request was rejected as a result of our safety system.", '
+    '"type": "invalid_request_error", "code": "content_policy_violation"}}'
+)
+
+
 @pytest.mark.parametrize(
     ("status", "body", "kind"),
     [
@@ -72,7 +98,17 @@ GEMINI_PER_MINUTE = (
         (504, "", K.SERVER_ERROR),
         (529, "", K.SERVER_ERROR),
         (599, "", K.SERVER_ERROR),
-        (400, "context length exceeded", K.CLIENT_ERROR),
+        # a prompt longer than the model's context: another model may take it
+        (400, OPENAI_CONTEXT, K.CONTEXT_LENGTH),
+        (400, ANTHROPIC_CONTEXT, K.CONTEXT_LENGTH),
+        (400, GEMINI_CONTEXT, K.CONTEXT_LENGTH),
+        (400, MISTRAL_CONTEXT, K.CONTEXT_LENGTH),
+        (400, '{"error": {"code": "context_length_exceeded"}}', K.CONTEXT_LENGTH),
+        (413, "context length exceeded", K.CONTEXT_LENGTH),
+        (422, "context length exceeded", K.CLIENT_ERROR),  # not a length: a bad field
+        # a content-policy rejection goes back as it is: no model would take it
+        (400, CONTENT_POLICY, K.CLIENT_ERROR),
+        (400, '{"error": {"message": "max_tokens must be at least 1"}}', K.CLIENT_ERROR),
         (413, "", K.CLIENT_ERROR),
         (422, "", K.CLIENT_ERROR),
         (301, "", K.SERVER_ERROR),

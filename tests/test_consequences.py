@@ -42,10 +42,14 @@ def test_the_table_says_what_the_design_says() -> None:
         "server_error": ("cooldown", "cooldown", "failure", "connection", "backoff", True,
                          "next_target"),
         "client_error": ("none", "none", "success", "connection", "backoff", False, "respond"),
+        "context_length": ("none", "none", "success", "connection", "backoff", False,
+                           "next_target"),
         "cancelled": ("none", "none", "none", "connection", "backoff", False, "respond"),
+        "stream_cut": ("cooldown", "cooldown", "failure", "connection", "backoff", True,
+                       "next_target"),
     }
     counted = sorted(BREAKER_FAILURE_KINDS)
-    assert counted == ["network", "rate_limited", "server_error", "timeout"]
+    assert counted == ["network", "rate_limited", "server_error", "stream_cut", "timeout"]
 
 
 @pytest.mark.parametrize("per_model_quota", [False, True])

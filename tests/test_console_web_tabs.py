@@ -22,7 +22,7 @@ from omniroute_tui.console.web import HEARTBEAT_S, QUIT_WAIT_S
 from .console_helpers import console_app, settle, web_console_server
 from .gateway_helpers import free_port
 from .waiting import eventually, eventually_sync
-from .web_tabs import child_processes, connect_tab
+from .web_tabs import child_processes, connect_tab, read_first_screen
 
 pytest.importorskip("textual_serve", reason="--web needs textual-serve")
 
@@ -57,11 +57,7 @@ def alive(pid: int) -> bool:
 def open_tab(port: int, *, receive_buffer: int | None = None) -> socket.socket:
     """A websocket to the page's `/ws`, its console's first screen read."""
     tab = connect_tab(port, receive_buffer=receive_buffer)
-    received = b""
-    while b"101 Switching Protocols" not in received or len(received) < 20_000:
-        chunk = tab.recv(65536)
-        assert chunk, "the server closed the tab"
-        received += chunk
+    read_first_screen(tab)
     return tab
 
 

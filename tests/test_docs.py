@@ -187,7 +187,7 @@ def test_the_tour_quotes_the_chaos_run(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_the_config_examples_load() -> None:
     page = DOCS / "configuration.md"
-    example, strategies, kinds = blocks(page.read_text(), "yaml")
+    example, strategies, kinds, streams = blocks(page.read_text(), "yaml")
     config = load_router_config(page, text=example, env={
         "OPENAI_API_KEY": "sk-docs-example-0001", "OPENAI_SPARE_KEY": "sk-docs-example-0002"})
     openai = config.providers["openai"]
@@ -199,10 +199,14 @@ def test_the_config_examples_load() -> None:
     routes = load_router_config(page, text=strategies).routes
     assert (routes["fast"].strategy, routes["fast"].weights) == (Strategy.WEIGHTED, (2, 1))
     assert routes["steady"].strategy is Strategy.HEADROOM
+    assert (routes["careful"].fallback_wait_ms, routes["fast"].fallback_wait_ms) == (3_000, 0)
     with_kinds = load_router_config(page, text=kinds + ROUTER_YAML)
     override = with_kinds.providers["openai"].settings.breaker.kinds[
         FailureKind.QUOTA_EXHAUSTED]
     assert (override.immediate_open, override.reset_timeout_ms) == (True, 3_600_000)
+    chat = load_router_config(page, text=streams).routes["chat"]
+    assert [(str(t), t.first_token_ms) for t in chat.targets] == [
+        ("openai/gpt-4o-mini", 8_000), ("openai/o3", 180_000), ("local/llama", 0)]
 
 
 def test_the_documented_gateway_limits_are_the_defaults() -> None:
@@ -261,6 +265,8 @@ _UNIT_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000}
 
 
 def _value(text: str) -> float:
+    if text.strip() == "off":  # a limit switched off is 0
+        return 0
     number, _, unit = text.strip().partition(" ")
     return float(number) * _UNIT_MS[unit] if unit else float(number)
 
@@ -289,7 +295,7 @@ def _setting(settings: ResilienceSettings, name: str) -> Any:
 
 def test_the_defaults_table_is_the_code() -> None:
     rows = list(defaults_table())
-    assert len(rows) == 25
+    assert len(rows) == 27
     for auth in AuthKind:
         settings = default_settings(auth)
         for name, apikey, oauth in rows:
@@ -418,3 +424,41 @@ def test_no_file_points_outside_the_repository_for_its_contract() -> None:
                        for path, text in repository_texts() for word in forbidden
                        if word in text)
     assert not offenders, "cite docs/design.md §N instead:\n" + "\n".join(offenders)
+
+
+def test_the_reload_signal_reaches_both_gateways_of_a_host(tmp_path: Path) -> None:
+    """The SIGHUP line of the gateway's manual, run as written against two processes
+    started on the same config file (its name made unique to this test): both hear it."""
+    import subprocess
+    import sys
+    import uuid
+
+    text = section(DOCS / "gateway.md", "Reloading the config")
+    line = next(line for block in blocks(text, "bash") for line in block.splitlines()
+                if "-HUP" in line)
+    config = f"router-{uuid.uuid4().hex}.yaml"
+    assert "router.yaml" in line
+    script = tmp_path / "reload.sh"
+    script.write_text(line.replace("router.yaml", config) + "\n")
+    heard = [tmp_path / f"heard-{i}" for i in range(2)]
+    hears = ("import signal, sys, pathlib\n"
+             "def hup(*_): pathlib.Path(sys.argv[1]).write_text('hup'); sys.exit(0)\n"
+             "signal.signal(signal.SIGHUP, hup)\n"
+             "print('ready', flush=True)\n"
+             "sys.stdin.read()\n")
+    gateways = [subprocess.Popen([sys.executable, "-c", hears, str(path), "omniroute-gateway",
+                                  "--config", config], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True) for path in heard]
+    try:
+        for gateway in gateways:
+            assert gateway.stdout is not None and gateway.stdout.readline() == "ready\n"
+        # a script of its own: a `bash -c LINE` would carry the pattern and match itself
+        assert subprocess.run(["bash", str(script)], timeout=10).returncode == 0
+        for gateway in gateways:
+            assert gateway.wait(timeout=10) == 0
+        assert [path.read_text() for path in heard] == ["hup", "hup"]
+    finally:
+        for gateway in gateways:
+            if gateway.poll() is None:
+                gateway.kill()
+                gateway.wait()

@@ -238,8 +238,8 @@ def confusions() -> list[tuple[str, dict[str, Any], str]]:
         for f in fields(cls):
             key = "from" if f.name == "from_" else f.name
             declared = str(f.type).replace(" ", "").split("|")
-            kind = "enum" if declared[0] in ("BreakerState", "BreakerReason",
-                                             "FailureKind", "CooldownReason") else declared[0]
+            kind = "enum" if declared[0] in ("BreakerState", "BreakerReason", "FailureKind",
+                                             "CooldownReason", "StreamCut") else declared[0]
             for value in WRONG[kind]:
                 if value is None and "None" in declared:
                     continue

@@ -246,13 +246,15 @@ async def test_every_proxied_answer_carries_the_id(
         "nope-2": (404, "nope-2"),
         "busy-1": (429, "busy-1"), "busy-2": (429, "busy-2")}
     assert _about(events, "busy-2") == ["request", "skip", "response"]  # cooling: ours
-    assert _about(events, "s-1") == ["request", "attempt", "result", "response"]
+    # a stream is answered at its first content, and its result comes when it ends
+    assert _about(events, "s-1") == ["request", "attempt", "response", "result"]
     access = {a["request_id"]: a for a in _lines(captured) if a["logger"] == "omniroute.access"}
     assert {k: (a.get("route"), a["status"]) for k, a in access.items()} == {
         "s-1": ("chat", 200), "bad-1": (None, 400), "bad-2": (None, 400),
         "nope-1": ("nope", 404), "nope-2": ("\\u202eevil\\x1b[2J", 404),
         "busy-1": ("busy", 429), "busy-2": ("busy", 429)}
     assert "provider" not in access["busy-2"] and access["busy-2"]["attempts"] == 0
+    assert access["s-1"]["stream"] == "whole" and access["s-1"]["relayed_chunks"] > 3
 
 
 async def test_hostile_ids_on_the_wire_get_ours(tmp_path: Path) -> None:

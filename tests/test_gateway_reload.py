@@ -133,7 +133,8 @@ async def test_a_reload_swaps_the_config_and_says_its_version(tmp_path: Path) ->
         assert body["summary"] == {
             "providers_added": ["p1"], "providers_removed": [],
             "providers_changed": ["p0"], "connections_added": [],
-            "connections_removed": []}
+            "connections_removed": [], "routes_added": [], "routes_removed": [],
+            "routes_changed": ["chat"]}
         assert body["restart_needed"] == []
         health = (await client.get("/health")).json()
         assert health["config"]["version"] == version_of(new_text)
@@ -221,8 +222,8 @@ async def test_reload_bodies_other_than_none_or_empty_are_refused(
 
 
 @pytest.mark.parametrize(("providers", "connections", "limit"), [
-    (1, 10_000, "10,000 connections: at most 1,000 connections per provider"),
-    (11, 1_000, "11,000 connections: at most 10,000 connections in all"),
+    (1, 10_000, "more than 1,000 connections: at most 1,000 connections per provider"),
+    (11, 1_000, "more than 10,000 connections: at most 10,000 connections in all"),
 ])
 async def test_a_config_grown_past_the_limits_is_refused_naming_them(
         tmp_path: Path, providers: int, connections: int, limit: str) -> None:
@@ -384,7 +385,7 @@ async def test_an_attached_console_shows_the_reload_in_its_events_and_audit(
             await settle(pilot, lambda: any(row[2] == "reload" for row in model.audit))
             _, actor, action, target, result = model.audit[-1]
             assert (actor, action, target) == ("operator (ops-ana)", "reload", str(gw.path))
-            assert result == f"ok {version_of(text)}: -p1"
+            assert result == f"ok {version_of(text)}: -p1; routes ~chat"
             assert "p1" not in model.providers
             assert ("p1", "c0") not in model.connections
 

@@ -108,20 +108,20 @@ def _providers(count: int, connections: int = 1, models: int = 1) -> str:
 #: (a file's text, the line and field refused, why); the test's id is the count refused
 OVER_THE_CAPS = [
     (_providers(1, connections=1001), 2, "providers.p0.connections",
-     "1,001 connections: at most 1,000 connections per provider"),
+     "more than 1,000 connections: at most 1,000 connections per provider"),
     (_providers(1, connections=200_000), 2, "providers.p0.connections",
-     "200,000 connections: at most 1,000 connections per provider"),
-    (_providers(101), 1, "providers", "101 providers: at most 100 providers"),
+     "more than 1,000 connections: at most 1,000 connections per provider"),
+    (_providers(101), 1, "providers", "more than 100 providers: at most 100 providers"),
     (_providers(11, connections=1000), 1, "providers",
-     "11,000 connections: at most 10,000 connections in all"),
+     "more than 10,000 connections: at most 10,000 connections in all"),
     (_providers(1, models=1001), 2, "providers.p0.models",
-     "1,001 models: at most 1,000 models per provider"),
+     "more than 1,000 models: at most 1,000 models per provider"),
     (_providers(1) + "routes:\n" + "".join(f"  r{i}: {{targets: [p0/m0]}}\n"
                                            for i in range(1001)),
-     3, "routes", "1,001 routes: at most 1,000 routes"),
+     3, "routes", "more than 1,000 routes: at most 1,000 routes"),
     (_providers(1, models=101) + "routes:\n  r: {targets: ["
      + ", ".join(f"p0/m{i}" for i in range(101)) + "]}\n",
-     4, "routes.r.targets", "101 targets: at most 100 targets per route"),
+     4, "routes.r.targets", "more than 100 targets: at most 100 targets per route"),
 ]
 
 

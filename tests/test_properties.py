@@ -105,8 +105,13 @@ def run(ops: list[Any], auth: AuthKind, jitter: float, targets: tuple[Target, ..
             assert locked is None, "an attempt on a locked key"
             if event.cooling_until is None:
                 assert not snap.cooling(event.t), "an ordinary attempt on a cooling key"
-            else:  # only the probe, on a key cooling for backoff alone
-                assert event.probe and snap.cooling(event.t)
+            else:  # the probe, or the one request a provider with every key cooling
+                # lets ride a key (docs/design.md §4), on a key cooling for backoff alone
+                assert snap.cooling(event.t)
+                if not event.probe:
+                    layers = engine.layers(event.provider)
+                    assert layers.breaker.admits_traffic(event.t)
+                    assert layers.carried_until > event.t
                 assert snap.cooling_until == event.cooling_until
                 assert waits.get((event.provider, event.connection)) == "backoff"
 
@@ -145,6 +150,8 @@ def no_slot_leaks_nor_stuck_breaker(engine: ResilienceEngine, clock: ManualClock
     for provider in ("p", "q"):
         snap = engine.breaker_snapshot(provider)
         assert snap.probes_in_flight == 0 or snap.state is not BreakerState.HALF_OPEN
+        # nor does the slot of a request riding a cooling key (§4)
+        assert engine.layers(provider).carried_until <= clock.now_ms()
         # and a breaker never stays stuck: given enough time, it admits a probe or traffic
         clock.advance(engine.spec(provider).settings.breaker.reset_timeout_ms * 16)
         assert engine.admit(provider).allowed

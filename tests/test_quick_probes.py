@@ -60,32 +60,38 @@ def test_an_unhinted_30s_outage_traffic_is_back_within_2_5s() -> None:
     # failures of one key within 5 s counted once):
     #  1.0 s a1 fails (f 1), cools to 4.0; 2.0 a2 (f 2) to 5.0; 4.0 a1 (deduped) to 10.0;
     #  5.0 a2 (deduped) to 11.0; 10.0 a1 (f 3, DEGRADED) to 22.0; 11.0 a2 (f 4) to 23.0;
-    #  22.0 a1 (f 5): OPEN for 5 s, a1 cools 24 s to 46.0;
-    #  27.0 the probe takes a2 (free since 23.0): fails, a2 to 51.0, OPEN 5 s again;
+    #  16.0 both keys cooling for backoff, a breaker window (5 s) after the last failure:
+    #  a1, whose cooldown ends first, carries the request (docs/design.md §4): it fails
+    #  (f 5): OPEN for 5 s; a1 was cooling, so no escalation;
+    #  21.0 the probe finds both keys cooling and takes a1 (to 22.0): fails, OPEN 5 s again;
+    #  26.0 the probe takes a1 (ready since 22.0): fails, a1 cools 24 s to 50.0;
     #  30.5 alpha recovers;
-    #  32.0 the probe finds both keys cooling and takes a1 (backoff, ends first, 46.0): it
-    #  succeeds, the breaker closes and both keys are freed; 33.0 a1 serves as usual.
+    #  31.0 the probe takes a2 (ready since 23.0): it succeeds, the breaker closes and both
+    #  keys are freed (a1 cooling, a2's level); 32.0 a1 serves as usual.
     cooldowns = [(c["t"], c["connection"], c["kind"], c["level"], c["until"], c.get("reason"))
                  for c in alpha(rec.events, CooldownEvent)]
     assert cooldowns == [
         (1_000, "a1", SERVER, 1, 4_000, None), (2_000, "a2", SERVER, 1, 5_000, None),
         (4_000, "a1", SERVER, 2, 10_000, None), (5_000, "a2", SERVER, 2, 11_000, None),
         (10_000, "a1", SERVER, 3, 22_000, None), (11_000, "a2", SERVER, 3, 23_000, None),
-        (22_000, "a1", SERVER, 4, 46_000, None), (27_000, "a2", SERVER, 4, 51_000, None),
-        (32_000, "a1", None, 0, 32_000, CooldownReason.PROBE_FREED),
-        (32_000, "a2", None, 0, 32_000, CooldownReason.PROBE_FREED),
+        (26_000, "a1", SERVER, 4, 50_000, None),
+        (31_000, "a1", None, 0, 31_000, CooldownReason.PROBE_FREED),
+        (31_000, "a2", None, 0, 23_000, CooldownReason.PROBE_FREED),
     ]
     breakers = [(b["t"], b["to"], b["reason"], b["retry_after_ms"])
                 for b in alpha(rec.events, BreakerEvent)]
     assert breakers == [
-        (10_000, "DEGRADED", "failures", None), (22_000, "OPEN", "threshold", 5_000),
-        (27_000, "HALF_OPEN", "reset_timeout", None), (27_000, "OPEN", "probe_failed", 5_000),
-        (32_000, "HALF_OPEN", "reset_timeout", None), (32_000, "CLOSED", "probe_succeeded", None),
+        (10_000, "DEGRADED", "failures", None), (16_000, "OPEN", "threshold", 5_000),
+        (21_000, "HALF_OPEN", "reset_timeout", None), (21_000, "OPEN", "probe_failed", 5_000),
+        (26_000, "HALF_OPEN", "reset_timeout", None), (26_000, "OPEN", "probe_failed", 5_000),
+        (31_000, "HALF_OPEN", "reset_timeout", None), (31_000, "CLOSED", "probe_succeeded", None),
     ]
-    probes = [(a["t"], a["connection"], a.get("cooling_until"))
-              for a in alpha(rec.events, AttemptEvent) if a["probe"]]
-    assert probes == [(27_000, "a2", None), (32_000, "a1", 46_000)]
-    assert back == 32_000 and back - 30_500 == 1_500 <= 2_500
+    on_cooling = [(a["t"], a["connection"], a.get("cooling_until"), a["probe"])
+                  for a in alpha(rec.events, AttemptEvent) if "cooling_until" in a]
+    assert on_cooling == [(16_000, "a1", 22_000, False), (21_000, "a1", 22_000, True)]
+    probes = [(a["t"], a["connection"]) for a in alpha(rec.events, AttemptEvent) if a["probe"]]
+    assert probes == [(21_000, "a1"), (26_000, "a1"), (31_000, "a2")]
+    assert back == 31_000 and back - 30_500 == 500 <= 2_500
     assert [a["t"] for a in alpha(rec.events, AttemptEvent)][-2:] == [32_000, 33_000]
 
 
@@ -294,23 +300,43 @@ def test_the_console_says_a_probe_used_a_cooling_key_and_what_it_freed() -> None
     scenario = load_scenario("console.yaml", text=SCENARIO)
     model = ConsoleModel(scenario.providers, lambda: 40_000)
     engine, clock, rec = make_engine({"alpha": ("a1", "a2"), "beta": ("b1",)})
-    serve(engine, clock, down=(500, 30_500), until=33_000)
+    serve(engine, clock, down=(500, 21_000), until=23_000)  # the probe at 21 s succeeds
     for event in rec.events:
         model.on_event(event)
-    trail = model.requests["r32"]
+    trail = model.requests["r21"]
     steps = [what for _, _, what in trail.steps]
     assert ("attempt 1 on alpha/a1/m as the breaker's probe, on a key cooling for backoff "
-            "until 00:46.0 (every key was cooling: the probe tests the provider, not the key)"
+            "until 00:22.0 (every key was cooling: the probe tests the provider, not the key)"
             ) in steps
     assert [what for _, layer, what in trail.steps if layer == "cooldown"] == [
         "the probe's success freed alpha/a1 (its backoff was the provider's failing)",
         "the probe's success freed alpha/a2 (its backoff was the provider's failing)"]
+    carried = [what for _, _, what in model.requests["r16"].steps]
+    assert ("attempt 1 on alpha/a1/m, carried on a key cooling for backoff until 00:22.0 "
+            "(every key it could use was cooling and a breaker window had passed since the "
+            "provider's last failure)") in carried
     lines = [line for _, _, line in model.events]
-    assert ("probe alpha/a1/m on a key cooling for backoff until 00:46.0 (every key was "
-            "cooling) for r32") in lines
+    assert ("probe alpha/a1/m on a key cooling for backoff until 00:22.0 (every key was "
+            "cooling) for r21") in lines
+    assert ("carried alpha/a1/m on a key cooling for backoff until 00:22.0 (every key was "
+            "cooling) for r16") in lines
     assert "cooldown alpha/a1: freed by the breaker's successful probe (backoff), level 0" \
         in lines
     assert model.connections[("alpha", "a1")].level == 0
+
+
+def test_the_console_says_a_carried_request_freed_the_keys() -> None:
+    scenario = load_scenario("console.yaml", text=SCENARIO)
+    model = ConsoleModel(scenario.providers, lambda: 40_000)
+    engine, clock, rec = make_engine({"alpha": ("a1", "a2"), "beta": ("b1",)})
+    serve(engine, clock, down=(500, 16_000), until=17_000)  # the carried request at 16 s
+    for event in rec.events:
+        model.on_event(event)
+    assert [what for _, layer, what in model.requests["r16"].steps if layer == "cooldown"] == [
+        "the carried request's success freed alpha/a1 (its backoff was the provider's failing)",
+        "the carried request's success freed alpha/a2 (its backoff was the provider's failing)"]
+    lines = [line for _, _, line in model.events]
+    assert "cooldown alpha/a2: freed by a carried request's success (backoff), level 0" in lines
 
 
 def test_freed_describes_itself_for_any_until() -> None:
@@ -345,6 +371,14 @@ def test_metrics_count_the_probe_on_a_cooling_key_and_the_keys_it_freed() -> Non
     assert value(samples, "omniroute_probes_on_cooling_key_total", provider="alpha") == 1
     assert value(samples, "omniroute_probe_freed_keys_total", provider="alpha") == 2
     assert value(samples, "omniroute_probes_on_cooling_key_total", provider="beta") == 0
+    assert value(samples, "omniroute_carried_on_cooling_key_total", provider="alpha") == 1
+    assert value(samples, "omniroute_carrier_freed_keys_total", provider="alpha") == 0
+    engine, clock, _ = make_engine({"alpha": ("a1", "a2"), "beta": ("b1",)})
+    registry = build_registry(make_router(engine), clock=clock)
+    serve(engine, clock, down=(500, 16_000), until=17_000)  # the carried request succeeds
+    samples = parse(exposition(registry))
+    assert value(samples, "omniroute_carrier_freed_keys_total", provider="alpha") == 2
+    assert value(samples, "omniroute_probe_freed_keys_total", provider="alpha") == 0
 
 
 def test_the_readme_quotes_these_recovery_times() -> None:

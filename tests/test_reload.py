@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import logging
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -412,3 +413,83 @@ def test_a_reader_that_fails_unexpectedly_refuses_the_reload_and_keeps_serving()
         "router.yaml: (file): could not be read: disk on fire"]
     assert reloader.status.failures == 1 and reloader.status.last_reload_ok is False
     assert router.engine.providers() == ("alpha", "beta", "gamma")
+
+
+# -- what a reload refuses, and what it says (docs/design.md §13) ------------------------
+
+def simple_config(routes: dict[str, Any] | None, **extra: Any) -> str:
+    data: dict[str, Any] = {"providers": {"p": {
+        "base_url": "http://127.0.0.1:9/v1", "models": ["m", "n"],
+        "connections": [{"id": "k", "api_key": "sk-test-key-000001"}]}}}
+    if routes is not None:
+        data["routes"] = routes
+    data.update(extra)
+    return yaml.safe_dump(data)
+
+
+def reloader_on(path: Path, text: str) -> ConfigReloader:
+    path.write_text(text)
+    config = load_router_config(path, env={})
+    return ConfigReloader(config.build(ManualClock(START)), config, on_swap=lambda c: None)
+
+
+def test_a_file_that_drops_a_section_the_running_config_uses_is_refused(
+        tmp_path: Path) -> None:
+    path = tmp_path / "router.yaml"
+    reloader = reloader_on(path, simple_config({"chat": {"targets": ["p/m"]}},
+                                               resilience={"jitter": 0.1}))
+    result = reload_file(reloader, path, simple_config(None))
+    assert not result.ok
+    assert [p.field for p in result.problems] == ["routes", "resilience"]
+    assert "where the running config has 1 entry" in str(result.problems[0])
+    assert "write `routes: {}`" in str(result.problems[0])
+    assert set(reloader.router.routes) >= {"chat"}  # the running config stays
+    # an explicit empty section says what it means: taken
+    result = reload_file(reloader, path, simple_config({}, resilience={}))
+    assert result.ok and result.routes.removed == ("chat",)
+
+
+def test_the_answer_and_the_log_name_the_routes_that_changed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "router.yaml"
+    reloader = reloader_on(path, simple_config({"a": {"targets": ["p/m"]},
+                                                "b": {"targets": ["p/m"]}}))
+    with caplog.at_level(logging.INFO, logger="omniroute.reload"):
+        result = reload_file(reloader, path, simple_config({
+            "a": {"targets": ["p/m", "p/n"]}, "c": {"targets": ["p/n"]}}))
+    assert result.ok
+    summary = result.to_dict()["summary"]
+    assert (summary["routes_added"], summary["routes_removed"], summary["routes_changed"]) == (
+        ["c"], ["b"], ["a"])
+    assert "routes +c -b ~a" in caplog.text
+
+
+def test_a_file_that_changes_while_it_is_read_is_read_again_or_refused(
+        tmp_path: Path) -> None:
+    path = tmp_path / "router.yaml"
+    reloader = reloader_on(path, simple_config({"a": {"targets": ["p/m"]}}))
+    writes = iter(range(100))
+
+    def writer_racing(name: str) -> Any:
+        config = load_router_config(name, env={})
+        with open(name, "a") as out:  # a deploy appending while the file is read
+            out.write(f"# {next(writes)}\n")
+        return config
+
+    reloader._load = writer_racing
+    result = asyncio.run(reloader.reload("tester"))
+    assert not result.ok
+    assert "changed while it was read, 3 times" in str(result.problems[0])
+    once = iter([True])
+
+    def settles(name: str) -> Any:
+        config = load_router_config(name, env={})
+        if next(once, False):
+            with open(name, "a") as out:
+                out.write("# the writer's last line\n")
+        return config
+
+    reloader._load = settles
+    path.write_text(simple_config({"a": {"targets": ["p/n"]}}))
+    result = asyncio.run(reloader.reload("tester"))
+    assert result.ok and result.routes.changed == ("a",)

@@ -49,27 +49,33 @@ def of(events: list[dict[str, Any]], type_: str, *keys: str) -> list[tuple[Any, 
 def test_cooldown_ladder_and_breaker_times() -> None:
     events, _ = replay(
         duration="2m", faults="  - {name: down, target: alpha, error: 500, at: 0s, for: 5m}")
-    # each failure lands 100 ms after the attempt; the next attempt is the first
-    # request (every 1 s) after the cooldown ends: 3, 6, 12, 24, 48, then 96 s (capped level)
+    # each failure lands 100 ms after the attempt. The ladder (3 s, 6 s) until the key
+    # cools past a breaker window (5 s) after the last failure: then the key carries the
+    # first request after that window (docs/design.md §4): at 10 s (its cooldown ends as
+    # that attempt fails: the ladder's next step, 12 s), 16 s (cooling: no escalation),
+    # 22 s (24 s), 28 s, which opens the breaker; from there the probes decide
     assert of(events, "cooldown", "level", "until") == [
-        (100, 1, 3_100), (4_100, 2, 10_100), (11_100, 3, 23_100), (24_100, 4, 48_100),
-        (49_100, 5, 97_100), (98_100, 5, 194_100),
+        (100, 1, 3_100), (4_100, 2, 10_100), (10_100, 3, 22_100), (22_100, 4, 46_100),
+        (46_100, 5, 94_100), (102_100, 5, 198_100),
     ]
     # the failure at 4.1 s is within 5 s of the one counted at 0.1 s: suppressed
     assert of(events, "dedup", "connection", "window") == [(4_100, "c", "connection")]
-    # open at 98.1 s for 5 s; each probe (the first request after the window, on the
-    # key still cooling for backoff) fails 100 ms later and opens it for 5 s again
+    # open at 28.1 s for 5 s; each probe (the first request after the window) fails 100 ms
+    # later and opens it again: 5 s windows for cycles up to 6, then 10 s, then 20 s
+    opens = [34_000, 40_000, 46_000, 52_000, 58_000, 64_000, 70_000, 81_000, 102_000]
     assert of(events, "breaker", "from", "to", "failures") == [
-        (24_100, "CLOSED", "DEGRADED", 3), (98_100, "DEGRADED", "OPEN", 5),
-        (104_000, "OPEN", "HALF_OPEN", 5), (104_100, "HALF_OPEN", "OPEN", 6),
-        (110_000, "OPEN", "HALF_OPEN", 6), (110_100, "HALF_OPEN", "OPEN", 7),
-        (116_000, "OPEN", "HALF_OPEN", 7), (116_100, "HALF_OPEN", "OPEN", 8),
+        (16_100, "CLOSED", "DEGRADED", 3), (28_100, "DEGRADED", "OPEN", 5),
+        *(step for n, t in enumerate(opens, 5)
+          for step in ((t, "OPEN", "HALF_OPEN", n), (t + 100, "HALF_OPEN", "OPEN", n + 1))),
     ]
-    # the probes used the cooling key, and their failures never escalated it (the
-    # cooldown events above end at 98.1 s: an active cooldown is never extended)
-    assert [(e["t"], e["connection"], e["cooling_until"]) for e in events
-            if e["type"] == "attempt" and e["probe"]] == [
-        (104_000, "c", 194_100), (110_000, "c", 194_100), (116_000, "c", 194_100)]
+    # the carried requests and the probes on the cooling key: their failures never
+    # escalated it while it cooled (the cooldown events above)
+    assert [(e["t"], e["cooling_until"], e["probe"]) for e in events
+            if e["type"] == "attempt" and e.get("cooling_until") is not None] == [
+        (10_000, 10_100, False), (16_000, 22_100, False), (22_000, 22_100, False),
+        (28_000, 46_100, False), (34_000, 46_100, True), (40_000, 46_100, True),
+        (46_000, 46_100, True), (52_000, 94_100, True), (58_000, 94_100, True),
+        (64_000, 94_100, True), (70_000, 94_100, True), (81_000, 94_100, True)]
 
 
 def test_probe_times_with_escalation() -> None:

@@ -10,18 +10,20 @@ from .shipped_runs import shipped_run
 
 #: sha256 of each shipped scenario's trace under the resilient policy (seed from the file);
 #: `demo` and `hour-long-mixed` re-pinned when their routes came to spread requests by
-#: weight, so that every fault of theirs meets traffic (their faults on fallbacks saw none)
+#: weight, so that every fault of theirs meets traffic (their faults on fallbacks saw none);
+#: `vpn-blip` and `hour-long-mixed` re-pinned when a provider with every key cooling came to
+#: be tried at its breaker's cadence (docs/design.md §4): their keys all cool at once
 PINNED = {
     "fleet-429-storm": "e056419a2b6a16a01f4b90c352515820be3f2f0a022eb1a9400423ddabf027fb",
     "429-storm": "1e5057bb2a9f91dbc50c92b29059b05028c6f50ae270aa8d7e15a4c03953ffe7",
     "auth-revoked": "34a7dad5abf4d6f5c9c09e3d09caad6ebc6cbe31592f0acf073cca47f6be69d1",
     "demo": "d512bd984cd8ef20118888876122230b19926cf572b8ac21cc9cf8a391c7f72d",
-    "hour-long-mixed": "363218b23b2e0093f4ae1f88db6292eb94607e23c1ccc55d6071d21cb2316c54",
+    "hour-long-mixed": "7f84ef42b6eb292b1b19de29bd6108e1a84626da0cb2be6a8262b1682f0b17e1",
     "provider-outage": "6f73e781f267b2f8740ec88c5ac62e29902bb0c25ae14561ddfaedb6a8ba5635",
     "quota-exhaustion": "6e9ca885fa3e4f575f15998f1b7743665caf371c66dcebd0e1a7ae027f2752ce",
     "rate-limit-headroom": "28dbf6ce7b225ed033a2524077200af58c671b88e1198b38556a6d6c9c5da3dd",
     "slow-provider": "4e18e930a57df46a8af11f3f58fa1645d3d7596cffddbc70d89848bc61c3c558",
-    "vpn-blip": "6500fd88c263ef65e9180f7b2f15e6a1edf6c471162465a7105865568080f311",
+    "vpn-blip": "7fa320f0875ff67d600c934770c0c2c4738bae1748ccdca9f70c0af31cdbb02c",
     "retry-budget": "78531a943a739c28485072cfe0f46d757d87cc7db7158912958754e96fb60929",
 }
 #: the same traces without their `budget` and `wait` lines (added by the console's "why"
@@ -29,18 +31,19 @@ PINNED = {
 #: (re-pinned with the quick probes of docs/design.md §3: `provider-outage`, whose breaker
 #: opens without a hint and whose probes meet cooling keys, and `fleet-429-storm`, whose
 #: breakers open on failures heard from other replicas, which carry no hint; and `demo`
-#: and `hour-long-mixed` with their weighted routes, as above)
+#: and `hour-long-mixed` with their weighted routes, and with `vpn-blip` for the keys that
+#: all cool at once, as above)
 WITHOUT_WHY = {
     "fleet-429-storm": "6a546c1d13c42a7087c7dcd4e1539bb7c9000f885817d2eacf22c5bec6c7f9d7",
     "429-storm": "989c70eb443adcd4ed739b0bf539e0eb3631657eddfbfaf232a20bb6bb2a9b95",
     "auth-revoked": "07d91e789ec5212cc0a1574efad3898bd969e0aad3c5845edd6f6cf78c72de09",
     "demo": "bf21db4ffe14d5c0688bd883c90b29725695a0149a9fa473335ae504f8df0c0e",
-    "hour-long-mixed": "0457474fae2e93d902354e7dda857087d1c0ee66542f8a97d06723ab8f171631",
+    "hour-long-mixed": "daa1818729405e7bf93bd169062418234d12e73d475f13a4709fd7e37bd0049a",
     "provider-outage": "6f73e781f267b2f8740ec88c5ac62e29902bb0c25ae14561ddfaedb6a8ba5635",
     "quota-exhaustion": "6cc610c87076f6e0a26d38a676d63ffb8bbf91d6ab4da7db65bbf310df0e1671",
     "rate-limit-headroom": "28dbf6ce7b225ed033a2524077200af58c671b88e1198b38556a6d6c9c5da3dd",
     "slow-provider": "4e18e930a57df46a8af11f3f58fa1645d3d7596cffddbc70d89848bc61c3c558",
-    "vpn-blip": "6500fd88c263ef65e9180f7b2f15e6a1edf6c471162465a7105865568080f311",
+    "vpn-blip": "7fa320f0875ff67d600c934770c0c2c4738bae1748ccdca9f70c0af31cdbb02c",
     "retry-budget": "fd05048134be6e6f05f31a62c0aa406aa67f5c2b9a4b045494acda7530b499a9",
 }
 

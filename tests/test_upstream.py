@@ -112,7 +112,7 @@ async def test_driver_cancellation_counts_as_cancelled() -> None:
 async def test_a_stream_from_an_injected_httpx_client_is_passed_decoded() -> None:
     import gzip
 
-    sse = b"data: {}\n\ndata: [DONE]\n\n"
+    sse = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=gzip.compress(sse), headers={
@@ -121,8 +121,8 @@ async def test_a_stream_from_an_injected_httpx_client_is_passed_decoded() -> Non
     client = UpstreamClient(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
     reply = await client.send("http://upstream.test/v1", {"stream": True}, api_key=None,
                               timeout_ms=5000, stream=True)
-    assert reply.status == 200
-    rest = b"".join([chunk async for chunk in reply.chunks]) if reply.chunks else b""
-    assert reply.first_chunk + rest == sse
+    assert reply.status == 200 and reply.relay is not None
+    assert b"".join([piece async for piece in reply.relay.relay()]) == sse
+    assert reply.relay.finished and reply.relay.cut is None
     await reply.aclose()
     await client.aclose()

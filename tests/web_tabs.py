@@ -51,6 +51,49 @@ def connect_tab(port: int, *, timeout_s: float = 20, receive_buffer: int | None 
     return tab
 
 
+def read_first_screen(tab: socket.socket, size: int = 20_000) -> None:
+    """Read the upgrade's answer and `size` bytes of frames after it, answering each ping
+    with a pong as a browser does: a console slow to start (a loaded machine) must not
+    make the server take the tab for a silent one before it has painted."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = tab.recv(65536)
+        assert chunk, "the server closed the tab"
+        received += chunk
+    head, _, frames = received.partition(b"\r\n\r\n")
+    assert b"101 Switching Protocols" in head, head
+    read = 0
+    while read < size:
+        while True:  # one whole frame in `frames`, or read on
+            length, start = _frame_length(frames)
+            if length is not None and len(frames) >= start + length:
+                break
+            chunk = tab.recv(65536)
+            assert chunk, "the server closed the tab"
+            frames += chunk
+        opcode, payload = frames[0] & 0x0F, frames[start:start + length]
+        frames = frames[start + length:]
+        read += start + length
+        if opcode == 0x9:  # ping: a masked pong with the same payload
+            mask = os.urandom(4)
+            masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+            tab.sendall(bytes([0x8A, 0x80 | len(payload)]) + mask + masked)
+        assert opcode != 0x8, "the server closed the tab"
+
+
+def _frame_length(frames: bytes) -> tuple[int | None, int]:
+    """A server frame's payload length and where its payload starts (None: not enough
+    bytes yet to say)."""
+    if len(frames) < 2:
+        return None, 0
+    length = frames[1] & 0x7F
+    if length == 126:
+        return (int.from_bytes(frames[2:4], "big"), 4) if len(frames) >= 4 else (None, 0)
+    if length == 127:
+        return (int.from_bytes(frames[2:10], "big"), 10) if len(frames) >= 10 else (None, 0)
+    return length, 2
+
+
 def child_processes(parent: int) -> list[tuple[int, str]]:
     """The processes whose parent is `parent` (a page's tab consoles), with their command
     lines."""

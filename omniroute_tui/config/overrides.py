@@ -13,7 +13,7 @@ from .problems import Path
 from .readers import read_bool, read_duration, read_int, read_mapping, read_number, reject_unknown
 from .yaml_source import Source
 
-__all__ = ["OverridePatch", "parse_overrides", "validate_settings"]
+__all__ = ["OverridePatch", "parse_overrides", "read_first_token", "validate_settings"]
 
 # section -> yaml key -> (dataclass field, reader kind)
 _FIELDS: dict[str, dict[str, tuple[str, str]]] = {
@@ -45,7 +45,9 @@ _FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "retry_budget": {"ratio": ("ratio", "ratio"), "burst": ("burst", "int")},
     "admission": {"max_wait": ("max_wait_ms", "duration"), "margin": ("margin_ms", "duration")},
-    "request": {"max_attempts": ("max_attempts", "count"), "timeout": ("timeout_ms", "duration+")},
+    "request": {"max_attempts": ("max_attempts", "count"), "timeout": ("timeout_ms", "duration+"),
+                "stream_idle": ("stream_idle_ms", "duration+"),
+                "first_token": ("first_token_ms", "duration/off")},
 }
 _KIND_FIELDS = ("counts", "immediate_open", "reset_timeout")
 
@@ -57,7 +59,17 @@ def _read(src: Source, kind: str, value: Any, path: Path) -> Any:
         return read_int(src, value, path, minimum=0)
     if kind == "ratio":
         return read_number(src, value, path, minimum=0.0, maximum=1.0)
+    if kind == "duration/off":
+        return read_first_token(src, value, path)
     return read_duration(src, value, path, positive=kind == "duration+")
+
+
+def read_first_token(src: Source, value: Any, path: Path) -> int | None:
+    """`request.first_token` (a route's, a target's): a duration, or `off` (or 0; YAML
+    reads a bare `off` as false)."""
+    if value == "off" or value is False:
+        return 0
+    return read_duration(src, value, path)
 
 
 def _kinds(src: Source, value: Any, path: Path) -> dict[FailureKind, BreakerKindOverride]:

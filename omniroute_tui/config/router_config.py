@@ -29,7 +29,8 @@ from .limits import (
     parse_retention,
 )
 from .operators import OperatorTokens, parse_operators
-from .overrides import OverridePatch, parse_overrides, validate_settings
+from .overrides import OverridePatch, parse_overrides, read_first_token, validate_settings
+from .prescan import check_counts
 from .problems import Path
 from .readers import (
     read_bool,
@@ -120,6 +121,8 @@ class RouterConfig:
     gateway_operators: OperatorTokens = field(default_factory=OperatorTokens)
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
     gateway_metrics: MetricsAccess = MetricsAccess.TOKEN
+    #: whether an answer names its provider/connection/model in `x-omniroute-served-by`
+    gateway_served_by_header: bool = True
     source: str = "<memory>"
     #: the file's sha256, first 12 hex digits: which config a router runs
     version: str = ""
@@ -332,7 +335,15 @@ def parse_routes(
         body = read_mapping(src, body, where)
         if body is None:
             continue
-        reject_unknown(src, body, where, ("strategy", "targets"))
+        reject_unknown(src, body, where,
+                       ("strategy", "targets", "fallback_wait", "first_token"))
+        fallback_wait = 0
+        if "fallback_wait" in body:
+            fallback_wait = read_duration(src, body["fallback_wait"],
+                                          where + ("fallback_wait",),
+                                          longest_ms=MAX_FALLBACK_WAIT_MS) or 0
+        route_first_token = (read_first_token(src, body["first_token"], where + ("first_token",))
+                             if "first_token" in body else None)
         strategy: Strategy | None = Strategy.PRIORITY  # None: unreadable, said so
         if "strategy" in body:
             try:
@@ -347,28 +358,37 @@ def parse_routes(
             continue
         if not _within(src, len(targets_raw), where + ("targets",), "targets per route"):
             continue
-        targets, weights = [], []
+        targets: list[Target] = []
+        weights: list[int] = []
         for index, item in enumerate(targets_raw):
             at = where + ("targets", index)
             weight = 1
+            first_token = route_first_token
             if isinstance(item, dict):
-                reject_unknown(src, item, at, ("target", "weight"))
+                reject_unknown(src, item, at, ("target", "weight", "first_token"))
                 if "weight" in item:
                     weight = _weight(src, item["weight"], at + ("weight",), strategy)
+                if "first_token" in item:
+                    first_token = read_first_token(src, item["first_token"],
+                                                   at + ("first_token",))
                 item = item.get("target")
                 at = at + ("target",)
-            target = _target(src, item, at, providers)
-            if target in targets:  # the walk would ask it twice, least_busy draw it twice
+            target = _target(src, item, at, providers, first_token)
+            if target is not None and any(str(t) == str(target) for t in targets):
+                # the walk would ask it twice, least_busy draw it twice
                 src.problem(at, f"target {target} is listed twice")
             elif target is not None:
                 targets.append(target)
                 weights.append(weight)
         routes[str(name)] = Route(str(name), tuple(targets), strategy or Strategy.PRIORITY,
-                                  None if all(w == 1 for w in weights) else tuple(weights))
+                                  None if all(w == 1 for w in weights) else tuple(weights),
+                                  fallback_wait)
     return routes
 
 
 STRATEGY_NAMES = ", ".join(s.value for s in Strategy)
+#: a route's `fallback_wait` at most: past a minute, the fallback is the better answer
+MAX_FALLBACK_WAIT_MS = 60_000
 #: a target's weight at most: its share is weight / total, and a decision costs the same
 MAX_WEIGHT = 1_000_000
 
@@ -400,7 +420,8 @@ def _whole_weight(src: Source, value: Any, path: Path, largest: int) -> int:
 
 
 def _target(
-    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig]
+    src: Source, value: Any, path: Path, providers: Mapping[str, ProviderConfig],
+    first_token_ms: int | None = None,
 ) -> Target | None:
     if not isinstance(value, str) or value.count("/") < 1:
         src.problem(path, f"expected provider/model or {{target: provider/model, weight: N}}, "
@@ -416,7 +437,7 @@ def _target(
         src.problem(path, f"provider {provider!r} has no model {model!r} "
                           f"(models: {', '.join(config.models)})")
         return None
-    return Target(provider, model)
+    return Target(provider, model, first_token_ms)
 
 
 def load_router_config(
@@ -428,7 +449,7 @@ def load_router_config(
     `read_keys=False` skips the keys and the environment they name: a simulation stands
     fakes in for every provider and never needs them.
     """
-    src = load_source(path, text=text)
+    src = load_source(path, text=text, precheck=check_counts)
     data = src.data
     reject_unknown(src, data, (), ("providers", "routes", "resilience", "store", "gateway"))
     patch = parse_overrides(src, data.get("resilience", {}), ("resilience",))
@@ -447,6 +468,7 @@ def load_router_config(
     limits = GatewayLimits()
     operators = OperatorTokens()
     metrics = MetricsAccess.TOKEN
+    served_by_header = True
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
         if "events" in store:  # the earlier release's one log of every event
             src.problem(("store", "events"), "state changes and per-request events are kept "
@@ -468,8 +490,11 @@ def load_router_config(
             lease_max = read_duration(src, store["lease_max"], ("store", "lease_max"),
                                       positive=True, longest_ms=3_600_000) or lease_max
     if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
-        reject_unknown(src, gw, ("gateway",),
-                       ("listen", "token_file", "limits", "metrics", "operators"))
+        reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits", "metrics",
+                                               "served_by_header", "operators"))
+        if "served_by_header" in gw:
+            served_by_header = _on_or_off(src, gw["served_by_header"],
+                                          ("gateway", "served_by_header"))
         if "operators" in gw:
             operators = parse_operators(src, gw["operators"], ("gateway", "operators"))
         if "metrics" in gw:
@@ -487,7 +512,7 @@ def load_router_config(
         store_retention=retention,
         gateway_listen=listen, gateway_token_file=token_file, gateway_operators=operators,
         gateway_limits=limits,
-        gateway_metrics=metrics,
+        gateway_metrics=metrics, gateway_served_by_header=served_by_header,
         source=src.name, version=src.version, raw=data,
     )
 
@@ -503,6 +528,17 @@ def _metrics_access(src: Source, value: Any, path: Path) -> MetricsAccess:
                       f"public (no token asked) or off (not served), got "
                       f"{repr(value)[:40] if isinstance(value, str) else type(value).__name__}")
     return MetricsAccess.TOKEN
+
+
+def _on_or_off(src: Source, value: Any, path: Path) -> bool:
+    """`on` or `off` (YAML reads them unquoted as true and false): on unless said."""
+    if isinstance(value, bool):
+        return value
+    if value in ("on", "off"):
+        return bool(value == "on")
+    src.problem(path, f"expected on or off, got "
+                      f"{repr(value)[:40] if isinstance(value, str) else type(value).__name__}")
+    return True
 
 
 def _read_redis(src: Source, value: Any, path: Path) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -139,11 +140,15 @@ def _compose(text: str) -> yaml.Node | None:
     return yaml.compose(text, Loader=yaml.SafeLoader)
 
 
-def load_source(path: str | FsPath, *, text: str | None = None) -> Source:
-    """Read and parse a YAML file; every failure is a ConfigError naming the file."""
+def load_source(path: str | FsPath, *, text: str | None = None,
+                precheck: Callable[[str, str], None] | None = None) -> Source:
+    """Read and parse a YAML file; every failure is a ConfigError naming the file.
+    `precheck(text, name)` may refuse the text before it is parsed into nodes."""
     name = str(path)
     if text is None:
         text = _read_text(name)
+    if precheck is not None:
+        precheck(text, name)
     try:
         node = _compose(text)
     except yaml.MarkedYAMLError as exc:

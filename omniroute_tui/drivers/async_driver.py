@@ -11,9 +11,10 @@ from ..clock import Clock
 from ..config.router_config import ProviderConfig
 from ..engine.classify import Classification
 from ..engine.kinds import FailureKind
-from ..router.core import Router
+from ..router.core import RequestRouting, Router
 from ..router.rate_limits import parse_rate_limits
 from ..router.steps import Attempt, Response, Wait
+from .relay import StreamRelay
 from .upstream import UpstreamClient, UpstreamReply
 
 __all__ = ["AsyncDriver", "Completion"]
@@ -21,10 +22,35 @@ __all__ = ["AsyncDriver", "Completion"]
 
 @dataclass
 class Completion:
-    """The routing outcome and, when an upstream answer is forwarded, that answer."""
+    """The routing outcome and, when an upstream answer is forwarded, that answer.
+
+    A streamed answer (`relay`) is open: relay it (`relay.relay()`), then `finish()`,
+    which records how it ended and closes it, whatever happened to the relaying."""
 
     response: Response
     reply: UpstreamReply | None
+    routing: RequestRouting | None = None
+
+    @property
+    def relay(self) -> StreamRelay | None:
+        return self.reply.relay if self.reply is not None else None
+
+    async def finish(self) -> None:
+        """The streamed answer is over: relayed whole, cut, or left by its client
+        (`cancelled`). Its result goes to the router now (docs/design.md §7), then its
+        body is read to its end if it ended whole (its connection serves again) and
+        closed. A second call does nothing."""
+        relay, routing = self.relay, self.routing
+        if relay is None or routing is None or not routing.streaming:
+            return
+        routing.end_stream(relay.cut, cancelled=relay.cut is None and not relay.finished,
+                           relayed_bytes=relay.relayed_bytes,
+                           relayed_chunks=relay.relayed_chunks)
+        try:
+            if relay.finished:
+                await relay.drain()
+        finally:
+            await relay.aclose()
 
 
 class AsyncDriver:
@@ -60,26 +86,36 @@ class AsyncDriver:
         providers = self.providers  # a reload swaps them: this request keeps its own
         wall = self.wall
         last_reply: UpstreamReply | None = None
+        #: a "prompt too long" answer, kept: the client's answer if no later target takes
+        #: the request (docs/design.md §2)
+        too_long: tuple[Attempt, UpstreamReply] | None = None
         try:
             with routing:  # left unanswered, it cancels
                 while True:
                     step = routing.next_step()
                     if isinstance(step, Response):
-                        reply = last_reply if step.upstream is not None else None
-                        return Completion(step, reply)
+                        reply = None
+                        if step.upstream is not None:
+                            reply = (too_long[1] if too_long and too_long[0] is step.upstream
+                                     else last_reply)
+                        return Completion(step, reply, routing)
                     if isinstance(step, Wait):
                         await asyncio.sleep(step.delay_ms / 1000)
                         continue
-                    if last_reply is not None and last_reply.stream is not None:
-                        await last_reply.stream.aclose()
                     last_reply = await self._attempt(providers, step, body, stream,
                                                      wall.now_ms())
+                    if (too_long is None
+                            and last_reply.classification.kind is FailureKind.CONTEXT_LENGTH):
+                        too_long = (step, last_reply)
                     limits = (parse_rate_limits(last_reply.headers, wall.now_ms())
                               if last_reply.headers else None)
-                    routing.record(last_reply.status, last_reply.classification, limits)
+                    routing.record(last_reply.status, last_reply.classification, limits,
+                                   stream=last_reply.relay is not None,
+                                   reason=last_reply.reason)
         except (Exception, asyncio.CancelledError):  # not GeneratorExit: no await then
-            if last_reply is not None and last_reply.stream is not None:
-                await last_reply.stream.aclose()
+            if last_reply is not None and last_reply.relay is not None:
+                routing.end_stream(cancelled=True)
+                await last_reply.relay.aclose()
             raise
 
     async def _attempt(
@@ -97,4 +133,5 @@ class AsyncDriver:
         return await self.client.send(
             provider.base_url, upstream_body, api_key=connection.api_key,
             timeout_ms=attempt.timeout_ms, stream=stream, now_epoch_ms=now_epoch_ms,
+            first_token_ms=attempt.first_token_ms, stream_idle_ms=attempt.stream_idle_ms,
         )

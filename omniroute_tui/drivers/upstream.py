@@ -13,7 +13,10 @@ import httpx
 
 from ..config.secrets import Secret
 from ..engine.classify import Classification, TransportFailure, classify, classify_transport
+from ..engine.kinds import FailureKind, StreamCut
+from ..engine.settings import STREAM_IDLE_MS
 from .http1 import ConnectTimeout, Http1Pool, ProtocolError
+from .relay import StreamBroken, StreamRelay
 
 __all__ = ["UpstreamClient", "UpstreamReply", "transport_failure_of"]
 
@@ -26,12 +29,16 @@ _DNS_HINTS = ("name or service not known", "nodename nor servname", "name resolu
               "getaddrinfo", "no address associated")
 
 
+_STREAM_CUT = Classification(FailureKind.STREAM_CUT)
+
+
 @dataclass
 class UpstreamReply:
     """What the upstream said (or what went wrong below HTTP), and its classification.
 
-    For a streaming success, `stream` is the open httpx response: the caller reads it
-    and must close it. Otherwise `content` holds the whole body.
+    For a streaming success, `relay` holds the stream, its first content read: the caller
+    relays it and must close it. Otherwise `content` holds the whole body; `reason` says
+    what went wrong with a stream that failed before its first content.
     """
 
     status: int
@@ -40,13 +47,12 @@ class UpstreamReply:
     content: bytes = b""
     transport_failure: TransportFailure | None = None
     error: str | None = None
-    stream: ResponseBody | None = None
-    first_chunk: bytes = b""  # a stream's first bytes, read before success is declared
-    chunks: AsyncIterator[bytes] | None = None  # the rest of the stream
+    relay: StreamRelay | None = None
+    reason: StreamCut | None = None
 
     async def aclose(self) -> None:
-        if self.stream is not None:
-            await self.stream.aclose()
+        if self.relay is not None:
+            await self.relay.aclose()
 
     def json(self) -> Any:
         import json
@@ -150,8 +156,12 @@ class UpstreamClient:
         timeout_ms: int,
         stream: bool = False,
         now_epoch_ms: int | None = None,
+        first_token_ms: int = 0,
+        stream_idle_ms: int = STREAM_IDLE_MS,
     ) -> UpstreamReply:
-        """POST `body` to `{base_url}/chat/completions` within `timeout_ms` in all."""
+        """POST `body` to `{base_url}/chat/completions` within `timeout_ms` in all; a
+        stream's answer once its first content is in, within `first_token_ms` of the
+        start when that is set (docs/design.md §7)."""
         headers = {"content-type": "application/json"}
         if api_key is not None:
             headers["authorization"] = f"Bearer {api_key.reveal()}"
@@ -159,26 +169,39 @@ class UpstreamClient:
         payload = json.dumps(body, separators=(",", ":")).encode()
         seconds = timeout_ms / 1000
         response: ResponseBody | None = None
+        first_token = False  # waiting for a stream's first content within first_token_ms
+        started = asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(seconds):
+            async with asyncio.timeout(seconds) as deadline:
                 response = await self._pool.post(url, headers, payload, seconds)
                 ok = 200 <= response.status < 300
-                if stream and ok:
-                    # the first bytes decide: a stream that breaks before them is a failed
-                    # attempt, and the router can still fall back
-                    chunks = response.aiter_raw()
-                    first = await anext(chunks, b"")
+                if stream and ok and response.headers.get("content-type", "").startswith(
+                        "text/event-stream"):  # else not a stream: passed on as it is
+                    # the first content decides: a stream that breaks before it is a
+                    # failed attempt, and the router can still fall back
+                    if first_token_ms:
+                        first_token = True
+                        deadline.reschedule(started + first_token_ms / 1000)
+                    relay = StreamRelay(response, stream_idle_ms)
+                    try:
+                        await relay.first_content()
+                    except StreamBroken as broken:
+                        await response.aclose()
+                        return UpstreamReply(0, _STREAM_CUT, response.headers,
+                                             error=broken.detail, reason=broken.cut)
                     return UpstreamReply(response.status, Classification(None),
-                                         response.headers, stream=response,
-                                         first_chunk=first, chunks=chunks)
+                                         response.headers, relay=relay)
                 content = await _read_bounded(response)
         except (httpx.HTTPError, OSError, TimeoutError, ProtocolError,
                 asyncio.IncompleteReadError, ValueError) as exc:
             if response is not None:
                 await response.aclose()
             failure = transport_failure_of(exc)
+            timed_out = first_token and isinstance(exc, TimeoutError)
             return UpstreamReply(0, classify_transport(failure), transport_failure=failure,
-                                 error=f"{type(exc).__name__}: {exc}"[:300])
+                                 error=(f"no content within {first_token_ms} ms" if timed_out
+                                        else f"{type(exc).__name__}: {exc}"[:300]),
+                                 reason=StreamCut.FIRST_TOKEN if timed_out else None)
         await response.aclose()
         outcome = classify(response.status, response.headers, content,
                            now_epoch_ms=now_epoch_ms)

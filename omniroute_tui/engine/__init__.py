@@ -24,7 +24,7 @@ from .events import (
     SkipEvent,
     WaitEvent,
 )
-from .kinds import BreakerState, FailureKind, SkipReason
+from .kinds import BreakerState, FailureKind, SkipReason, StreamCut
 from .lockout import LockoutSnapshot, ModelLockouts
 from .reload import ReloadSummary
 from .retry_hints import retry_hint_ms
@@ -65,6 +65,7 @@ __all__ = [
     "ResultEvent",
     "SkipEvent",
     "SkipReason",
+    "StreamCut",
     "TransportFailure",
     "UnknownTarget",
     "WaitEvent",

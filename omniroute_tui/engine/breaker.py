@@ -137,6 +137,11 @@ class ProviderBreaker:
             return True
         return state is _HALF_OPEN and self._free_slots > 0
 
+    def window_ms(self) -> int:
+        """The current unhinted OPEN window: the reset timeout for this cycle (§3), the
+        wait a provider with every key cooling is given between attempts (§4)."""
+        return self.settings.effective_reset_ms(self._cycles)
+
     def admits_traffic(self, now: int) -> bool:
         """True when ordinary (non-probe) attempts may go to the provider."""
         return self.state(now) in (_CLOSED, _DEGRADED)

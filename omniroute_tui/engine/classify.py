@@ -33,6 +33,13 @@ _LONG_RESET = re.compile(
     r"|per[ _-]?day",
     re.IGNORECASE,
 )
+#: a prompt longer than the model takes, as OpenAI ("maximum context length", code
+#: `context_length_exceeded`), Anthropic ("prompt is too long: N tokens > M maximum"),
+#: Gemini ("The input token count (N) exceeds the maximum number of tokens allowed") and
+#: Mistral ("too large for model with N maximum context length") word it
+_CONTEXT_TEXT = re.compile(
+    r"context[ _-]length|context[ _-]window|prompt is too long"
+    r"|input token count.{0,80}?exceeds the maximum", re.IGNORECASE | re.DOTALL)
 _BODY_SCAN_LIMIT = 64 * 1024
 
 
@@ -142,4 +149,7 @@ def classify(
     if status == 429:
         kind = FailureKind.QUOTA_EXHAUSTED if _is_quota(text) else FailureKind.RATE_LIMITED
         return Classification(kind, hint)
+    if status in (400, 413) and (_error_code(text) == "context_length_exceeded"
+                                 or _CONTEXT_TEXT.search(text)):
+        return Classification(FailureKind.CONTEXT_LENGTH, hint)
     return Classification(FailureKind.CLIENT_ERROR, hint)

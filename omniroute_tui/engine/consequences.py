@@ -91,8 +91,12 @@ _ROWS: tuple[tuple[FailureKind, Layer, Layer, BreakerEffect, DedupWindow, Wait, 
      _T.NEXT_TARGET),
     (_K.CLIENT_ERROR,    _L.NONE,     _L.NONE,     _E.SUCCESS, _D.CONNECTION, _W.BACKOFF, False,
      _T.RESPOND),
+    (_K.CONTEXT_LENGTH,  _L.NONE,     _L.NONE,     _E.SUCCESS, _D.CONNECTION, _W.BACKOFF, False,
+     _T.NEXT_TARGET),
     (_K.CANCELLED,       _L.NONE,     _L.NONE,     _E.NONE,    _D.CONNECTION, _W.BACKOFF, False,
      _T.RESPOND),
+    (_K.STREAM_CUT,      _L.COOLDOWN, _L.COOLDOWN, _E.FAILURE, _D.CONNECTION, _W.BACKOFF, True,
+     _T.NEXT_TARGET),
 )
 #: every failure kind's consequences (a per-kind breaker override in the settings can
 #: still make a kind count, or open the breaker at once: `BreakerSettings.counts`)

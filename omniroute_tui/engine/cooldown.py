@@ -139,7 +139,7 @@ class ConnectionCooldown:
         """What a successful probe frees: a backoff cooldown, or the level one left."""
         return self.backoff and (self.level > 0 or self.cooling_until > now)
 
-    def free(self, now: int) -> bool:
+    def free(self, now: int, reason: CooldownReason = CooldownReason.PROBE_FREED) -> bool:
         """The breaker's probe succeeded: this backoff was the provider's failing, not the
         key's, so the cooldown ends and its level goes back to 0 (docs/design.md §3).
         Disabled flags stay; False when there was nothing to free."""
@@ -150,7 +150,7 @@ class ConnectionCooldown:
         self.backoff = False
         self.last_error = self.last_error_at = None
         self._emit(CooldownEvent(now, self.provider, self.connection, None, 0,
-                                 self.cooling_until, None, CooldownReason.PROBE_FREED))
+                                 self.cooling_until, None, reason))
         return True
 
     def clear(self, now: int) -> bool:

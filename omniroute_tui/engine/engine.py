@@ -8,7 +8,7 @@ router call into this; nothing here performs I/O.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -41,7 +41,7 @@ from .events import (
 )
 from .herd import FailureDedup, RetryBudget
 from .jitter import Jitter
-from .kinds import BreakerReason, BreakerState, DedupWindow, FailureKind
+from .kinds import BreakerReason, BreakerState, CooldownReason, DedupWindow, FailureKind
 from .lockout import LockoutSnapshot, ModelLockouts
 from .pool import ConnectionPool, Unavailable
 from .reload import ReloadSummary
@@ -57,6 +57,7 @@ __all__ = [
 _COOLDOWN, _LOCKOUT, _DISABLE = Layer.COOLDOWN, Layer.LOCKOUT, Layer.DISABLE
 _FAILURE, _NO_EFFECT = BreakerEffect.FAILURE, BreakerEffect.NONE
 _CLOSED, _HALF_OPEN = BreakerState.CLOSED, BreakerState.HALF_OPEN
+_CANCELLED, _CARRIER_SERVED = FailureKind.CANCELLED, CooldownReason.CARRIER_SERVED
 _FOREVER = 1 << 62  # later than any clock time
 
 #: what one replica of a fleet tells the others: the event types `ResilienceEngine.merge`
@@ -117,8 +118,9 @@ class ProviderLayers:
     provider up for every question it asks.
     """
 
-    __slots__ = ("_bus", "_changes", "_gone", "_on_failure", "breaker", "budget", "dedup",
-                 "lockouts", "name", "pool", "spec", "timeout_ms")
+    __slots__ = ("_bus", "_changes", "_gone", "_on_failure", "breaker", "budget",
+                 "carried_until", "dedup", "first_token_ms", "last_failure_at", "lockouts",
+                 "name", "pool", "spec", "stream_idle_ms", "timeout_ms")
 
     def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random,
                  changes: Changes) -> None:
@@ -129,6 +131,8 @@ class ProviderLayers:
         self.spec = spec
         self.name = spec.name
         self.timeout_ms = settings.request.timeout_ms
+        self.stream_idle_ms = settings.request.stream_idle_ms
+        self.first_token_ms = settings.request.first_token_ms
         self.breaker = ProviderBreaker(
             spec.name, settings.breaker, probe_lease_ms=settings.request.timeout_ms,
             emit=bus.emit, jitter=jitter, changes=changes,
@@ -139,6 +143,12 @@ class ProviderLayers:
                                       changes=changes)
         self.dedup = FailureDedup(settings.dedup)
         self.budget = RetryBudget(settings.retry_budget)
+        #: when an attempt here last failed (any kind but `cancelled`), and until when the
+        #: slot of the one request that may ride a cooling key is taken (a lease of
+        #: `request.timeout`, as a probe's: a driver that never reports cannot keep it):
+        #: the carrier rule's state (docs/design.md §4)
+        self.last_failure_at: int | None = None
+        self.carried_until = 0
         #: connections a reload removed: a request in flight on one reports to nothing
         self._gone: frozenset[str] = frozenset()
         self._on_failure = self._consequences()
@@ -165,6 +175,8 @@ class ProviderLayers:
         jitter = Jitter(settings.jitter, rng)
         self.spec = spec
         self.timeout_ms = settings.request.timeout_ms
+        self.stream_idle_ms = settings.request.stream_idle_ms
+        self.first_token_ms = settings.request.first_token_ms
         self.breaker.reconfigure(settings.breaker, probe_lease_ms=settings.request.timeout_ms,
                                  jitter=jitter)
         staying = frozenset(spec.connections)
@@ -229,20 +241,39 @@ class ProviderLayers:
             return True
         return pool.has_candidate(now, model, self.lockouts)
 
+    def carrier(self, now: int, model: str, tried: Collection[str]) -> tuple[str, int] | None:
+        """The cooling key that carries a request, and until when it cools, when the
+        provider has no key ready for it: the breaker admits traffic, no other request
+        rides one, a breaker window has passed since the last failure here, and every key
+        the request could still use cools for backoff (docs/design.md §4). None otherwise."""
+        if now < self.carried_until or not self.breaker.admits_traffic(now):
+            return None
+        last = self.last_failure_at
+        if last is not None and now - last < self.breaker.window_ms():
+            return None
+        return self.pool.carrier_key(now, model, self.lockouts, tried)
+
     def record(self, now: int, connection: str, model: str, admission: BreakerAdmission,
-               outcome: Classification) -> None:
-        """Apply one attempt's classified outcome to every layer (table of docs/design.md §2)."""
+               outcome: Classification, carried: bool = False) -> None:
+        """Apply one attempt's classified outcome to every layer (table of docs/design.md §2);
+        `carried`: the attempt rode a cooling key (§4)."""
+        if carried:
+            self.carried_until = 0
+        kind = outcome.kind
+        if kind is not None and kind is not _CANCELLED:
+            self.last_failure_at = now
         pos = self.pool.position.get(connection)
         if pos is None:
             if connection in self._gone:  # a reload removed it while the attempt ran
                 self.breaker.release(admission)
                 return
             raise UnknownTarget(f"provider {self.name!r} has no connection {connection!r}")
-        kind = outcome.kind
         breaker = self.breaker
         if kind is None:
             if breaker.record_success(now, admission):
                 self.pool.free_backoff(now)  # the probe closed it: the keys are free (§3)
+            elif carried:  # a request carried on a cooling key was served: the same (§4)
+                self.pool.free_backoff(now, _CARRIER_SERVED)
             cooldown = self.pool.cooldowns[pos]
             if cooldown.level or cooldown.last_error is not None:
                 cooldown.record_success(now)
@@ -270,6 +301,8 @@ class ProviderLayers:
             # the provider answered: for the breaker, that is a success (§3), and a
             # probe's success frees the provider's backoff keys
             self.pool.free_backoff(now)
+        elif carried:  # so does a carried request's answer (§4)
+            self.pool.free_backoff(now, _CARRIER_SERVED)
 
 
 #: what `refused_targets` asks of a target: its position, its layers, their breaker and

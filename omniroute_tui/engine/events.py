@@ -21,6 +21,7 @@ from .kinds import (
     DedupWindow,
     FailureKind,
     SkipReason,
+    StreamCut,
 )
 from .values import value
 
@@ -52,7 +53,7 @@ __all__ = [
 #: its value, and reading the line back gives the member again)
 _ENUMS: dict[str, type[StrEnum]] = {
     cls.__name__: cls for cls in (BreakerReason, BreakerState, CooldownReason, DedupWindow,
-                                 FailureKind, SkipReason)}
+                                 FailureKind, SkipReason, StreamCut)}
 
 
 def _json_any(value: Any) -> str:
@@ -187,6 +188,11 @@ class AttemptEvent(Event):
 
 @value
 class ResultEvent(Event):
+    """An attempt's result. A streamed answer's comes when its stream ends
+    (`latency_ms` then runs to that end) and says what was relayed to the client:
+    `relayed_bytes` of the body and `relayed_chunks`, its events with content (about a
+    token each); `reason` says what went wrong with a stream (docs/design.md §7)."""
+
     TYPE: ClassVar[str] = "result"
     request: str
     n: int
@@ -196,6 +202,9 @@ class ResultEvent(Event):
     status: int
     kind: FailureKind | None
     latency_ms: int
+    reason: StreamCut | None = None
+    relayed_bytes: int | None = None
+    relayed_chunks: int | None = None
 
 
 @value
@@ -235,7 +244,8 @@ class BreakerEvent(Event):
 class CooldownEvent(Event):
     """A connection's cooldown changed; `kind` is None when it was lifted (success, operator).
     `reason` says why a lift happened when it was not the connection's own doing:
-    `probe_freed`, the breaker's probe succeeded and freed the provider's backoff keys."""
+    `probe_freed`, the breaker's probe succeeded and freed the provider's backoff keys;
+    `carrier_served`, a request carried on a cooling key did (docs/design.md §4)."""
 
     TYPE: ClassVar[str] = "cooldown"
     provider: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = ["BreakerReason", "BreakerState", "CooldownReason", "DedupWindow", "FailureKind",
-           "SkipReason"]
+           "SkipReason", "StreamCut"]
 
 
 class FailureKind(StrEnum):
@@ -20,7 +20,12 @@ class FailureKind(StrEnum):
     RATE_LIMITED = "rate_limited"
     SERVER_ERROR = "server_error"
     CLIENT_ERROR = "client_error"
+    #: the prompt is longer than the model's context: another model may take it
+    CONTEXT_LENGTH = "context_length"
     CANCELLED = "cancelled"
+    #: a stream that broke after its answer had started (docs/design.md §2, §7): reset,
+    #: an upstream error event, a malformed event, no `[DONE]`, a stall; `StreamCut` says
+    STREAM_CUT = "stream_cut"
 
     @classmethod
     def answer_status(cls, status: int, kind: FailureKind | None) -> int:
@@ -62,7 +67,9 @@ class BreakerReason(StrEnum):
     IMMEDIATE_RATE_LIMITED = "immediate_rate_limited"
     IMMEDIATE_SERVER_ERROR = "immediate_server_error"
     IMMEDIATE_CLIENT_ERROR = "immediate_client_error"
+    IMMEDIATE_CONTEXT_LENGTH = "immediate_context_length"
     IMMEDIATE_CANCELLED = "immediate_cancelled"
+    IMMEDIATE_STREAM_CUT = "immediate_stream_cut"
 
     @classmethod
     def immediate(cls, kind: FailureKind) -> BreakerReason:
@@ -70,10 +77,28 @@ class BreakerReason(StrEnum):
         return cls(f"immediate_{kind.value}")
 
 
+class StreamCut(StrEnum):
+    """What went wrong with a streamed answer (the `reason` of its result event).
+
+    All but `first_token` end a `stream_cut`; `first_token` is the reason of a `timeout`:
+    the stream's first content did not come within `request.first_token`, and nothing had
+    been sent to the client (docs/design.md §7).
+    """
+
+    RESET = "reset"  # the connection broke mid-body: reset, closed, a chunked body cut short
+    UPSTREAM_ERROR = "upstream_error"  # the upstream sent an error event
+    BAD_EVENT = "bad_event"  # an event that is not SSE, not a JSON object, or too long
+    NO_DONE = "no_done"  # the body ended without `data: [DONE]`
+    IDLE = "idle"  # nothing came for `request.stream_idle`
+    FIRST_TOKEN = "first_token"  # no content within `request.first_token` (a `timeout`)
+
+
 class CooldownReason(StrEnum):
     """Why a cooldown was lifted, when the `cooldown` event says (docs/design.md §3)."""
 
     PROBE_FREED = "probe_freed"  # the breaker's probe succeeded: the backoff was the provider's
+    #: a request carried on a cooling key was served (§4): the same, without a probe
+    CARRIER_SERVED = "carrier_served"
 
 
 class DedupWindow(StrEnum):
@@ -93,6 +118,9 @@ class SkipReason(StrEnum):
     ALL_DISABLED = "all_disabled"
     RETRY_BUDGET = "retry_budget"
     UNKNOWN_TARGET = "unknown_target"
+    #: not a skip: the route waits for its target's short Retry-After, or one quick retry
+    #: after a 5xx, before it falls back to another model (`fallback_wait`, §7)
+    FALLBACK_WAIT = "fallback_wait"
 
     @property
     def is_temporary_unavailability(self) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from .changes import Changes
@@ -16,7 +16,7 @@ from .consequences import CONSEQUENCES
 from .cooldown import ConnectionCooldown, ConnectionSnapshot
 from .events import Event
 from .jitter import Jitter
-from .kinds import FailureKind, SkipReason
+from .kinds import CooldownReason, FailureKind, SkipReason
 from .lockout import ModelLockouts
 from .settings import CooldownSettings
 
@@ -104,13 +104,15 @@ class ConnectionPool:
         self.cooldowns[pos] = cooldown
         self._reindex(pos, now)
 
-    def free_backoff(self, now: int) -> int:
-        """The breaker's probe succeeded: end every backoff cooldown of the provider and
-        reset its level (quota and hinted cooldowns, lockouts and disabled flags stay;
-        docs/design.md §3). Returns how many connections were freed."""
+    def free_backoff(self, now: int, reason: CooldownReason = CooldownReason.PROBE_FREED
+                     ) -> int:
+        """The breaker's probe (or a request carried on a cooling key, §4) succeeded: end
+        every backoff cooldown of the provider and reset its level (quota and hinted
+        cooldowns, lockouts and disabled flags stay; docs/design.md §3). Returns how many
+        connections were freed."""
         freed = 0
         for pos, cooldown in enumerate(self.cooldowns):
-            if cooldown.free(now):
+            if cooldown.free(now, reason):
                 self._reindex(pos, now)
                 freed += 1
         return freed
@@ -229,6 +231,26 @@ class ConnectionPool:
             if (cooldown.disabled or not cooldown.backoff or until <= now
                     or lockouts.locked_until(cooldown.connection, model, now) is not None):
                 continue
+            if best is None or until < best[0]:
+                best = (until, pos)
+        if best is None:
+            return None
+        return self.order[best[1]], best[0]
+
+    def carrier_key(self, now: int, model: str, lockouts: ModelLockouts,
+                    tried: Collection[str]) -> tuple[str, int] | None:
+        """The key that carries a request when every key it could still use (not in
+        `tried`, enabled, not locked for `model`) is cooling for backoff: the one whose
+        cooldown ends first, and until when; None when one of them is ready or cools for a
+        quota or a server's hint, or none is left (docs/design.md §4)."""
+        best: tuple[int, int] | None = None
+        for pos, cooldown in enumerate(self.cooldowns):
+            if (cooldown.disabled or cooldown.connection in tried
+                    or lockouts.locked_until(cooldown.connection, model, now) is not None):
+                continue
+            until = cooldown.cooling_until
+            if until <= now or not cooldown.backoff:
+                return None
             if best is None or until < best[0]:
                 best = (until, pos)
         if best is None:

@@ -11,6 +11,7 @@ from .consequences import BREAKER_FAILURE_KINDS
 from .kinds import FailureKind
 
 __all__ = [
+    "STREAM_IDLE_MS",
     "AdmissionSettings",
     "AuthKind",
     "BreakerKindOverride",
@@ -27,6 +28,8 @@ __all__ = [
 SECOND = 1000
 MINUTE = 60 * SECOND
 HOUR = 60 * MINUTE
+#: `request.stream_idle`'s default (docs/design.md §8 says why)
+STREAM_IDLE_MS = 30 * SECOND
 
 
 class AuthKind(StrEnum):
@@ -143,8 +146,15 @@ class AdmissionSettings:
 
 @dataclass(frozen=True)
 class RequestSettings:
+    """`timeout_ms` bounds an attempt up to its answer (a stream's: its first event);
+    `stream_idle_ms` the gap between two events of a stream once it is relayed;
+    `first_token_ms` (0: off) the time from the attempt's start to a stream's first
+    content, which is held back until then (docs/design.md §7, §8)."""
+
     max_attempts: int
     timeout_ms: int
+    stream_idle_ms: int = STREAM_IDLE_MS
+    first_token_ms: int = 0
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from ..engine.events import (
     OperatorEvent,
     event_from_dict,
 )
-from ..engine.kinds import BreakerReason, BreakerState, CooldownReason, FailureKind
+from ..engine.kinds import BreakerReason, BreakerState, CooldownReason, FailureKind, StreamCut
 from ..engine.retry_hints import MAX_HINT_MS
 from ..engine.settings import ResilienceSettings
 from .commands import (
@@ -64,7 +64,8 @@ _HEX12 = frozenset("0123456789abcdef")
 _SHARED = {cls.TYPE: cls for cls in SHARED_EVENTS}
 _WORDS: dict[str, frozenset[str]] = {
     "BreakerState": frozenset(BreakerState), "BreakerReason": frozenset(BreakerReason),
-    "FailureKind": frozenset(FailureKind), "CooldownReason": frozenset(CooldownReason)}
+    "FailureKind": frozenset(FailureKind), "CooldownReason": frozenset(CooldownReason),
+    "StreamCut": frozenset(StreamCut)}
 
 
 @dataclass(frozen=True)

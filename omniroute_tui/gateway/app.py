@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -38,6 +39,7 @@ from ..store import SqliteStore
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
 from .protocol import client_log
+from .relay_response import RelayResponse
 from .reload import ConfigReloader
 from .request_ids import REQUEST_ID_HEADER, RequestIds
 from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
@@ -53,6 +55,7 @@ _FORWARDED_HEADERS = {"content-type": "content-type", "openai-processing-ms":
                       "openai-processing-ms", "x-request-id": "x-upstream-request-id"}
 #: why an operator acts, for the audit (who acts is the name of the token)
 REASON_HEADER = "x-omniroute-reason"
+SERVED_BY_HEADER = "x-omniroute-served-by"
 #: one line per proxied request, at info (docs/gateway.md, "Logs")
 access_log = logging.getLogger("omniroute.access")
 Handler = Callable[[Request], Awaitable[Response]]
@@ -87,6 +90,7 @@ class Gateway:
         config: RouterConfig | None = None,
         metrics: MetricsAccess = MetricsAccess.TOKEN,
         config_status: ConfigStatus | None = None,
+        served_by_header: bool = True,
         operators: OperatorTokens | None = None,
         token_file: str | None = None,
     ) -> None:
@@ -107,6 +111,9 @@ class Gateway:
         self.fleet = fleet
         self.client = client or UpstreamClient()
         self.driver = AsyncDriver(router, providers, self.client)
+        #: `x-omniroute-served-by: provider/connection/model` on every proxied answer
+        #: (`gateway.served_by_header`): a connection id may name a team or an account
+        self.served_by_header = served_by_header
         self.request_ids = RequestIds()
         self.events = EventBroadcaster(router.engine.bus,
                                        replica=None if fleet is None else fleet.replica)
@@ -186,6 +193,7 @@ class Gateway:
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
+            Route("/ready", self.ready, methods=["GET"]),
         ]
         if self.metrics_access is MetricsAccess.PUBLIC:
             routes.append(Route("/metrics", self.scrape, methods=["GET"]))
@@ -258,8 +266,9 @@ class Gateway:
         if completion is None:  # the client went away; the attempt was cancelled
             _answered(request_id, 499, route=model)
             return Response(status_code=499)
-        response = self._respond(completion)
-        _answered(request_id, response.status_code, route=model, completion=completion)
+        response = self._respond(completion, request_id, model)
+        if completion.relay is None:  # a stream's line is written when it ends
+            _answered(request_id, response.status_code, route=model, completion=completion)
         return response
 
     async def _complete_unless_disconnected(
@@ -288,16 +297,17 @@ class Gateway:
         finally:
             watcher.cancel()
 
-    def _respond(self, completion: Completion) -> Response:
+    def _respond(self, completion: Completion, request_id: str, model: str) -> Response:
         response, reply = completion.response, completion.reply
         if reply is None:
             return JSONResponse(response.body, response.status, headers=response.headers)
         headers = {_FORWARDED_HEADERS[k.lower()]: v for k, v in reply.headers.items()
                    if k.lower() in _FORWARDED_HEADERS}
-        headers["x-omniroute-served-by"] = (response.upstream.served_by
-                                            if response.upstream else "")
-        if reply.stream is not None:
-            return StreamingResponse(_passthrough(reply), reply.status, headers=headers)
+        if self.served_by_header and response.upstream is not None:
+            headers[SERVED_BY_HEADER] = response.upstream.served_by
+        if reply.relay is not None:
+            return RelayResponse(completion, reply.status, headers, partial(
+                _stream_ended, request_id, model))
         return Response(reply.content, reply.status, headers=headers)
 
     async def models(self, request: Request) -> Response:
@@ -333,6 +343,22 @@ class Gateway:
             body["subscriber_faults"] = dict(self.engine.bus.faults)
         return JSONResponse(body)
 
+    async def ready(self, request: Request) -> Response:
+        """`GET /ready`: whether to send this gateway traffic: its config loaded, its store
+        open (when it has one), its fleet link up (when it is a replica). 200, or 503 with
+        what is not; `/health` stays 200 while routing works at all."""
+        checks: dict[str, dict[str, Any]] = {"config": {
+            "ok": self.status is None or bool(self.status.version),
+            "version": None if self.status is None else self.status.version}}
+        if self.store is not None:
+            checks["store"] = {"ok": self.store.is_open}
+        if self.fleet is not None:
+            link = self.fleet.health()
+            checks["fleet"] = {"ok": link.ok, "error": link.error}
+        ok = all(check["ok"] for check in checks.values())
+        return JSONResponse({"ready": ok, "checks": checks}, 200 if ok else 503,
+                            headers=None if ok else {"Retry-After": "5"})
+
     async def scrape(self, request: Request) -> Response:
         """`GET /metrics`: the engine's state now and the traffic counted since start. A
         scrape that fails is logged and answered 503: Prometheus marks the target down, and
@@ -346,7 +372,8 @@ class Gateway:
             log.error("a metrics scrape failed (%d in all): %s: %s", self._scrape_failures,
                       type(exc).__name__, exc, exc_info=self._scrape_failures == 1)
             return Response("metrics unavailable: the scrape failed; the gateway's log says "
-                            "why\n", 503, media_type="text/plain")
+                            "why\n", 503, media_type="text/plain",
+                            headers={"Retry-After": "15"})  # about the next scrape
         return Response(body, 200, headers={"content-type": CONTENT_TYPE_LATEST})
 
     # -- the management API ----------------------------------------------------------------
@@ -536,7 +563,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     message = (f"no {request.method} {request.url.path} here" if status == 405 else
                f"nothing at {request.url.path}: the API is /v1/chat/completions, /v1/models, "
-               "/health and /api/resilience/...")
+               "/health, /ready and /api/resilience/...")
     return error_response(status, message, code="not_found" if status == 404 else None,
                           headers=getattr(exc, "headers", None))
 
@@ -553,10 +580,12 @@ def _client_gone(request: Request, request_id: str | None = None) -> Response:
 def _answered(request_id: str, status: int, *, route: str | None = None,
               completion: Completion | None = None) -> None:
     """The access line of a proxied request: its id, route and status, and the target
-    that served it; never its body (docs/gateway.md, "Logs")."""
+    that served it; a stream's, how it ended and what it relayed; never its body
+    (docs/gateway.md, "Logs")."""
     if not access_log.isEnabledFor(logging.INFO):
         return
     fields: dict[str, Any] = {"request_id": request_id, "route": route, "status": status}
+    message = "chat completion answered %d"
     if completion is not None:
         response = completion.response
         upstream = response.upstream
@@ -564,7 +593,18 @@ def _answered(request_id: str, status: int, *, route: str | None = None,
             fields.update(provider=upstream.provider, connection=upstream.connection,
                           model=upstream.model)
         fields.update(attempts=len(response.attempts), latency_ms=response.latency_ms)
-    access_log.info("chat completion answered %d", status, extra=fields)
+        relay = completion.relay
+        if relay is not None:
+            ended = ("stream_cut" if relay.cut is not None else "whole" if relay.finished
+                     else "cancelled")
+            fields.update(stream=ended, reason=relay.cut, relayed_bytes=relay.relayed_bytes,
+                          relayed_chunks=relay.relayed_chunks)
+            message = f"chat completion answered %d, its stream {ended}"
+    access_log.info(message, status, extra=fields)
+
+
+def _stream_ended(request_id: str, route: str, completion: Completion) -> None:
+    _answered(request_id, completion.response.status, route=route, completion=completion)
 
 
 async def _disconnected(request: Request) -> None:
@@ -573,14 +613,3 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
-
-
-async def _passthrough(reply: Any) -> AsyncIterator[bytes]:
-    try:
-        if reply.first_chunk:
-            yield reply.first_chunk
-        if reply.chunks is not None:
-            async for chunk in reply.chunks:
-                yield chunk
-    finally:
-        await reply.aclose()

@@ -202,7 +202,8 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
             "ReloadSummary": {"type": "object", "properties": {
                 name: {"type": "array", "items": {"type": "string"}} for name in (
                     "providers_added", "providers_removed", "providers_changed",
-                    "connections_added", "connections_removed")}},
+                    "connections_added", "connections_removed", "routes_added",
+                    "routes_removed", "routes_changed")}},
             "ReloadResult": {"type": "object", "required": ["ok", "version", "summary"],
                              "properties": {"ok": {"const": True},
                                             "version": {"type": "string"},

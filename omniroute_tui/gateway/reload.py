@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..config import ConfigError, Problem, RouterConfig, load_router_config
 from ..config.status import ConfigStatus
 from ..engine.reload import ReloadSummary
 from ..router.core import Router
+from ..router.routes import Route
 
 __all__ = ["RESTART_FIELDS", "ConfigReloader", "ReloadResult"]
 
@@ -32,7 +34,77 @@ RESTART_FIELDS = {
     "store_lease_max_ms": "store.lease_max", "store_retention": "store.history/requests/audit",
     "gateway_listen": "gateway.listen", "gateway_token_file": "gateway.token_file",
     "gateway_limits": "gateway.limits", "gateway_metrics": "gateway.metrics",
+    "gateway_served_by_header": "gateway.served_by_header",
 }
+#: the top-level sections a file may leave out only if the running config has nothing in
+#: them: a file that lost `routes:` is far likelier cut or mis-merged than meant
+SECTIONS = ("providers", "routes", "resilience", "store", "gateway")
+#: how often a file that changed while it was read is read again, and the pause between
+SETTLE_READS, SETTLE_PAUSE_S = 3, 0.05
+
+
+@dataclass(frozen=True)
+class RouteChanges:
+    """The routes a reload added, removed and changed (targets, order, strategy,
+    weights or settings)."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+    @classmethod
+    def between(cls, before: Mapping[str, Route], after: Mapping[str, Route]) -> RouteChanges:
+        return cls(tuple(r for r in after if r not in before),
+                   tuple(r for r in before if r not in after),
+                   tuple(r for r in after if r in before and after[r] != before[r]))
+
+    def describe(self) -> str:
+        """`routes +a -b ~c`, or nothing when no route changed."""
+        parts = [*(f"+{r}" for r in self.added), *(f"-{r}" for r in self.removed),
+                 *(f"~{r}" for r in self.changed)]
+        return f"routes {' '.join(parts)}" if parts else ""
+
+
+def dropped_sections(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
+                     path: str) -> list[Problem]:
+    """A problem for each top-level section the running config has entries in and the
+    new file leaves out (an explicit empty section is taken: `routes: {}`)."""
+    if before is None or after is None:
+        return []
+    problems = []
+    for section in SECTIONS:
+        had = before.get(section)
+        if section not in after and had:
+            count = len(had) if isinstance(had, Mapping) else 1
+            problems.append(Problem(path, None, section, (
+                f"left out, where the running config has {count} "
+                f"entr{'y' if count == 1 else 'ies'}: a file cut short or mis-merged is "
+                f"not taken (to drop them all, write `{section}: {{}}`)")))
+    return problems
+
+
+def load_settled(path: str, load: Callable[[str], RouterConfig]) -> RouterConfig:
+    """`load(path)`, taken only if the file's size and modification time are the same
+    after it was read and parsed as before: a file changing under the reader (an editor
+    or a deploy writing it) is read again, up to SETTLE_READS times, then refused. Runs
+    in a worker thread (its pauses block nothing else)."""
+    for _ in range(SETTLE_READS):
+        before = _stat(path)
+        config = load(path)
+        if _stat(path) == before:
+            return config
+        time.sleep(SETTLE_PAUSE_S)
+    raise ConfigError([Problem(path, None, "(file)", (
+        f"changed while it was read, {SETTLE_READS} times: it is being written; not "
+        "taken (reload again once it is written)"))])
+
+
+def _stat(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None  # the reader says what is wrong with it
+    return found.st_size, found.st_mtime_ns
 
 
 @dataclass(frozen=True)
@@ -45,6 +117,7 @@ class ReloadResult:
     problems: tuple[Problem, ...] = ()
     restart_needed: tuple[str, ...] = ()
     elapsed_ms: float = 0.0
+    routes: RouteChanges = RouteChanges()
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"ok": self.ok, "version": self.version}
@@ -54,7 +127,10 @@ class ReloadResult:
                 "providers_removed": list(self.summary.providers_removed),
                 "providers_changed": list(self.summary.providers_changed),
                 "connections_added": list(self.summary.connections_added),
-                "connections_removed": list(self.summary.connections_removed)}
+                "connections_removed": list(self.summary.connections_removed),
+                "routes_added": list(self.routes.added),
+                "routes_removed": list(self.routes.removed),
+                "routes_changed": list(self.routes.changed)}
             body["restart_needed"] = list(self.restart_needed)
         if self.problems:
             body["problems"] = [{"file": p.file, "line": p.line, "field": p.field,
@@ -87,13 +163,17 @@ class ConfigReloader:
             status = self.status
             status.last_attempt_ms = epoch_ms()
             try:
-                config = await asyncio.to_thread(self._load, self.path)
+                config = await asyncio.to_thread(load_settled, self.path, self._load)
             except ConfigError as exc:
                 return self._refused(actor, exc.problems, started)
             except Exception as exc:  # a bug in reading: the running config stays all the same
                 log.exception("reading the config %s again failed", self.path)
                 return self._refused(actor, (Problem(self.path, None, "(file)",
                                                      f"could not be read: {exc}"),), started)
+            dropped = dropped_sections(self.config.raw, config.raw, self.path)
+            if dropped:
+                return self._refused(actor, tuple(dropped), started)
+            routes = RouteChanges.between(self.config.routes, config.routes)
             summary = config.reconfigure(self.router, previous=self.config)
             restart = tuple(label for name, label in RESTART_FIELDS.items()
                             if getattr(config, name) != getattr(self.config, name))
@@ -103,13 +183,17 @@ class ConfigReloader:
             status.reloads += 1
             status.last_reload_ok, status.last_error = True, None
             elapsed = (asyncio.get_running_loop().time() - started) * 1000
+            described = summary.describe()
+            if routes.describe():
+                described = (routes.describe() if described == "no change"
+                             else f"{described}; {routes.describe()}")
             self.router.engine.audit("reload", self.path, actor=actor,
-                                     result=f"ok {config.version}: {summary.describe()}")
+                                     result=f"ok {config.version}: {described}")
             log.info("config %s reloaded (version %s, %.0f ms): %s%s", self.path,
-                     config.version, elapsed, summary.describe(),
+                     config.version, elapsed, described,
                      f"; needs a restart to take {', '.join(restart)}" if restart else "")
             return ReloadResult(True, config.version, summary, restart_needed=restart,
-                                elapsed_ms=elapsed)
+                                elapsed_ms=elapsed, routes=routes)
 
     def _refused(self, actor: str, problems: tuple[Problem, ...], started: float
                  ) -> ReloadResult:

@@ -75,12 +75,17 @@ class TrafficCounters:
         self.skips: dict[tuple[str, str], int] = {}
         self.budget_exhausted: dict[str, int] = {}
         self.waits: dict[str, list[int]] = {}  # provider -> [count, ms waited]
+        self.fallback_waits: dict[str, list[int]] = {}  # the same, of `fallback_wait`
         self.dedup: dict[tuple[str, str], int] = {}
         self.transitions: dict[tuple[str, str, str, str], int] = {}
         #: provider -> breaker probes sent on a key still cooling for backoff, and keys a
         #: successful probe freed (docs/design.md §3)
         self.cooling_probes: dict[str, int] = {}
         self.freed_keys: dict[str, int] = {}
+        #: provider -> requests carried on a cooling key, and the keys their success freed
+        #: (a provider with every key cooling, §4)
+        self.carried: dict[str, int] = {}
+        self.carrier_freed: dict[str, int] = {}
         #: provider -> attempts announced and not yet ended (every attempt ends with its
         #: result event, answered or cancelled: docs/design.md §7)
         self.in_flight: dict[str, int] = {}
@@ -113,13 +118,18 @@ class TrafficCounters:
             for kind in FailureKind:
                 self.failures[(provider, kind)] = 0
             for reason in SkipReason:
+                if reason is SkipReason.FALLBACK_WAIT:  # a wait's reason, never a skip's
+                    continue
                 self.skips[(provider, reason.value)] = 0
             for window in DedupWindow:
                 self.dedup[(provider, window.value)] = 0
             self.budget_exhausted[provider] = 0
             self.waits[provider] = [0, 0]
+            self.fallback_waits[provider] = [0, 0]
             self.cooling_probes[provider] = 0
             self.freed_keys[provider] = 0
+            self.carried[provider] = 0
+            self.carrier_freed[provider] = 0
             self.in_flight[provider] = 0
 
     def close(self) -> None:
@@ -178,9 +188,10 @@ class TrafficCounters:
         if event.phase != "end":  # an end says how long it waited
             return
         provider = event.target.partition("/")[0]
-        waited = self.waits.get(provider)
+        waits = self.fallback_waits if event.reason is SkipReason.FALLBACK_WAIT else self.waits
+        waited = waits.get(provider)
         if waited is None:
-            waited = self.waits[provider] = [0, 0]
+            waited = waits[provider] = [0, 0]
         waited[0] += 1
         waited[1] += event.delay_ms
 
@@ -196,12 +207,13 @@ class TrafficCounters:
         in_flight = self.in_flight
         in_flight[event.provider] = in_flight.get(event.provider, 0) + 1
         if event.cooling_until is not None:
-            probes = self.cooling_probes
-            probes[event.provider] = probes.get(event.provider, 0) + 1
+            counts = self.cooling_probes if event.probe else self.carried
+            counts[event.provider] = counts.get(event.provider, 0) + 1
 
     def _cooldown(self, event: CooldownEvent) -> None:
-        if event.reason is CooldownReason.PROBE_FREED:
-            freed = self.freed_keys
+        if event.reason is not None:
+            freed = (self.freed_keys if event.reason is CooldownReason.PROBE_FREED
+                     else self.carrier_freed)
             freed[event.provider] = freed.get(event.provider, 0) + 1
         if event.kind is not None:  # None: lifted, or its level reset; the deadline decides
             self.cooling[(event.provider, event.connection)] = cooling_reason(
@@ -254,6 +266,14 @@ class TrafficCounters:
         yield _counter("omniroute_admission_waits",
                        "Admission waits for a target of the provider to come back.",
                        ("provider",), [((k,), v[0]) for k, v in self.waits.items()])
+        yield _counter("omniroute_fallback_waits",
+                       "Requests that waited for a target's short Retry-After (or a quick "
+                       "retry after a 5xx) before falling back to another model.",
+                       ("provider",), [((k,), v[0]) for k, v in self.fallback_waits.items()])
+        yield _counter("omniroute_fallback_wait_seconds",
+                       "The time those fallback waits took.",
+                       ("provider",),
+                       [((k,), v[1] / 1000) for k, v in self.fallback_waits.items()])
         yield _counter("omniroute_admission_wait_seconds",
                        "Time spent in admission waits.",
                        ("provider",), [((k,), v[1] / 1000) for k, v in self.waits.items()])
@@ -270,6 +290,13 @@ class TrafficCounters:
         yield _counter("omniroute_probe_freed_keys",
                        "Backoff cooldowns a successful breaker probe ended.",
                        ("provider",), [((k,), v) for k, v in self.freed_keys.items()])
+        yield _counter("omniroute_carried_on_cooling_key",
+                       "Requests carried on a key cooling for backoff (every key they could "
+                       "use was cooling, a breaker window after the last failure).",
+                       ("provider",), [((k,), v) for k, v in self.carried.items()])
+        yield _counter("omniroute_carrier_freed_keys",
+                       "Backoff cooldowns a carried request's success ended.",
+                       ("provider",), [((k,), v) for k, v in self.carrier_freed.items()])
         in_flight = GaugeMetricFamily(
             "omniroute_attempts_in_flight",
             "Upstream attempts sent and not yet answered or cancelled.", labels=("provider",))

@@ -14,7 +14,7 @@ from typing import Any
 from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
 from ..engine.consequences import CONSEQUENCES, Then
-from ..engine.engine import ProviderLayers, ProviderSpec, ResilienceEngine
+from ..engine.engine import ProviderLayers, ProviderSpec, ResilienceEngine, UnknownTarget
 from ..engine.events import (
     AttemptEvent,
     BudgetEvent,
@@ -26,7 +26,7 @@ from ..engine.events import (
     WaitEvent,
 )
 from ..engine.jitter import Jitter
-from ..engine.kinds import FailureKind, SkipReason
+from ..engine.kinds import FailureKind, SkipReason, StreamCut
 from ..engine.reload import ReloadSummary
 from ..engine.settings import AdmissionSettings
 from .rate_limits import RateLimitInfo
@@ -43,7 +43,7 @@ from .strategies import (
     WeightedChooser,
 )
 
-__all__ = ["MAX_ROTATION", "RequestRouting", "Router", "UnknownRoute"]
+__all__ = ["MAX_ROTATION", "QUICK_RETRY_MS", "RequestRouting", "Router", "UnknownRoute"]
 
 #: where a request goes after an attempt of each kind (the consequences table)
 _THEN = {kind: row.then for kind, row in CONSEQUENCES.items()}
@@ -52,6 +52,13 @@ _ROUND_ROBIN, _WEIGHTED = Strategy.ROUND_ROBIN, Strategy.WEIGHTED
 _LEAST_BUSY, _HEADROOM = Strategy.LEAST_BUSY, Strategy.HEADROOM
 _RESPOND, _NEXT_TARGET = Then.RESPOND, Then.NEXT_TARGET
 _CANCELLED = Classification(FailureKind.CANCELLED)
+_CONTEXT_LENGTH = FailureKind.CONTEXT_LENGTH
+_RATE_LIMITED, _SERVER_ERROR = FailureKind.RATE_LIMITED, FailureKind.SERVER_ERROR
+#: the wait before the one quick retry of a target that answered a 5xx without a hint,
+#: under `fallback_wait` (docs/design.md §7)
+QUICK_RETRY_MS = 250
+_STREAM_CUT = Classification(FailureKind.STREAM_CUT)
+_OK = Classification(None)
 
 
 class UnknownRoute(LookupError):
@@ -281,11 +288,11 @@ class RequestRouting:
     (its count in flight, a probe slot) outlives it.
     """
 
-    __slots__ = ("_admission", "_busy", "_candidates", "_chooser", "_inflight", "_label",
-                 "_layers", "_next", "_on_provider", "_pass", "_plan", "_round_robin",
-                 "_strategy", "_target", "_target_index", "_wait", "_why", "engine", "records",
-                 "request_id", "response", "route", "router", "skips", "started_at",
-                 "waited_ms")
+    __slots__ = ("_admission", "_again", "_again_done", "_busy", "_candidates", "_carried",
+                 "_chooser", "_inflight", "_label", "_layers", "_next", "_on_provider", "_pass",
+                 "_plan", "_round_robin", "_strategy", "_stream", "_target", "_target_index",
+                 "_too_long", "_wait", "_why", "engine", "records", "request_id", "response",
+                 "route", "router", "skips", "started_at", "waited_ms")
 
     def __init__(self, router: Router, request_id: str, route: Route, plan: Plan,
                  chooser: Chooser | None = None) -> None:
@@ -299,6 +306,8 @@ class RequestRouting:
         self.response: Response | None = None
         self.waited_ms = 0
         self._inflight: Attempt | None = None
+        #: a streamed answer being relayed: its attempt and status, until `end_stream`
+        self._stream: tuple[Attempt, int] | None = None
         #: the in-flight count the attempt last built holds (least_busy), until it ends
         self._busy: Busy | None = None
         self._next: Step | None = None
@@ -312,6 +321,15 @@ class RequestRouting:
         self._label = ""
         self._admission: BreakerAdmission | None = None
         self._on_provider = 0
+        #: the attempt built last rides a cooling key (§4): its end frees the provider's slot
+        self._carried = False
+        #: the first attempt answered "the prompt is too long" and its status: the answer
+        #: if no later target takes the request (docs/design.md §2)
+        self._too_long: tuple[Attempt, int] | None = None
+        #: the connection to try once more after a fallback wait, and whether this
+        #: request has had its one fallback wait (`fallback_wait`, docs/design.md §7)
+        self._again: str | None = None
+        self._again_done = False
         self._wait: tuple[int, Skip] | None = None  # an admission wait's start, until it ends
         bus = self.engine.bus
         if bus.wants(RequestEvent):  # events are built only for someone (here and below)
@@ -349,9 +367,15 @@ class RequestRouting:
         return step
 
     def record(self, status: int, outcome: Classification,
-               rate_limits: RateLimitInfo | None = None) -> None:
+               rate_limits: RateLimitInfo | None = None, *, stream: bool = False,
+               reason: StreamCut | None = None) -> None:
         """Report the attempt's HTTP status (0 for transport errors) and its class, and
-        what the answer's headers said of the key's rate limits (`parse_rate_limits`)."""
+        what the answer's headers said of the key's rate limits (`parse_rate_limits`).
+
+        `stream`: a success is a stream whose first content is in; the request is answered
+        with it, and the attempt's result waits for `end_stream` (docs/design.md §7).
+        `reason`: what went wrong with a stream before its first content (a `stream_cut`,
+        or a `timeout` for `first_token`), written on the result event."""
         attempt = self._inflight
         if attempt is None:
             raise RuntimeError("record() without an attempt in flight")
@@ -366,16 +390,49 @@ class RequestRouting:
             self.router.headroom.note(attempt.provider, attempt.connection, now, rate_limits)
         elif kind is None and self.router.headroom.out:
             self.router.headroom.served(attempt.provider, attempt.connection)
-        self._note_result(now, attempt, status, outcome)
+        if stream and kind is None:
+            self.records.append(AttemptRecord(self._label, attempt.connection, status, None))
+            self._stream = (attempt, status)
+            self._next = self._respond(now, status, attempt, None, None)
+            return
+        self._note_result(now, attempt, status, outcome, reason)
         then = _RESPOND if kind is None else _THEN[kind]
         if then is _RESPOND:
             self._next = self._respond(now, status, attempt, None, None)
             return
+        if kind is _CONTEXT_LENGTH and self._too_long is None:
+            self._too_long = (attempt, status)
         layers = self._layers
         assert layers is not None
         if then is _NEXT_TARGET or not layers.breaker.admits_traffic(now):
             self._candidates = None  # on to the next target
+        if (kind is _RATE_LIMITED or kind is _SERVER_ERROR) and self.route.fallback_wait_ms:
+            delay = self._fallback_wait(now, attempt, outcome, layers)
+            if delay is not None:
+                self._next = Wait(delay)
+                return
         self._next = self._advance(now)
+
+    def end_stream(self, cut: StreamCut | None = None, *, cancelled: bool = False,
+                   relayed_bytes: int = 0, relayed_chunks: int = 0) -> None:
+        """The streamed answer `record(stream=True)` responded with has ended: whole
+        (`cut` None), cut (`stream_cut` for `cut`'s reason), or given up by the client
+        (`cancelled`). Its result goes to the layers now, as any attempt's does: breaker,
+        cooldown and dedup treat a cut as any other failure. A second call, or one for
+        a request that streamed nothing, changes nothing."""
+        stream = self._stream
+        if stream is None:
+            return
+        self._stream = None
+        attempt, status = stream
+        outcome = _CANCELLED if cancelled else _OK if cut is None else _STREAM_CUT
+        self._apply_result(self.engine.clock.now_ms(), attempt, status, outcome,
+                           None if cancelled else cut, relayed_bytes, relayed_chunks)
+
+    @property
+    def streaming(self) -> bool:
+        """Whether a streamed answer is being relayed (`end_stream` not called yet)."""
+        return self._stream is not None
 
     def cancel(self) -> Response:
         """The request ends unanswered (its client gave up, or its driver stopped): the
@@ -411,6 +468,10 @@ class RequestRouting:
             return self.response
         if self._wait is not None:
             self._end_wait(now)
+        if self._again is not None:
+            attempt = self._try_again(now)
+            if attempt is not None:
+                return attempt
         attempt = self._walk(now)
         if attempt is not None:
             return attempt
@@ -473,65 +534,160 @@ class RequestRouting:
             cooling_until = None
             if connection is None:  # the provider has nothing (more) to offer
                 self._candidates = None
-                if self._on_provider:
-                    continue
-                if admission.probe_token is not None:  # a probe may use a backoff key (§3)
+                if admission.probe_token is None:  # a cooling key may carry it (§4)
+                    key = layers.carrier(now, target.model, self._tried_on(layers.name))
+                    self._carried = key is not None
+                elif not self._on_provider:  # a probe may use a backoff key (§3)
                     key = layers.pool.probe_key(now, target.model, layers.lockouts)
-                    if key is not None:
-                        connection, cooling_until = key
-                if connection is None:
+                else:
+                    key = None
+                if key is None:
+                    if self._on_provider:
+                        continue
                     layers.breaker.release(admission)
                     unavailable = layers.unavailable(now, target.model)
                     self._skip(now, target, unavailable.reason, unavailable.retry_after_ms)
                     continue
-                candidates = self._candidates = iter(())  # the probe is the one attempt
+                connection, cooling_until = key
+                candidates = self._candidates = iter(())  # the one attempt on a cooling key
             if len(records) >= max_attempts:
                 layers.breaker.release(admission)
                 self._candidates = None
+                self._carried = False
                 return None
             if self._on_provider:
-                spent = layers.budget.try_spend()
-                bus = self.engine.bus
-                if bus.wants(BudgetEvent):
-                    bus.emit(BudgetEvent(now, self.request_id, layers.name, spent,
-                                         round(layers.budget.tokens, 3)))
-                if not spent:
+                if not self._spend(now, layers):
                     self._skip(now, target, SkipReason.RETRY_BUDGET, None)
-                    self._candidates = None
+                    self._candidates, self._carried = None, False
                     continue
             else:
                 layers.budget.deposit()
+            if self._carried:
+                layers.carried_until = now + layers.timeout_ms
             probe = admission.probe_token is not None and not self._on_provider
-            self._on_provider += 1
-            n = len(records) + 1
-            attempt = Attempt(self.request_id, n, layers.name, connection, target.model, probe,
-                              layers.timeout_ms, now, admission)
-            router = self.router
-            if router._tracks_load:  # counted until the attempt ends: record() or cancel()
-                self._busy = router.load.started(layers.name, connection)
-            if router.headroom.keys:
-                router.headroom.spend(layers.name, connection, now)
-            bus = self.engine.bus
-            if bus.wants(AttemptEvent):
-                bus.emit(AttemptEvent(now, self.request_id, n, layers.name, connection,
-                                      target.model, probe, cooling_until, self._strategy,
-                                      self._why))
-            self._why = None
-            return attempt
+            return self._attempt_on(now, layers, target, connection, admission, probe,
+                                    cooling_until)
 
-    def _note_result(self, now: int, attempt: Attempt, status: int, outcome: Classification
-                     ) -> None:
+    def _attempt_on(self, now: int, layers: ProviderLayers, target: Target, connection: str,
+                    admission: BreakerAdmission, probe: bool, cooling_until: int | None
+                    ) -> Attempt:
+        """The attempt on `connection`, counted and announced."""
+        self._on_provider += 1
+        n = len(self.records) + 1
+        first_token = target.first_token_ms
+        attempt = Attempt(self.request_id, n, layers.name, connection, target.model, probe,
+                          layers.timeout_ms, now, admission,
+                          layers.first_token_ms if first_token is None else first_token,
+                          layers.stream_idle_ms)
+        router = self.router
+        if router._tracks_load:  # counted until the attempt ends: record() or cancel()
+            self._busy = router.load.started(layers.name, connection)
+        if router.headroom.keys:
+            router.headroom.spend(layers.name, connection, now)
+        bus = self.engine.bus
+        if bus.wants(AttemptEvent):
+            bus.emit(AttemptEvent(now, self.request_id, n, layers.name, connection,
+                                  target.model, probe, cooling_until, self._strategy,
+                                  self._why))
+        self._why = None
+        return attempt
+
+    def _spend(self, now: int, layers: ProviderLayers) -> bool:
+        """A token of the provider's retry budget for a further attempt of this request
+        there (docs/design.md §6); False when there is none."""
+        spent = layers.budget.try_spend()
+        bus = self.engine.bus
+        if bus.wants(BudgetEvent):
+            bus.emit(BudgetEvent(now, self.request_id, layers.name, spent,
+                                 round(layers.budget.tokens, 3)))
+        return spent
+
+    def _fallback_wait(self, now: int, attempt: Attempt, outcome: Classification,
+                       layers: ProviderLayers) -> int | None:
+        """Under the route's `fallback_wait`, how long to wait before trying the failed
+        attempt's key once more, instead of falling back to another model: its own short
+        Retry-After, or a quick retry after a 5xx without one; None to walk on. Once a
+        request, within its timeout and the provider's retry budget (docs/design.md §7)."""
+        if self._again_done:
+            return None
+        hint = outcome.hint_ms
+        if outcome.kind is _RATE_LIMITED:
+            if hint is None:
+                return None
+            delay = hint
+        else:
+            delay = QUICK_RETRY_MS if hint is None else hint
+        plan, i = self._plan, self._target_index
+        if (delay > self.route.fallback_wait_ms or i >= len(plan)
+                or plan[i][0].model == attempt.model  # the fallback is the same model
+                or not layers.breaker.admits_traffic(now)
+                or (self._candidates is not None  # another key of it can take it now
+                    and layers.pool.has_candidate(now, attempt.model, layers.lockouts))
+                or now + delay - self.started_at >= layers.timeout_ms
+                or len(self.records) >= self.router.max_attempts
+                or not self._spend(now, layers)):
+            return None
+        target = self._target
+        assert target is not None
+        cause = Skip(str(target), SkipReason.FALLBACK_WAIT, delay)
+        self._again, self._again_done = attempt.connection, True
+        self._wait = (now, cause)
+        bus = self.engine.bus
+        if bus.wants(WaitEvent):
+            bus.emit(WaitEvent(now, self.request_id, "start", delay, cause.target,
+                               cause.reason))
+        return delay
+
+    def _try_again(self, now: int) -> Attempt | None:
+        """After a fallback wait, the attempt on the key that asked for it, if its
+        provider still takes traffic and the key is still usable; else None."""
+        connection, self._again = self._again, None
+        layers, target = self._layers, self._target
+        assert connection is not None and layers is not None and target is not None
+        cooldown = layers.pool.get(connection) if connection in layers.pool.position else None
+        if (cooldown is None or cooldown.disabled
+                or layers.lockouts.locked_until(connection, target.model, now) is not None):
+            return None
+        admission = layers.breaker.admit(now)
+        if not admission.allowed or admission.probe_token is not None:
+            layers.breaker.release(admission)
+            self._candidates = None
+            return None
+        self._admission = admission
+        self._candidates = iter(())  # then on to the next target, as after any attempt
+        until = cooldown.cooling_until
+        return self._attempt_on(now, layers, target, connection, admission, False,
+                                until if until > now else None)
+
+    def _note_result(self, now: int, attempt: Attempt, status: int, outcome: Classification,
+                     reason: StreamCut | None = None) -> None:
         """Tell the events, the request's records and the attempt's provider's layers."""
-        kind = outcome.kind
+        self.records.append(AttemptRecord(self._label, attempt.connection, status,
+                                          outcome.kind))
+        self._apply_result(now, attempt, status, outcome, reason)
+
+    def _apply_result(self, now: int, attempt: Attempt, status: int, outcome: Classification,
+                      reason: StreamCut | None = None, relayed_bytes: int | None = None,
+                      relayed_chunks: int | None = None) -> None:
+        """The result event, and the result told to the attempt's provider's layers (a
+        stream's, with what it relayed, when it ends)."""
         bus = self.engine.bus
         if bus.wants(ResultEvent):  # positional: a third cheaper to build than by keyword
             bus.emit(ResultEvent(now, self.request_id, attempt.n, attempt.provider,
-                                 attempt.connection, attempt.model, status, kind,
-                                 now - attempt.started_at))
-        self.records.append(AttemptRecord(self._label, attempt.connection, status, kind))
-        layers = self._layers  # the attempt's: nothing moves the walk while it is in flight
-        assert layers is not None
-        layers.record(now, attempt.connection, attempt.model, attempt.admission, outcome)
+                                 attempt.connection, attempt.model, status, outcome.kind,
+                                 now - attempt.started_at, reason, relayed_bytes,
+                                 relayed_chunks))
+        layers = self._layers  # the attempt's: nothing moves the walk while it is in flight,
+        assert layers is not None  # and nothing after the answer it streams
+        carried, self._carried = self._carried, False
+        layers.record(now, attempt.connection, attempt.model, attempt.admission, outcome,
+                      carried)
+
+    def _tried_on(self, provider: str) -> list[str]:
+        """The connections of `provider` this request has tried (labels are
+        `provider/model`, and a provider's name has no slash)."""
+        return [record.connection for record in self.records
+                if record.target.partition("/")[0] == provider]
 
     def _skip(self, now: int, target: Target, reason: SkipReason, retry_after_ms: int | None
               ) -> None:
@@ -559,6 +715,9 @@ class RequestRouting:
         return delay, earliest
 
     def _final_response(self, now: int) -> Response:
+        if self._too_long is not None:  # no larger model took it: the provider's own 400
+            attempt, status = self._too_long
+            return self._respond(now, status, attempt, None, None)
         if not self.records:
             return self._unavailable_response(now)
         last = self.records[-1]
@@ -572,7 +731,22 @@ class RequestRouting:
             "skipped": [skip.to_dict() for skip in self.skips],
         }}
         retry = self._earliest_retry()
+        if retry is None and status in (429, 503):
+            retry = self._tried_cooling(now)
         return self._respond(now, status, None, body, retry)
+
+    def _tried_cooling(self, now: int) -> int | None:
+        """How long until the first key this request tried is out of its cooldown (None:
+        none cools): when to retry a 429 or 503 that no skip said anything about."""
+        left = []
+        for record in self.records:
+            try:  # a reload may have removed it since
+                snapshot = self.engine.connection_snapshot(record.target.partition("/")[0],
+                                                           record.connection)
+            except UnknownTarget:
+                continue
+            left.append(snapshot.cooling_until - now)
+        return min((ms for ms in left if ms > 0), default=None)
 
     def _earliest_retry(self) -> int | None:
         known = [s.retry_after_ms for s in self.skips if s.retry_after_ms is not None]

@@ -26,6 +26,9 @@ ORDERING_STRATEGIES = frozenset({Strategy.WEIGHTED, Strategy.LEAST_BUSY, Strateg
 class Target:
     provider: str
     model: str
+    #: the route's `first_token` for this target (0: off); None: the provider's
+    #: `request.first_token` (docs/design.md §7)
+    first_token_ms: int | None = None
 
     def __str__(self) -> str:
         return f"{self.provider}/{self.model}"
@@ -38,3 +41,7 @@ class Route:
     strategy: Strategy = Strategy.PRIORITY
     #: one weight per target (read by `weighted` only); None: every target weighs 1
     weights: tuple[int, ...] | None = None
+    #: the longest a request waits to try a target once more before it falls back to
+    #: another model (a short Retry-After, or one quick retry after a 5xx); 0: never
+    #: (docs/design.md §7)
+    fallback_wait_ms: int = 0

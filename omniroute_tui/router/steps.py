@@ -10,6 +10,7 @@ from typing import Any
 from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
 from ..engine.kinds import FailureKind, SkipReason
+from ..engine.settings import STREAM_IDLE_MS
 from ..engine.values import value
 from .rate_limits import RateLimitInfo
 
@@ -19,7 +20,9 @@ __all__ = ["Attempt", "AttemptRecord", "Response", "Routine", "Skip", "Step", "S
 
 @value
 class Attempt:
-    """Send the request to `provider` with `connection` for `model`, within `timeout_ms`."""
+    """Send the request to `provider` with `connection` for `model`, within `timeout_ms`;
+    a stream's first content within `first_token_ms` (0: no such limit) and its events
+    at most `stream_idle_ms` apart (docs/design.md §7)."""
 
     request_id: str
     n: int
@@ -30,6 +33,8 @@ class Attempt:
     timeout_ms: int
     started_at: int
     admission: BreakerAdmission = field(repr=False)
+    first_token_ms: int = 0
+    stream_idle_ms: int = STREAM_IDLE_MS
 
     @property
     def served_by(self) -> str:
@@ -65,6 +70,10 @@ class AttemptRecord:
                 "kind": self.kind}
 
 
+#: the Retry-After of a 429 or 503 when nothing says when to retry
+UNKNOWN_RETRY_AFTER_MS = 1000
+
+
 @value
 class Response:
     """The request's outcome.
@@ -84,10 +93,15 @@ class Response:
 
     @property
     def headers(self) -> dict[str, str]:
-        """`Retry-After` in whole seconds, rounded up, when the core knows when to retry."""
-        if self.retry_after_ms is None:
-            return {}
-        return {"Retry-After": str(max(1, math.ceil(self.retry_after_ms / 1000)))}
+        """`Retry-After` in whole seconds, rounded up, when the core knows when to retry;
+        a 429 or 503 always carries one: a second when nothing says when (a probe in
+        flight on another replica, every key disabled by an operator)."""
+        retry_ms = self.retry_after_ms
+        if retry_ms is None:
+            if self.status not in (429, 503):
+                return {}
+            retry_ms = UNKNOWN_RETRY_AFTER_MS
+        return {"Retry-After": str(max(1, math.ceil(retry_ms / 1000)))}
 
 
 Step = Attempt | Wait | Response

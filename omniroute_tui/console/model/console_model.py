@@ -226,6 +226,7 @@ class ProviderView:
     skips: Counter[str] = field(default_factory=Counter)
     open_spans: deque[list[int]] = field(default_factory=lambda: deque(maxlen=500))
     probe_request: str = ""  # the request of the latest probe: its success frees keys
+    carried_request: str = ""  # the latest request carried on a cooling key: the same
 
 
 class AttemptSeries:
@@ -431,9 +432,17 @@ class ConsoleModel:
         probe = " as the breaker's probe" if event.probe else ""
         if event.probe and view is not None:
             view.probe_request = event.request
-        if event.cooling_until is not None:
+        if event.cooling_until is None:
+            pass
+        elif event.probe:
             probe += (f", on a key cooling for backoff until {clock_text(event.cooling_until)}"
                       " (every key was cooling: the probe tests the provider, not the key)")
+        else:
+            if view is not None:
+                view.carried_request = event.request
+            probe += (f", carried on a key cooling for backoff until "
+                      f"{clock_text(event.cooling_until)} (every key it could use was cooling "
+                      "and a breaker window had passed since the provider's last failure)")
         if event.why is not None:  # an ordering strategy's reason for this choice
             self._step(event.request, event.t, "strategy", event.why)
         trail = self._step(event.request, event.t, "router", f"attempt {event.n} on "
@@ -471,6 +480,9 @@ class ConsoleModel:
                 view.waiting.add(event.request)
             what = (f"waits {precise_ms(event.delay_ms)} for {event.target} "
                     f"({event.reason})")
+            if event.reason is SkipReason.FALLBACK_WAIT:
+                what = (f"waits {precise_ms(event.delay_ms)} to try {event.target} again "
+                        "before falling back to another model (fallback_wait)")
         else:
             if view is not None:
                 view.waiting.discard(event.request)
@@ -488,14 +500,17 @@ class ConsoleModel:
         view = self.providers.get(event.provider)
         conn = self.connections.get((event.provider, event.connection))
         took = precise_ms(event.latency_ms)
+        streamed = _streamed(event)
         if event.kind is None:
             self._step(event.request, event.t, "upstream",
-                       f"answered {event.status} in {took}")
+                       f"answered {event.status} in {took}{streamed}")
             if conn is not None:
                 conn.last_error = ""
             return
         text = f"{event.kind} ({event.status})" if event.status else event.kind
-        self._step(event.request, event.t, "upstream", f"failed: {text} after {took}")
+        if event.reason is not None:
+            text = f"{text}: {event.reason}"
+        self._step(event.request, event.t, "upstream", f"failed: {text} after {took}{streamed}")
         if view is not None:
             view.errors.add(event.t)
             view.last_error, view.last_error_at = text, event.t
@@ -548,12 +563,15 @@ class ConsoleModel:
             return
         conn.level = event.level
         conn.cooling_until = event.until
-        if event.reason is CooldownReason.PROBE_FREED:
+        if event.reason is not None:
             conn.history.append(f"{clock_text(event.t)} {_lifted(event)}")
             view = self.providers.get(event.provider)
-            if view is not None and view.probe_request:
-                self._step(view.probe_request, event.t, "cooldown",
-                           f"the probe's success freed {event.provider}/{event.connection} "
+            probe = event.reason is CooldownReason.PROBE_FREED
+            request = view and (view.probe_request if probe else view.carried_request)
+            if request:
+                self._step(request, event.t, "cooldown",
+                           f"the {'probe' if probe else 'carried request'}'s success freed "
+                           f"{event.provider}/{event.connection} "
                            "(its backoff was the provider's failing)")
         elif event.kind is None:
             conn.history.append(f"{clock_text(event.t)} {_lifted(event)}")
@@ -1043,6 +1061,8 @@ def _lifted(event: CooldownEvent) -> str:
     elsewhere while a quota wait goes on is not a lift), or freed by a probe."""
     if event.reason is CooldownReason.PROBE_FREED:
         return f"freed by the breaker's successful probe (backoff), level {event.level}"
+    if event.reason is CooldownReason.CARRIER_SERVED:
+        return f"freed by a carried request's success (backoff), level {event.level}"
     if event.until > event.t:
         return (f"backoff level reset to {event.level}, still cooling until "
                 f"{clock_text(event.until)}")
@@ -1081,13 +1101,21 @@ def describe(event: Event) -> str | None:
     if isinstance(event, SkipEvent):
         return None
     if isinstance(event, AttemptEvent) and event.cooling_until is not None:
-        return (f"probe {event.provider}/{event.connection}/{event.model} on a key cooling "
-                f"for backoff until {clock_text(event.cooling_until)} (every key was cooling)"
-                f" for {event.request}")
+        return (f"{'probe' if event.probe else 'carried'} {event.provider}/{event.connection}/"
+                f"{event.model} on a key cooling for backoff until "
+                f"{clock_text(event.cooling_until)} (every key was cooling) for {event.request}")
     if isinstance(event, ResultEvent) and event.kind is not None:
-        return (f"failure {event.provider}/{event.connection}/{event.model}: {event.kind} "
-                f"({event.status}) for {event.request}")
+        reason = f" {event.reason}" if event.reason is not None else ""
+        return (f"failure {event.provider}/{event.connection}/{event.model}: {event.kind}"
+                f"{reason} ({event.status}) for {event.request}")
     return None
+
+
+def _streamed(event: ResultEvent) -> str:
+    """What a streamed answer relayed before it ended, for its step in the why view."""
+    if event.relayed_bytes is None:
+        return ""
+    return f", streamed {event.relayed_chunks} chunk(s), {event.relayed_bytes:,} bytes"
 
 
 def _clipped(text: str) -> str:

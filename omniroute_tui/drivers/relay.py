@@ -1,0 +1,281 @@
+"""Relaying an upstream's streamed answer (SSE) to the client (docs/design.md §7).
+
+The relay reads the upstream's body through one `SseDecoder` and looks at every event
+before it passes it on. Until the first event with content (a token, a reasoning or a
+tool-call part, a finish) the events are held back: the attempt can still fail without
+the client knowing, and the request go to the next target. From then on each whole event
+is passed on as the upstream sent it, and the stream ends in one of two ways: whole, at
+`data: [DONE]`, or cut, when the connection breaks, the upstream sends an error event or
+an event that is not a JSON object, the body ends without `[DONE]` (an OpenAI-shaped
+stream always sends it), or nothing comes for `stream_idle`. A cut stream's client gets
+one last event, `data: {"error": {...}}` saying what happened, and a body that ends
+cleanly: never a short answer that looks whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from ..engine.kinds import StreamCut
+from .sse import MAX_EVENT_BYTES, SseDecoder, SseError, SseEvent
+
+__all__ = ["BodyReader", "StreamBroken", "StreamRelay", "error_event"]
+
+# what an event is to the relay
+_OTHER, _PREAMBLE, _CONTENT, _DONE = range(4)
+_DONE_DATA = b"[DONE]"
+#: the most of an upstream's error message passed on in ours
+_MESSAGE_CHARS = 300
+
+
+class BodyReader(Protocol):
+    """The upstream's answer, as the relay reads it (`ResponseBody`)."""
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+    async def aclose(self) -> None: ...
+
+
+class StreamBroken(Exception):
+    """The stream broke: `cut` says how, `detail` in words."""
+
+    def __init__(self, cut: StreamCut, detail: str) -> None:
+        super().__init__(detail)
+        self.cut = cut
+        self.detail = detail
+
+
+def _has_content(chunk: dict[str, Any]) -> bool:
+    """Whether a chunk carries more than the role: a delta's text, reasoning or tool
+    call, a finish reason, or the usage."""
+    choices = chunk.get("choices")
+    if type(choices) is list:
+        for choice in choices:
+            if type(choice) is dict:
+                if choice.get("finish_reason"):
+                    return True
+                delta = choice.get("delta")
+                if type(delta) is dict:
+                    for key, part in delta.items():
+                        if part and key != "role":
+                            return True
+    return bool(chunk.get("usage"))
+
+
+def _upstream_message(chunk: dict[str, Any]) -> str:
+    error = chunk.get("error")
+    message = error.get("message") if isinstance(error, dict) else error
+    text = message if isinstance(message, str) else json.dumps(error)[:_MESSAGE_CHARS]
+    return text[:_MESSAGE_CHARS]
+
+
+def _examine(event: SseEvent) -> int:
+    """What an event is; StreamBroken for one that is an error or not a JSON object."""
+    if event.strange:
+        raise StreamBroken(StreamCut.BAD_EVENT, "a line that is not SSE")
+    data = event.data
+    if data is None:
+        return _OTHER  # a comment (a keep-alive) or an event without data
+    if data == _DONE_DATA:
+        return _DONE
+    try:
+        chunk = json.loads(data)
+    except (ValueError, RecursionError):
+        raise StreamBroken(StreamCut.BAD_EVENT, "an event that is not JSON") from None
+    if type(chunk) is not dict:
+        raise StreamBroken(StreamCut.BAD_EVENT, "an event that is not a JSON object")
+    if "error" in chunk or event.name == b"error":
+        raise StreamBroken(StreamCut.UPSTREAM_ERROR,
+                           f"the upstream sent an error: {_upstream_message(chunk)}")
+    return _CONTENT if _has_content(chunk) else _PREAMBLE
+
+
+def error_event(cut: StreamCut, detail: str, relayed_chunks: int) -> bytes:
+    """The event a cut stream ends with: OpenAI's error shape, which its SDKs raise."""
+    body = {"error": {
+        "message": f"the stream broke after {relayed_chunks} chunk(s) of the answer: {detail}",
+        "type": "upstream_error", "param": None, "code": "stream_cut", "reason": cut.value}}
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+class StreamRelay:
+    """One streamed answer: `first_content()` reads until it has begun, `relay()` passes
+    it on; then `cut` (None: whole) and what was relayed say how it went."""
+
+    __slots__ = ("_backlog", "_body", "_chunks", "_decoder", "_held", "_idle_s", "_reading",
+                 "_since", "_stop", "_task", "_timer", "cut", "detail", "finished", "gone",
+                 "relayed_bytes", "relayed_chunks")
+
+    def __init__(self, body: BodyReader, idle_ms: int) -> None:
+        self._body = body
+        self._chunks = body.aiter_raw()
+        self._decoder = SseDecoder()
+        self._idle_s = idle_ms / 1000
+        self._held: list[bytes] = []  # events read before the first content
+        self._backlog: list[SseEvent] = []  # events read and not yet looked at
+        self._reading = False
+        self._since = 0.0
+        self._task: asyncio.Task[Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._stop: StreamCut | None = None  # why the read in progress was interrupted
+        self.cut: StreamCut | None = None
+        self.detail = ""
+        self.finished = False  # `[DONE]` passed on
+        self.gone = False  # the client left
+        self.relayed_bytes = 0
+        self.relayed_chunks = 0  # events with content passed on
+
+    async def first_content(self) -> None:
+        """Read until the first event with content (or `[DONE]`), holding back what
+        comes before it; StreamBroken if the stream breaks first. The caller bounds the
+        time (`request.first_token`, or `request.timeout`)."""
+        held = 0
+        while True:
+            for i, event in enumerate(self._backlog):
+                seen = _examine(event)
+                self._held.append(event.raw)
+                held += len(event.raw)
+                if held > MAX_EVENT_BYTES:  # keep-alives without end hold no memory
+                    raise StreamBroken(StreamCut.BAD_EVENT, f"over {MAX_EVENT_BYTES >> 10} "
+                                       "KiB of events before any content")
+                if seen >= _CONTENT:
+                    if seen == _CONTENT:
+                        self.relayed_chunks += 1
+                    else:
+                        self.finished = True
+                    del self._backlog[:i + 1]
+                    return
+            self._backlog = await self._read()
+
+    async def _read(self) -> list[SseEvent]:
+        """The next events of the body; StreamBroken when it breaks or ends."""
+        try:
+            chunk = await anext(self._chunks, None)
+        except Exception as exc:  # a reset, a body cut short (ProtocolError, httpx's own)
+            raise StreamBroken(StreamCut.RESET, _said(exc)) from None
+        decoder = self._decoder
+        if chunk is None:
+            last = decoder.finish()
+            if last:
+                return last
+            raise StreamBroken(StreamCut.NO_DONE, "the body ended without data: [DONE]")
+        try:
+            return decoder.feed(chunk)
+        except SseError as exc:
+            raise StreamBroken(StreamCut.BAD_EVENT, str(exc)) from None
+
+    async def relay(self) -> AsyncIterator[bytes]:
+        """The stream as the client gets it: what was held back, then each batch of
+        whole events as it comes, until `[DONE]` or a cut (then the error event)."""
+        try:
+            async for piece in self._relay():
+                yield piece
+        except StreamBroken as broken:
+            self.cut, self.detail = broken.cut, broken.detail
+            yield error_event(broken.cut, broken.detail, self.relayed_chunks)
+        finally:
+            self._stop_timer()
+
+    async def _relay(self) -> AsyncIterator[bytes]:
+        held = b"".join(self._held)
+        self._held = []
+        piece, broken = self._pass(self._backlog) if not self.finished else (b"", None)
+        if held or piece:
+            out = held + piece if piece else held
+            self.relayed_bytes += len(out)
+            yield out
+        if broken is not None:
+            raise broken
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._timer = loop.call_at(loop.time() + self._idle_s, self._check_idle)
+        while not self.finished and not self.gone:
+            self._since = loop.time()
+            self._reading = True
+            try:
+                events = await self._read()
+            except asyncio.CancelledError:
+                if self._stop is None:  # not ours: the server's
+                    raise
+                assert self._task is not None
+                self._task.uncancel()
+                if self.gone:
+                    return
+                raise StreamBroken(StreamCut.IDLE, f"nothing came for {self._idle_s:g} s") \
+                    from None
+            finally:
+                self._reading = False
+            piece, broken = self._pass(events)
+            if piece:
+                self.relayed_bytes += len(piece)
+                yield piece
+            if broken is not None:
+                raise broken
+
+    def _pass(self, events: list[SseEvent]) -> tuple[bytes, StreamBroken | None]:
+        """The bytes of `events` to pass on, up to `[DONE]`, and what broke the stream
+        among them, if anything did (the good events before it are passed on first)."""
+        self._backlog = []
+        out: list[bytes] = []
+        for event in events:
+            try:
+                seen = _examine(event)
+            except StreamBroken as broken:
+                return b"".join(out), broken
+            out.append(event.raw)
+            if seen == _CONTENT:
+                self.relayed_chunks += 1
+            elif seen == _DONE:
+                self.finished = True
+                break
+        return b"".join(out), None
+
+    def _check_idle(self) -> None:
+        """The idle timer: one handle, moved on while reads come in time."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        due = (self._since if self._reading else now) + self._idle_s
+        if self._reading and now >= due:
+            self._timer = None
+            self._interrupt(StreamCut.IDLE)
+            return
+        self._timer = loop.call_at(due, self._check_idle)
+
+    def client_gone(self) -> None:
+        """The client left: the relay ends at once (a read of the upstream it waits for
+        is interrupted), and the stream's end is `cancelled`."""
+        self.gone = True
+        if self._reading:
+            self._interrupt(StreamCut.RESET)
+
+    def _interrupt(self, why: StreamCut) -> None:
+        """Interrupt the read in progress: the only await the relay cancels, and it
+        takes the cancellation back there (`_relay`)."""
+        if self._stop is None and self._task is not None:
+            self._stop = why
+            self._task.cancel()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def drain(self) -> None:
+        """After `[DONE]`: read the body to its end (within `stream_idle`), so that its
+        connection can serve again; whatever comes or goes wrong is not the client's."""
+        try:
+            async with asyncio.timeout(self._idle_s):
+                async for _ in self._chunks:
+                    pass
+        except (Exception, TimeoutError):
+            return
+
+    async def aclose(self) -> None:
+        self._stop_timer()
+        await self._body.aclose()
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:_MESSAGE_CHARS] if str(exc) else type(exc).__name__
