@@ -245,3 +245,30 @@ async def test_a_reload_reads_the_single_tokens_file_again(
                        and "shorter than 16" in r.getMessage() for r in caplog.records)
     finally:
         await server.stop()
+
+
+async def test_an_attached_console_follows_its_tokens_role_across_a_reload(
+        tmp_path: Path) -> None:
+    from omniroute_tui.console.cli import build_app
+    from omniroute_tui.console.model.attach import fetch_state
+
+    def text(role: str) -> str:
+        return config_text("http://127.0.0.1:9/v1", extra={"gateway": {
+            "operators": _operators(alice=("operate", ALICE), grafana=(role, GRAFANA))}})
+
+    async with served(tmp_path, text("read")) as gw:
+        token_file = tmp_path / "token"
+        token_file.write_text(GRAFANA)
+        state = await asyncio.to_thread(fetch_state, gw.url, GRAFANA)
+        app = build_app(attach_args(gw.url, token_file), attach_state=state)
+        async with app.run_test() as pilot:  # type: ignore[attr-defined]
+            await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
+            assert app.read_only  # type: ignore[attr-defined]
+            gw.path.write_text(text("operate"))
+            async with httpx.AsyncClient(base_url=gw.url) as http:
+                reply = await http.post("/api/resilience/reload",
+                                        headers={"authorization": f"Bearer {ALICE}"})
+            assert reply.status_code == 200
+            await settle(pilot, lambda: not app.read_only)  # type: ignore[attr-defined]
+            app.refresh_view()  # type: ignore[attr-defined]
+            assert "READ-ONLY" not in str(app.query_one("#status").render())  # type: ignore[attr-defined]
