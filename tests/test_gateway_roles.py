@@ -272,3 +272,28 @@ async def test_an_attached_console_follows_its_tokens_role_across_a_reload(
             await settle(pilot, lambda: not app.read_only)  # type: ignore[attr-defined]
             app.refresh_view()  # type: ignore[attr-defined]
             assert "READ-ONLY" not in str(app.query_one("#status").render())  # type: ignore[attr-defined]
+
+
+async def test_a_console_serving_its_router_takes_the_configs_operators(
+        tmp_path: Path) -> None:
+    import argparse
+
+    from omniroute_tui.console.cli import build_app
+
+    config = tmp_path / "router.yaml"
+    config.write_text(config_text("http://127.0.0.1:9/v1", extra={"gateway": {
+        "operators": _operators(grafana=("read", GRAFANA))}}))
+    args = argparse.Namespace(
+        attach=None, token_file=None, scenario=None, config=config, live=False, db=None,
+        db_recover="ask", speed=2.0, read_only=False, operator="dave", web=False,
+        listen="127.0.0.1:0")
+    app = build_app(args)
+    async with app.run_test() as pilot:  # type: ignore[attr-defined]
+        await settle(pilot, lambda: app.gateway_server is not None)  # type: ignore[attr-defined]
+        url = app.gateway_server.url  # type: ignore[attr-defined]
+        async with httpx.AsyncClient(base_url=url) as http:
+            auth = {"authorization": f"Bearer {GRAFANA}"}
+            state = await http.get("/api/resilience/state", headers=auth)
+            assert state.json()["caller"] == {"name": "grafana", "role": "read"}
+            reset = await http.post("/api/resilience/breakers/p0/reset", headers=auth)
+            assert reset.status_code == 403

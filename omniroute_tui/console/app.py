@@ -18,6 +18,7 @@ from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
+from ..config.operators import OperatorTokens
 from ..config.router_config import MetricsAccess
 from ..config.status import ConfigStatus
 from ..state_document import state_document
@@ -82,6 +83,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         config_status: ConfigStatus | None = None,
         room: RoomServer | None = None,
         served_by_header: bool = True,
+        operators: OperatorTokens | None = None,
     ) -> None:
         super().__init__()
         self.room = room  # `--serve-room`: this console's replay, served to viewers
@@ -90,6 +92,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.metrics = metrics  # who may scrape the served gateway's /metrics
         self.config_status = config_status  # the config file it serves, for /metrics
         self.served_by_header = served_by_header  # the config's gateway.served_by_header
+        self.operators = operators  # the config's gateway.operators, for `--listen`
         self.gateway_server: Any = None
         self.servers_down: list[str] = []
         self.backend = backend
@@ -233,7 +236,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         gateway = Gateway(served.router, self.backend.providers, token=self.token,
                           store=served.store, metrics=self.metrics,
                           config_status=self.config_status,
-                          served_by_header=self.served_by_header)
+                          served_by_header=self.served_by_header, operators=self.operators)
         server = GatewayServer(gateway, host, port, on_end=lambda failure: self._stopped_serving(
             "GATEWAY", failure, "its clients get no answers"))
         try:
