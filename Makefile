@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/fleet.py
 	$(BIN)/python bench/reports.py
 	$(BIN)/python bench/reload.py
+	$(BIN)/python bench/slow_clients.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

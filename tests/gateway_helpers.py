@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ import yaml
 from omniroute_tui.clock import Clock, SystemClock
 from omniroute_tui.config import MetricsAccess, load_router_config
 from omniroute_tui.config.limits import GatewayLimits, StoreRetention
+from omniroute_tui.config.operators import Operator, OperatorTokens, Role, token_digest
 from omniroute_tui.gateway import Gateway, GatewayServer
 from omniroute_tui.store import SqliteStore
 from simulator.http_fakes import start_fakes, stop_fakes
@@ -25,7 +27,13 @@ from simulator.serve import router_config_for
 
 from .waiting import eventually
 
-TOKEN = "test-token-0123456789abcdef"
+TOKEN = "test-token-0123456789abcdef"  # the single token: `operator`, role operate
+#: named tokens (`gateway.operators`): alice operates, grafana reads
+ALICE = "alice-token-0123456789abcdef"
+GRAFANA = "grafana-token-0123456789abcd"
+OPERATORS = OperatorTokens(MappingProxyType({
+    token_digest(ALICE): Operator("alice", Role.OPERATE),
+    token_digest(GRAFANA): Operator("grafana", Role.READ)}))
 
 SCENARIO = """\
 name: gateway
@@ -84,7 +92,7 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             link = RedisLink(redis[0], prefix=redis[1])
             await link.attach(router.engine, router.models)
         gateway = Gateway(router, config.providers, token=TOKEN, store=store, limits=limits,
-                          fleet=link, metrics=metrics,
+                          fleet=link, metrics=metrics, operators=OPERATORS,
                           served_by_header=config.gateway_served_by_header)
         server = GatewayServer(gateway, "127.0.0.1", port)
         await server.start()

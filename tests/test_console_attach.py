@@ -72,7 +72,7 @@ async def test_attached_console_sees_breakers_and_clears_lockouts(tmp_path: Path
             audit = (await http.get("/api/resilience/audit",
                                     headers={"authorization": f"Bearer {TOKEN}"})).json()
             assert [(e["action"], e["actor"]) for e in audit["entries"]] == [
-                ("clear_lockouts", "carol")]
+                ("clear_lockouts", "operator (carol's console)")]
 
 
 async def test_attached_console_says_when_the_gateway_is_gone(tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ async def test_attached_console_reconnects_after_a_gateway_restart(tmp_path: Pat
 
 
 async def test_attach_sees_what_happened_before(tmp_path: Path) -> None:
-    auth = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "dave"}
+    auth = {"authorization": f"Bearer {TOKEN}", "x-omniroute-reason": "dave"}
     async with running_gateway(tmp_path, scenario=ATTACH_SCENARIO) as gw, \
             httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
         # before any console: the breaker of `broken` opens, an operator forces `healthy`
@@ -180,15 +180,15 @@ async def test_attach_sees_what_happened_before(tmp_path: Path) -> None:
             assert any("→ OPEN" in line for line in model.providers["broken"].history)
             # the operator's action: in the audit pane, and the forced state says who
             assert [(a[1], a[2], a[3]) for a in model.audit] == [
-                ("dave", "force_open", "healthy")]
+                ("operator (dave)", "force_open", "healthy")]
             assert model.provider_rows(app.backend.now_ms())["healthy"][1] == "⊘ FORCED OPEN"  # type: ignore[attr-defined]
             _, pairs, _ = model.detail(Pane.PROVIDERS, "healthy", app.backend.now_ms())  # type: ignore[attr-defined]
-            assert ("forced by", "dave") in pairs
+            assert ("forced by", "operator (dave)") in pairs
             await pilot.press("7")
             await pilot.pause()
             table = app.query_one("#audit-table", KeyedTable)  # type: ignore[attr-defined]
             assert table.row_count == 1 and table.get_row_at(0)[1:4] == [
-                "dave", "force_open", "healthy"]
+                "operator (dave)", "force_open", "healthy"]
             # the events pane starts with the past, not empty
             assert any("breaker broken" in line for _, _, line in model.events)
 

@@ -39,7 +39,7 @@ routes:
 faults:
   - {name: outage, target: broken, error: 503, at: 0s, for: 10m}
 """
-AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "fleet-test"}
+AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-reason": "fleet-test"}
 
 
 @contextlib.contextmanager

@@ -98,7 +98,7 @@ async def test_a_force_open_is_forced_with_its_actor_everywhere_until_a_reset(
             httpx.AsyncClient(timeout=10) as http:
         reply = await http.post(f"{one.url}/api/resilience/breakers/healthy/force-open",
                                 json={"for": "5m"},
-                                headers={**AUTH, "x-omniroute-operator": "alice"})
+                                headers={**AUTH, "x-omniroute-reason": "alice"})
         assert reply.status_code == 200
 
         async def breaker(url: str) -> dict[str, Any]:
@@ -106,12 +106,12 @@ async def test_a_force_open_is_forced_with_its_actor_everywhere_until_a_reset(
             return next(b for b in state["breakers"] if b["provider"] == "healthy")
 
         here = await breaker(one.url)
-        assert here["forced_by"] == "alice" and here["forced_until"] is not None
+        assert here["forced_by"] == "operator (alice)" and here["forced_until"] is not None
 
         async def forced_there() -> bool:
             there = await breaker(other.url)
             return bool(there["forced_until"] == here["forced_until"]
-                        and there["forced_by"] == "alice" and there["state"] == "OPEN")
+                        and there["forced_by"] == "operator (alice)" and there["state"] == "OPEN")
 
         await eventually(forced_there, timeout_s=5, what="the force-open on the other replica")
         console = ConsoleModel(other.gateway.providers, SystemClock().now_ms)
@@ -119,7 +119,7 @@ async def test_a_force_open_is_forced_with_its_actor_everywhere_until_a_reset(
             (await http.get(f"{other.url}/api/resilience/state", headers=AUTH)).json())
         row = console.provider_rows(SystemClock().now_ms())["healthy"]
         _, pairs, _ = console.detail(Pane.PROVIDERS, "healthy", SystemClock().now_ms())
-        assert row[1].endswith(FORCED_OPEN) and ("forced by", "alice") in pairs
+        assert row[1].endswith(FORCED_OPEN) and ("forced by", "operator (alice)") in pairs
 
         # a replica that did not hear it probes, and its probe closes its breaker: heard,
         # neither ends the force-open

@@ -30,7 +30,7 @@ from omniroute_tui.fleet.redis_link import RedisLink
 from .gateway_helpers import TOKEN, free_port, running_gateway
 from .waiting import eventually, eventually_sync
 
-AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "sentinel-test"}
+AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-reason": "sentinel-test"}
 SERVICE = "fleetmaster"
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 3000

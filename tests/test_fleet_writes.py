@@ -25,7 +25,7 @@ from .redis_helpers import REDIS_URL
 from .test_redis_link import REDIS_SERVER, fleet, private_redis
 from .waiting import eventually
 
-AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "ops"}
+AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-reason": "ops"}
 
 
 async def entries(client: Any, stream: str) -> list[dict[str, Any]]:

@@ -64,7 +64,7 @@ bodies = (chat_bodies.map(lambda b: json.dumps(b).encode())
           | st.binary(max_size=300)
           | st.integers(1, 400).map(lambda n: b"[" * n + b"]" * n)
           | st.just(b'{"model": "chat", "messages": [], "temperature": NaN}'))
-header_names = st.sampled_from(["content-type", "x-omniroute-operator", "authorization",
+header_names = st.sampled_from(["content-type", "x-omniroute-reason", "authorization",
                                 "content-encoding", "x-request-id", "accept"]) | st.from_regex(
     r"\Ax-[a-z]{1,10}\Z")
 header_values = st.text(st.characters(min_codepoint=32, max_codepoint=255,

@@ -270,10 +270,10 @@ async def test_the_operator_header_is_read_as_utf8(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw, httpx.AsyncClient(
             base_url=gw.url, headers=AUTH) as http:
         reply = await http.post("/api/resilience/breakers/healthy/reset",
-                                headers={"x-omniroute-operator": "Zoë 東京".encode()})
+                                headers={"x-omniroute-reason": "Zoë 東京".encode()})
         assert reply.status_code == 200
         audit = (await http.get("/api/resilience/audit")).json()["entries"]
-        assert audit[-1]["actor"] == "Zoë 東京"
+        assert audit[-1]["actor"] == "operator (Zoë 東京)"
 
 
 async def test_health_and_state_report_a_failing_store_until_it_recovers(
@@ -300,7 +300,7 @@ async def test_health_and_state_report_a_failing_store_until_it_recovers(
                 await asyncio.sleep(0.02)
         with sqlite3.connect(tmp_path / "state.db") as raw:
             assert raw.execute("SELECT actor, action FROM audit").fetchall() == [
-                ("api", "force_open")]
+                ("operator", "force_open")]
 
 
 def test_client_log_lines_are_one_per_reason_every_ten_seconds(

@@ -116,7 +116,7 @@ def _start_cli_gateway(tmp_path: Path) -> tuple[subprocess.Popen[str], int, Path
 def test_gateway_cli_serves_and_shuts_down_gracefully(tmp_path: Path) -> None:
     proc, port, db = _start_cli_gateway(tmp_path)
     try:
-        auth = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "erin"}
+        auth = {"authorization": f"Bearer {TOKEN}", "x-omniroute-reason": "erin"}
         assert httpx.get(f"http://127.0.0.1:{port}/api/resilience/state").status_code == 401
         reply = httpx.post(f"http://127.0.0.1:{port}/api/resilience/connections/p/k/disable",
                            headers=auth)
@@ -134,7 +134,8 @@ def test_gateway_cli_serves_and_shuts_down_gracefully(tmp_path: Path) -> None:
     with sqlite3.connect(db) as raw:
         assert raw.execute("SELECT disabled FROM connections WHERE connection='k'").fetchone() \
             == (1,)
-        assert raw.execute("SELECT actor, action FROM audit").fetchall() == [("erin", "disable")]
+        assert raw.execute("SELECT actor, action FROM audit").fetchall() == [
+            ("operator (erin)", "disable")]
 
 
 def test_gateway_cli_errors(tmp_path: Path) -> None:

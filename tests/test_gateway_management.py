@@ -8,12 +8,13 @@ from pathlib import Path
 
 import httpx
 
+from omniroute_tui.config.operators import OperatorTokens
 from omniroute_tui.engine import BreakerState
 
-from .gateway_helpers import TOKEN, read_events, running_gateway
+from .gateway_helpers import ALICE, read_events, running_gateway
 from .waiting import eventually
 
-AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "alice"}
+AUTH = {"authorization": f"Bearer {ALICE}"}
 
 
 async def test_every_call_needs_the_token(tmp_path: Path) -> None:
@@ -114,7 +115,7 @@ async def test_event_stream_delivers_events_in_order(tmp_path: Path) -> None:
 
 async def test_no_token_no_management_api(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw:
-        gw.gateway.token = None
+        gw.gateway.operators = OperatorTokens()
         from omniroute_tui.gateway import GatewayServer
 
         server = GatewayServer(gw.gateway, "127.0.0.1", 0)

@@ -34,7 +34,7 @@ from omniroute_tui.store import SqliteStore
 from .gateway_helpers import TOKEN, free_port
 from .waiting import eventually
 
-AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-operator": "ops-ana"}
+AUTH = {"authorization": f"Bearer {TOKEN}", "x-omniroute-reason": "ops-ana"}
 
 
 @dataclass
@@ -151,7 +151,7 @@ async def test_a_reload_swaps_the_config_and_says_its_version(tmp_path: Path) ->
         audit = (await client.get("/api/resilience/audit", headers=AUTH)).json()
         entry = audit["entries"][-1]
         assert (entry["actor"], entry["action"], entry["target"]) == (
-            "ops-ana", "reload", str(gw.path))
+            "operator (ops-ana)", "reload", str(gw.path))
         assert entry["result"].startswith(f"ok {version_of(new_text)}: +p1 ~p0")
         # what only a restart can take is named; the rest is in force
         limits = yaml.safe_load(new_text) | {
@@ -384,7 +384,7 @@ async def test_an_attached_console_shows_the_reload_in_its_events_and_audit(
             assert line == f"reload: config {version_of(text)}, -p1"
             await settle(pilot, lambda: any(row[2] == "reload" for row in model.audit))
             _, actor, action, target, result = model.audit[-1]
-            assert (actor, action, target) == ("ops-ana", "reload", str(gw.path))
+            assert (actor, action, target) == ("operator (ops-ana)", "reload", str(gw.path))
             assert result == f"ok {version_of(text)}: -p1; routes ~chat"
             assert "p1" not in model.providers
             assert ("p1", "c0") not in model.connections

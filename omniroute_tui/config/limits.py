@@ -43,9 +43,13 @@ class GatewayLimits:
     keep_alive_s: float = 15.0  # an idle kept-alive connection is closed after this
     write_timeout_s: float = 30.0  # a client that reads nothing of its answer for this long
     max_connections: int = 512  # open connections; more are answered 503 and closed
+    #: open connections from one address; more from it are answered 503 and closed, so a
+    #: client that holds its connections (a slow loris) leaves the other half to the rest
+    max_connections_per_client: int = 256
     max_json_depth: int = 64  # nesting of objects and lists in a JSON body
 
-_SIZES = ("max_body_bytes", "max_head_bytes", "max_connections", "max_json_depth")
+_SIZES = ("max_body_bytes", "max_head_bytes", "max_connections", "max_connections_per_client",
+          "max_json_depth")
 _TIMES = {"head_timeout": "head_timeout_s", "body_timeout": "body_timeout_s",
           "keep_alive": "keep_alive_s", "write_timeout": "write_timeout_s"}
 

@@ -28,6 +28,7 @@ from .limits import (
     parse_limits,
     parse_retention,
 )
+from .operators import OperatorTokens, parse_operators
 from .overrides import OverridePatch, parse_overrides, read_first_token, validate_settings
 from .prescan import check_counts
 from .problems import Path
@@ -116,6 +117,8 @@ class RouterConfig:
     store_retention: StoreRetention = field(default_factory=StoreRetention)
     gateway_listen: str | None = None
     gateway_token_file: str | None = None
+    #: the management API's named tokens and their roles (taken by a reload)
+    gateway_operators: OperatorTokens = field(default_factory=OperatorTokens)
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
     gateway_metrics: MetricsAccess = MetricsAccess.TOKEN
     #: whether an answer names its provider/connection/model in `x-omniroute-served-by`
@@ -466,6 +469,7 @@ def load_router_config(
     lease_max = 10_000
     retention = StoreRetention()
     limits = GatewayLimits()
+    operators = OperatorTokens()
     metrics = MetricsAccess.TOKEN
     served_by_header = True
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
@@ -490,10 +494,12 @@ def load_router_config(
                                       positive=True, longest_ms=3_600_000) or lease_max
     if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
         reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits", "metrics",
-                                               "served_by_header"))
+                                               "served_by_header", "operators"))
         if "served_by_header" in gw:
             served_by_header = _on_or_off(src, gw["served_by_header"],
                                           ("gateway", "served_by_header"))
+        if "operators" in gw:
+            operators = parse_operators(src, gw["operators"], ("gateway", "operators"))
         if "metrics" in gw:
             metrics = _metrics_access(src, gw["metrics"], ("gateway", "metrics"))
         if "limits" in gw:
@@ -507,7 +513,8 @@ def load_router_config(
         providers=providers, routes=routes, settings=settings, store_path=store_path,
         store_redis=store_redis, store_prefix=prefix, store_lease_max_ms=lease_max,
         store_retention=retention,
-        gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
+        gateway_listen=listen, gateway_token_file=token_file, gateway_operators=operators,
+        gateway_limits=limits,
         gateway_metrics=metrics, gateway_served_by_header=served_by_header,
         source=src.name, version=src.version, raw=data,
     )

@@ -18,6 +18,7 @@ from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
+from ..config.operators import OperatorTokens
 from ..config.router_config import MetricsAccess
 from ..config.status import ConfigStatus
 from ..state_document import state_document
@@ -82,6 +83,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         config_status: ConfigStatus | None = None,
         room: RoomServer | None = None,
         served_by_header: bool = True,
+        operators: OperatorTokens | None = None,
     ) -> None:
         super().__init__()
         self.room = room  # `--serve-room`: this console's replay, served to viewers
@@ -90,12 +92,16 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.metrics = metrics  # who may scrape the served gateway's /metrics
         self.config_status = config_status  # the config file it serves, for /metrics
         self.served_by_header = served_by_header  # the config's gateway.served_by_header
+        self.operators = operators  # the config's gateway.operators, for `--listen`
         self.gateway_server: Any = None
         self.servers_down: list[str] = []
         self.backend = backend
         self.model = model
         self.operator = operator
         self.read_only = read_only
+        self._asked_read_only = read_only  # --read-only, or a room: whatever the token
+        #: why it is read-only when the gateway says so of the token (the status bar's)
+        self.read_only_why = ""
         self.autoplay = autoplay
         self._last_tick = time.monotonic()
         self._next_tick = self._last_tick  # when the paint clock beats next
@@ -105,6 +111,19 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self._frozen_at: float | None = None
         self._history: list[Pane] = []
         self._collections = PacedCollections()
+
+    def token_role(self, name: str, role: str) -> None:
+        """Attached to a gateway: the token used is `name`'s, of `role`. A `read` token
+        makes the console read-only, and it says so; an `operate` one (after a reload
+        rotated it) gives the actions back unless read-only was asked."""
+        reading = role != "operate"
+        self.read_only_why = f"{name}: {role} token" if reading else ""
+        if self.read_only != (reading or self._asked_read_only):
+            self.read_only = reading or self._asked_read_only
+            self.refresh_bindings()
+        if reading:
+            self.notify(f"read-only: the token of {name!r} may only read (role {role}); "
+                        "operator actions are disabled", title="read-only", timeout=10)
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -217,7 +236,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         gateway = Gateway(served.router, self.backend.providers, token=self.token,
                           store=served.store, metrics=self.metrics,
                           config_status=self.config_status,
-                          served_by_header=self.served_by_header)
+                          served_by_header=self.served_by_header, operators=self.operators)
         server = GatewayServer(gateway, host, port, on_end=lambda failure: self._stopped_serving(
             "GATEWAY", failure, "its clients get no answers"))
         try:

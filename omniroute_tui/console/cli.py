@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config import ConfigError, load_router_config
 from ..config.hidden import hidden_reason
+from ..config.limits import GatewayLimits
 from ..logs import add_log_arguments, configure_logging
 from .model.attach import AttachError
 
@@ -134,7 +135,8 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
             raise ValueError("--serve-room serves this console's own replay: not with --attach")
         return _attach_app(args, attach_state, operator)
     scenario_name = getattr(args, "scenario", None)
-    room = _room(args) if getattr(args, "serve_room", None) else None
+    if getattr(args, "serve_room", None):
+        _check_room(args)
     if args.db and (args.config is None or scenario_name):
         raise ValueError("--db keeps a router's state: it goes with --config (a scenario "
                          "always starts fresh)")
@@ -167,10 +169,13 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
         return ConsoleApp(router_backend, model, operator=operator,
                           read_only=args.read_only, listen=listen, token=token,
                           metrics=config.gateway_metrics, config_status=status,
-                          served_by_header=config.gateway_served_by_header)
+                          served_by_header=config.gateway_served_by_header,
+                          operators=config.gateway_operators)
     from simulator.scenario import load_scenario, resolve_scenario
 
     scenario = load_scenario(resolve_scenario(scenario_name or "demo"), config=args.config)
+    room = _room(args, scenario.config.gateway_limits) if getattr(args, "serve_room", None) \
+        else None
     model = ConsoleModel(scenario.providers, lambda: 0, routes=scenario.config.routes)
     backend: LiveBackend | SimulationBackend
     if args.live or scenario.live:
@@ -182,18 +187,26 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
                       read_only=args.read_only, listen=listen, token=token, room=room)
 
 
-def _room(args: argparse.Namespace) -> Any:
-    """The room server for `--serve-room` (a replay in virtual time only)."""
-    from ..config.token import load_token
+def _check_room(args: argparse.Namespace) -> None:
+    """`--serve-room` serves a replay in virtual time only, at an address that reads."""
     from ..gateway import parse_listen
-    from .room import RoomServer
 
     if args.live or getattr(args, "listen", None) or (
             args.config is not None and not getattr(args, "scenario", None)):
         raise ValueError("--serve-room serves a replay in virtual time: use it with "
                          "--scenario (not --live, --listen or a --config alone)")
+    parse_listen(args.serve_room)
+
+
+def _room(args: argparse.Namespace, limits: GatewayLimits) -> Any:
+    """The room server for `--serve-room`, with the scenario's `gateway.limits`."""
+    from ..config.token import load_token
+    from ..gateway import parse_listen
+    from .room import RoomServer
+
     host, port = parse_listen(args.serve_room)
-    return RoomServer(host, port, token=load_token(getattr(args, "token_file", None)))
+    return RoomServer(host, port, token=load_token(getattr(args, "token_file", None)),
+                      limits=limits)
 
 
 def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None,
@@ -218,8 +231,12 @@ def _attach_app(args: argparse.Namespace, state: dict[str, Any] | None,
     if state is not None:
         backend.follow_room(state.get("replay"))
     model.now = backend.now_ms
-    return ConsoleApp(backend, model, operator=operator,  # type: ignore[arg-type]
-                      read_only=args.read_only or backend.room is not None)
+    app = ConsoleApp(backend, model, operator=operator,  # type: ignore[arg-type]
+                     read_only=args.read_only or backend.room is not None)
+    backend.on_caller = app.token_role
+    if state is not None:
+        backend.read_caller(state)
+    return app
 
 
 def main(argv: Sequence[str] | None = None) -> int:

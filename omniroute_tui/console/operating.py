@@ -34,7 +34,8 @@ class OperatorActions(PaneView):
         return super().check_action(action, parameters)
 
     def _refuse(self) -> None:
-        self.notify("read-only console: operator actions are disabled",
+        why = f" ({self.read_only_why})" if self.read_only_why else ""
+        self.notify(f"read-only console{why}: operator actions are disabled",
                     title="refused", severity="warning")
 
     async def run_action(

@@ -72,6 +72,7 @@ class PaneView(App[None]):
     backend: Backend
     model: ConsoleModel
     read_only: bool
+    read_only_why: str
     _sort: dict[Pane, int]
     _pane_filters: dict[Pane, str]  # each pane's own filter
     _wide: bool  # `w`: every column of the providers pane
@@ -192,7 +193,8 @@ class PaneView(App[None]):
         mode = backend.status()
         success = "–" if ok is None else f"{ok * 100:.0f}%"
         # badges first: a narrow terminal cuts the end of the line, never them
-        badges = "READ-ONLY │ " if self.read_only else ""
+        why = f" ({self.read_only_why})" if self.read_only_why else ""
+        badges = f"READ-ONLY{why} │ " if self.read_only else ""
         if self._frozen_at is not None:
             frozen = format_ms(int((time.monotonic() - self._frozen_at) * 1000))
             badges += f"FROZEN {frozen} (z) │ "

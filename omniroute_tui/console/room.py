@@ -64,7 +64,10 @@ class RoomServer:
     """Serves the replay the trainer's console runs; `follow()` is told of every paint,
     so a pause, a speed change or a replay from the start reaches the viewers at once."""
 
-    def __init__(self, host: str, port: int, *, token: str | None = None) -> None:
+    def __init__(self, host: str, port: int, *, token: str | None = None,
+                 limits: GatewayLimits | None = None) -> None:
+        """`limits`: what one viewer may cost the room, as a gateway's (the scenario's
+        `gateway.limits`; the defaults otherwise)."""
         self.host = host
         self.port = port
         self.token = token
@@ -82,7 +85,7 @@ class RoomServer:
         #: told, once, if the room stops serving before `stop()` (why, as a sentence)
         self.on_end: Callable[[str], None] | None = None
         self.listener = Listener(self.asgi(), host, port, what="the room",
-                                 limits=GatewayLimits(), graceful_s=2, logger=log,
+                                 limits=limits or GatewayLimits(), graceful_s=2, logger=log,
                                  on_end=self._ended, closing=self.events.close)
         self.server = self.listener.server
 

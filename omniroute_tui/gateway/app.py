@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import unicodedata
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
@@ -24,8 +23,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..config.durations import parse_duration_ms
 from ..config.hidden import visible
 from ..config.limits import GatewayLimits
+from ..config.operators import Operator, OperatorTokens, Role
 from ..config.router_config import MetricsAccess, ProviderConfig, RouterConfig
 from ..config.status import ConfigStatus
+from ..config.token import TokenError, load_token
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
 from ..drivers.usage import usage_of
@@ -36,7 +37,6 @@ from ..metrics import CONTENT_TYPE_LATEST, AnswerCounters, build_registry, expos
 from ..router.core import Router, UnknownRoute
 from ..state_document import state_document
 from ..store import SqliteStore
-from .auth import bearer_matches
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
 from .protocol import client_log
@@ -54,7 +54,8 @@ HISTORY_LIMIT = 1000
 #: request id is `x-upstream-request-id` (for its support), `x-request-id` is ours
 _FORWARDED_HEADERS = {"content-type": "content-type", "openai-processing-ms":
                       "openai-processing-ms", "x-request-id": "x-upstream-request-id"}
-OPERATOR_HEADER = "x-omniroute-operator"
+#: why an operator acts, for the audit (who acts is the name of the token)
+REASON_HEADER = "x-omniroute-reason"
 SERVED_BY_HEADER = "x-omniroute-served-by"
 #: one line per proxied request, at info (docs/gateway.md, "Logs")
 access_log = logging.getLogger("omniroute.access")
@@ -91,12 +92,22 @@ class Gateway:
         metrics: MetricsAccess = MetricsAccess.TOKEN,
         config_status: ConfigStatus | None = None,
         served_by_header: bool = True,
+        operators: OperatorTokens | None = None,
+        token_file: str | None = None,
     ) -> None:
+        """`token`: the single management token (role `operate`), read again from
+        `token_file` on each reload when it came from one; `operators`: the named tokens,
+        by default the config's `gateway.operators` (a reload takes its new ones). With
+        neither, there is no management API."""
         self.router = router
         self.limits = limits or GatewayLimits()
         self.engine = router.engine
         self.providers = providers
-        self.token = token
+        if operators is None:
+            operators = OperatorTokens() if config is None else config.gateway_operators
+        #: who may use the management API, and for what
+        self.operators = operators.with_single(token)
+        self.token_file = token_file
         self.store = store
         self.fleet = fleet
         self.client = client or UpstreamClient()
@@ -126,7 +137,7 @@ class Gateway:
 
         #: who may scrape `/metrics`: with the token (none: not served), anyone, or no one
         self.metrics_access = (MetricsAccess.OFF if metrics is MetricsAccess.TOKEN
-                               and token is None else metrics)
+                               and not self.operators else metrics)
         #: what the metrics learn of the answers passed on (None: nothing counted)
         self.answers = (None if self.metrics_access is MetricsAccess.OFF
                         else AnswerCounters(router))
@@ -141,9 +152,23 @@ class Gateway:
         names and tells the others its version."""
         self.providers = config.providers
         self.driver.providers = config.providers
+        self.operators = config.gateway_operators.with_single(self._single_token())
         if self.fleet is not None and self.reloader is not None:
             self.fleet.reconfigure(self.engine, self.router.models)
             self.fleet.announce_config(config.version, self.reloader.status.loaded_at_ms)
+
+    def _single_token(self) -> str | None:
+        """The single token after a reload: its file read again (rotated), or, if it
+        cannot be read or is not usable now, the one in force, said in an error line."""
+        token = self.operators.single
+        if self.token_file is None or token is None:
+            return token
+        try:
+            return load_token(self.token_file) or token
+        except TokenError as exc:
+            log.error("the management token was not rotated: %s; the one in force stays",
+                      exc)
+            return token
 
     def config_status(self) -> dict[str, Any] | None:
         return None if self.status is None else asdict(self.status)
@@ -178,23 +203,23 @@ class Gateway:
             routes.append(Route("/metrics", self.scrape, methods=["GET"]))
         elif self.metrics_access is MetricsAccess.TOKEN:
             routes.append(Route("/metrics", self._managed(self.scrape), methods=["GET"]))
-        if self.token is not None:  # no token, no management API
-            managed = self._managed
+        if self.operators:  # no token, no management API
+            read, operate = self._managed, self._operated
             routes += [
                 Route("/api/resilience/openapi.json", self.openapi, methods=["GET"]),
-                Route("/api/resilience/state", managed(self.state), methods=["GET"]),
-                Route("/api/resilience/events", managed(self.event_stream), methods=["GET"]),
-                Route("/api/resilience/audit", managed(self.audit), methods=["GET"]),
-                Route("/api/resilience/history", managed(self.history), methods=["GET"]),
+                Route("/api/resilience/state", read(self.state), methods=["GET"]),
+                Route("/api/resilience/events", read(self.event_stream), methods=["GET"]),
+                Route("/api/resilience/audit", read(self.audit), methods=["GET"]),
+                Route("/api/resilience/history", read(self.history), methods=["GET"]),
                 Route("/api/resilience/breakers/{provider}/reset",
-                      managed(self.reset_breaker), methods=["POST"]),
+                      operate(self.reset_breaker), methods=["POST"]),
                 Route("/api/resilience/breakers/{provider}/force-open",
-                      managed(self.force_open), methods=["POST"]),
+                      operate(self.force_open), methods=["POST"]),
                 Route("/api/resilience/connections/{provider}/{connection}/{action}",
-                      managed(self.connection_action), methods=["POST"]),
-                Route("/api/resilience/lockouts", managed(self.clear_lockouts),
+                      operate(self.connection_action), methods=["POST"]),
+                Route("/api/resilience/lockouts", operate(self.clear_lockouts),
                       methods=["DELETE"]),
-                Route("/api/resilience/reload", managed(self.reload), methods=["POST"]),
+                Route("/api/resilience/reload", operate(self.reload), methods=["POST"]),
             ]
         app = Starlette(routes=routes, exception_handlers={
             404: _http_error, 405: _http_error})  # OpenAI-style bodies here too
@@ -382,16 +407,23 @@ class Gateway:
 
     # -- the management API ----------------------------------------------------------------
 
-    def _managed(self, handler: Handler) -> Handler:
-        """A management endpoint: the bearer token first; a provider or connection it
-        names that does not exist is a 404."""
+    def _managed(self, handler: Handler, role: Role = Role.READ) -> Handler:
+        """A management endpoint: a token of `role` (or above) first, whose operator is
+        `request.state.operator`; a provider or connection it names that does not exist
+        is a 404."""
 
         async def guarded(request: Request) -> Response:
-            assert self.token is not None
-            if not bearer_matches(request.headers.get("authorization"), self.token):
+            operator = self.operators.identify(request.headers.get("authorization"))
+            if operator is None:
                 return error_response(
                     401, "the management API needs `Authorization: Bearer <token>`",
                     type_="authentication_error", headers={"WWW-Authenticate": "Bearer"})
+            if role is Role.OPERATE and not operator.may_operate:
+                return error_response(
+                    403, f"the token of {operator.name!r} may only read (role read): "
+                         "acting on the router needs an operate token",
+                    type_="permission_error", code="read_only_token")
+            request.state.operator = operator
             try:
                 return await handler(request)
             except UnknownTarget as exc:
@@ -399,16 +431,16 @@ class Gateway:
 
         return guarded
 
+    def _operated(self, handler: Handler) -> Handler:
+        """An endpoint that acts on the router: an `operate` token only."""
+        return self._managed(handler, Role.OPERATE)
+
     @staticmethod
     def _actor(request: Request) -> str:
-        """The operator's name: UTF-8 (headers arrive as latin-1), printable, 64 at most."""
-        raw = request.headers.get(OPERATOR_HEADER) or ""
-        try:
-            name = raw.encode("latin-1").decode("utf-8")
-        except (UnicodeEncodeError, UnicodeDecodeError):
-            name = raw
-        name = "".join(c for c in name if unicodedata.category(c)[0] != "C")
-        return name.strip()[:64] or "api"
+        """Who acts, for the audit: the name of the token used, never a header's, with
+        the caller's reason if it gave one (`x-omniroute-reason`)."""
+        operator: Operator = request.state.operator
+        return operator.acting(request.headers.get(REASON_HEADER) or "")
 
     def _state(self) -> dict[str, Any]:
         return {**state_document(self.engine, self.providers, self.router.routes),
@@ -419,7 +451,11 @@ class Gateway:
         return JSONResponse(MANAGEMENT_OPENAPI)
 
     async def state(self, request: Request) -> Response:
-        return JSONResponse(self._state())
+        """The state, and who asks: the console attached with a `read` token says it is
+        read-only."""
+        operator: Operator = request.state.operator
+        return JSONResponse({**self._state(), "caller": {"name": operator.name,
+                                                         "role": operator.role.value}})
 
     async def event_stream(self, request: Request) -> Response:
         return EventStreamResponse(self.events.stream())

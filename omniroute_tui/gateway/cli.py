@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..clock import SystemClock
 from ..config import ConfigError, MetricsAccess, load_router_config
+from ..config.operators import OperatorTokens
 from ..config.token import TOKEN_ENV, TokenError, load_token
 from ..logs import add_log_arguments, configure_logging
 from ..store import Recovery, SqliteStore, StoreError
@@ -60,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
 async def _serve(args: argparse.Namespace) -> int:
     config = load_router_config(args.config)
     host, port = parse_listen(args.listen or config.gateway_listen or "127.0.0.1:4000")
-    token = load_token(args.token_file or config.gateway_token_file)
+    token_file = args.token_file or config.gateway_token_file
+    token = load_token(token_file)
     router = config.build(SystemClock())
     db = args.db or config.store_path
     redis_url = args.redis or config.store_redis
@@ -86,7 +88,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await store.attach(router.engine)
     gateway = Gateway(router, config.providers, token=token, store=store,
                       limits=config.gateway_limits, fleet=link, config=config,
-                      metrics=config.gateway_metrics,
+                      metrics=config.gateway_metrics, token_file=token_file,
                       served_by_header=config.gateway_served_by_header)
     stop = asyncio.Event()
     # a server that ends on its own (logged with its cause) ends the process, with 1: a
@@ -111,8 +113,7 @@ async def _serve(args: argparse.Namespace) -> int:
             loop.add_signal_handler(hangup, reload_on_hangup)
     try:
         await server.start()
-        management = "with the management API" if token else (
-            f"WITHOUT the management API (no token: give --token-file or ${TOKEN_ENV})")
+        management = _management(gateway.operators)
         print(f"omniroute-gateway on {server.url} {management}; "
               f"{_METRICS_SERVED[gateway.metrics_access]}", flush=True)
         await stop.wait()
@@ -128,6 +129,17 @@ async def _serve(args: argparse.Namespace) -> int:
         return 1
     print("omniroute-gateway stopped", flush=True)
     return 0
+
+
+def _management(operators: OperatorTokens) -> str:
+    """How the start line says who may use the management API."""
+    if not operators:
+        return (f"WITHOUT the management API (no token: give --token-file or ${TOKEN_ENV}, "
+                "or gateway.operators)")
+    tokens = [f"{len(operators.by_digest)} named operator(s)"] if operators.by_digest else []
+    if operators.single is not None:
+        tokens.append("the single token")
+    return f"with the management API ({' and '.join(tokens)})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,9 +33,11 @@ _ERRORS = {
     "413": _json(_ref("Error"), "The body is larger than 16 KiB."),
 }
 _NOT_FOUND = {"404": _json(_ref("Error"), "No such provider, connection or action.")}
-_OPERATOR = {"name": "X-Omniroute-Operator", "in": "header", "required": False,
-             "description": "The operator's name for the audit log (UTF-8, 64 characters).",
-             "schema": {"type": "string"}}
+_REASON = {"name": "X-Omniroute-Reason", "in": "header", "required": False,
+           "description": "Why, for the audit log (UTF-8, 120 characters), after the name of "
+                          "the token used: who acts is the token's, never a header's.",
+           "schema": {"type": "string"}}
+_FORBIDDEN = {"403": _json(_ref("Error"), "The token's role is `read`: it may not act.")}
 _PROVIDER = {"name": "provider", "in": "path", "required": True, "schema": _NAME}
 
 
@@ -43,9 +45,9 @@ def _action(summary: str, *, body: dict[str, Any] | None = None, body_required: 
             parameters: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "summary": summary,
-        "parameters": [*parameters, _OPERATOR],
+        "parameters": [*parameters, _REASON],
         "responses": {"200": _json(_ref("ActionResult"), "Done; the state after it."),
-                      **_ERRORS, **_NOT_FOUND},
+                      **_ERRORS, **_FORBIDDEN, **_NOT_FOUND},
     }
     if body is not None:
         operation["requestBody"] = {"required": body_required,
@@ -69,7 +71,8 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                                   "content": {"text/plain": {"schema": {"type": "string"}}}}},
         }},
         "/api/resilience/state": {"get": {
-            "summary": "Breakers, connections (keys masked), lockouts and the store's health.",
+            "summary": "Breakers, connections (keys masked), lockouts and the store's health; "
+                       "`caller`: the name and role of the token used.",
             "responses": {"200": _json(_ref("State"), "The state now."), "401": _ERRORS["401"]},
         }},
         "/api/resilience/events": {"get": {
@@ -135,7 +138,7 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
             "summary": "Read the config file again: a good one is swapped in between two "
                        "decisions (what is unchanged keeps its state); one with any problem "
                        "is refused whole and the running config stays.",
-            "parameters": [_OPERATOR],
+            "parameters": [_REASON],
             "requestBody": {"required": False, "content": {"application/json": {
                 "schema": {"type": "object", "maxProperties": 0}}}},
             "responses": {
@@ -143,7 +146,7 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                 "409": _json(_ref("Error"), "The router was not started from a config file."),
                 "422": _json(_ref("ReloadRefused"), "Refused: every problem, with its file, "
                                                     "line and field."),
-                **_ERRORS}}},
+                **_ERRORS, **_FORBIDDEN}}},
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -228,7 +231,10 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                           "lockouts": {"type": "array", "items": _ref("Lockout")},
                           "routes": {"type": "array", "items": _ref("Route")},
                           "store": _ref("StoreHealth"),
-                          "config": _ref("ConfigStatus")}},
+                          "config": _ref("ConfigStatus"),
+                          "caller": {"type": "object", "required": ["name", "role"],
+                                     "properties": {"name": {"type": "string"},
+                                                    "role": {"enum": ["read", "operate"]}}}}},
             "ActionResult": {"allOf": [_ref("State"), {
                 "type": "object", "required": ["ok"],
                 "properties": {"ok": {"const": True}, "cleared": {"type": "integer"},

@@ -1,8 +1,9 @@
 """uvicorn's HTTP/1.1 protocol with the limits a public gateway needs.
 
 uvicorn bounds idle keep-alive connections, but not the time a client may take to send a
-request's head or body, the size of the head, or the number of open connections: a client
-that sends half a request holds its connection forever. This protocol adds those limits at
+request's head or body, the size of the head, or the number of open connections, in all
+and from one address: a client that sends half a request holds its connection forever, and
+one that opens enough of them holds every one. This protocol adds those limits at
 the socket, before any of the request reaches the application, and answers each with its
 status (408, 413, 431, 503) and `connection: close`. A client still sending when it is
 refused (413, 431) has what it sends read and dropped for a moment before the connection
@@ -28,7 +29,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config.limits import GatewayLimits
 
-__all__ = ["ClientLog", "client_log", "limited_protocol"]
+__all__ = ["Admissions", "ClientLog", "client_log", "limited_protocol"]
 
 log = logging.getLogger("omniroute.gateway")
 
@@ -130,16 +131,51 @@ class _CorkedTransport:
 
 
 class _Refuse(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason  # what its log line is counted by
+
+
+class Admissions:
+    """The connections one server has let in, in all and by client address. One that is
+    refused is not counted: while it is being answered and closed, it takes no one's place,
+    so a client refused again and again does not keep the others out."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.per_client: dict[str, int] = {}
+
+    def admit(self, host: str, limits: GatewayLimits) -> _Refuse | None:
+        """Count a new connection from `host` in, or say why it is refused."""
+        held = self.per_client.get(host, 0)
+        if held >= limits.max_connections_per_client:
+            return _Refuse(503, f"too many open connections from your address ({held}); "
+                                "close some or try again shortly", "too-many-from")
+        if self.total >= limits.max_connections:
+            return _Refuse(503, f"too many open connections ({self.total}); try again "
+                                "shortly", "too-many")
+        self.per_client[host] = held + 1
+        self.total += 1
+        return None
+
+    def release(self, host: str) -> None:
+        self.total -= 1
+        left = self.per_client[host] - 1
+        if left:
+            self.per_client[host] = left
+        else:
+            del self.per_client[host]
 
 
 class _LimitedProtocol(HttpToolsProtocol):
     limits: GatewayLimits = GatewayLimits()
+    #: what one server let in (`limited_protocol` makes one for each)
+    admissions: Admissions = Admissions()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._counted: str | None = None  # the address this connection counts against
         self._in_head = True
         self._head_bytes = 0
         self._body_bytes = 0
@@ -208,16 +244,21 @@ class _LimitedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.transport = _CorkedTransport(transport, self.loop)  # type: ignore[assignment]
-        if len(self.connections) > self.limits.max_connections:
-            client_log.note("too-many", "refused a connection from %s: %d connections are "
-                            "open", _peer(self.client), len(self.connections) - 1,
-                            client=_host(self.client))
-            self._refuse(_Refuse(503, "too many open connections; try again shortly"))
+        host = _host(self.client) or ""
+        refusal = self.admissions.admit(host, self.limits)
+        if refusal is not None:
+            client_log.note(refusal.reason, "refused a connection from %s: %s",
+                            _peer(self.client), refusal, client=host)
+            self._refuse(refusal)
             return
+        self._counted = host
         self._arm(self.limits.head_timeout_s, "head")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        host, self._counted = self._counted, None
+        if host is not None:
+            self.admissions.release(host)
         if self._stall is not None:
             self._stall.cancel()
         super().connection_lost(exc)
@@ -321,5 +362,7 @@ def _host(client: tuple[str, int] | None) -> str | None:
 
 
 def limited_protocol(limits: GatewayLimits) -> type[HttpToolsProtocol]:
-    """A protocol class for `uvicorn.Config(http=...)` enforcing `limits`."""
-    return type("GatewayHttpProtocol", (_LimitedProtocol,), {"limits": limits})
+    """A protocol class for `uvicorn.Config(http=...)` enforcing `limits`; each counts
+    the connections of its own server."""
+    return type("GatewayHttpProtocol", (_LimitedProtocol,),
+                {"limits": limits, "admissions": Admissions()})

@@ -69,9 +69,12 @@ class RemoteOperator:
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
                     actor: str = "console") -> None:
+        """The gateway audits the name of the token; the console's user (`--operator`)
+        goes with it as the reason (`alice (dave's console)`)."""
         try:
+            why = f"{actor}'s console".encode()
             reply = await self._client.request(method, path, json=body,
-                                               headers={"x-omniroute-operator": actor})
+                                               headers={b"x-omniroute-reason": why})
         except httpx.HTTPError as exc:
             reason = str(exc) or type(exc).__name__
             raise OSError(f"the gateway at {self._client.base_url} did not answer "
@@ -142,6 +145,9 @@ class AttachBackend(RealTimeBackend):
         self.connected = False
         self.retry_in_s: float | None = None
         self._failing_since: int | None = None  # the gateway's store or fleet store
+        #: the token's name and role as the gateway said last (None: not said, a room)
+        self.caller: tuple[str, str] | None = None
+        self.on_caller: Callable[[str, str], None] | None = None
         #: a room's replay as it said last (None for a gateway), and when (monotonic s)
         self.room: dict[str, Any] | None = None
         self._room_at = 0.0
@@ -273,7 +279,24 @@ class AttachBackend(RealTimeBackend):
         is a broken link: the reconnection reads it anyway."""
         reply = await self._client.get("/api/resilience/state")
         reply.raise_for_status()
-        self._on_state(reply.json())
+        self._take_state(reply.json())
+
+    def _take_state(self, document: dict[str, Any]) -> None:
+        """A state document: the model's, and who the gateway says the token is."""
+        self.read_caller(document)
+        self._on_state(document)
+
+    def read_caller(self, document: dict[str, Any]) -> None:
+        """`caller` of a gateway's state: the token's name and role (`read` or `operate`);
+        `on_caller(name, role)` is told when it changes (a reload rotates tokens)."""
+        caller = document.get("caller")
+        if not isinstance(caller, dict):
+            return
+        name, role = str(caller.get("name", ""))[:64], str(caller.get("role", ""))
+        if (name, role) != self.caller:
+            self.caller = (name, role)
+            if self.on_caller is not None:
+                self.on_caller(name, role)
 
     async def _follow(self) -> None:
         """Read the event stream; on any break, wait (backing off) and reconnect: an
@@ -288,7 +311,7 @@ class AttachBackend(RealTimeBackend):
                 self._moved = False
                 if self._on_history is not None:
                     await self._backfill()
-                self._on_state(document)
+                self._take_state(document)
                 async with self._client.stream("GET", "/api/resilience/events",
                                                timeout=httpx.Timeout(10, read=60)) as stream:
                     stream.raise_for_status()
