@@ -45,3 +45,6 @@ class Route:
     #: another model (a short Retry-After, or one quick retry after a 5xx); 0: never
     #: (docs/design.md §7)
     fallback_wait_ms: int = 0
+    #: `stream_resume: continue`: a stream cut after its first content is continued by
+    #: the route's next target and spliced into the client's stream (docs/design.md §7)
+    stream_resume: bool = False

@@ -1,0 +1,207 @@
+"""Resuming a cut stream (`stream_resume: continue`, docs/design.md §7): the router says
+whether and where to continue a stream cut after its first content, as one more attempt
+with its why; what was relayed is read back into the text to continue, and a stream that
+carried anything but text is not continued."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from omniroute_tui.config import load_router_config
+from omniroute_tui.config.problems import ConfigError
+from omniroute_tui.drivers.resume import (
+    RelayedAnswer,
+    ResumeRefusal,
+    _Splice,
+    continuation_body,
+    read_relayed,
+    refusal_of_request,
+)
+from omniroute_tui.engine import FailureKind, StreamCut
+from omniroute_tui.engine.engine import ResilienceEngine
+from omniroute_tui.router import Attempt, RequestRouting, Response, Route, Router, Target
+
+from .helpers import OK, fail, make_engine
+
+
+def _router(engine: ResilienceEngine, *targets: str, resume: bool = True) -> Router:
+    route = Route("r", tuple(Target(*t.split("/")) for t in targets), stream_resume=resume)
+    return Router(engine, {"r": route})
+
+
+def _cut_stream(router: Router, chunks: int = 40) -> tuple[RequestRouting, Attempt]:
+    """A request answered with a stream, cut after `chunks` chunks with content."""
+    routing = router.start("r1", "r")
+    attempt = routing.next_step()
+    assert isinstance(attempt, Attempt)
+    routing.record(200, OK, stream=True)
+    assert isinstance(routing.next_step(), Response)
+    routing.end_stream(StreamCut.RESET, relayed_bytes=4000, relayed_chunks=chunks)
+    return routing, attempt
+
+
+def test_a_cut_stream_is_resumed_on_the_next_target_as_one_more_attempt() -> None:
+    engine, clock, seen = make_engine({"alpha": ("a",), "beta": ("x",)})
+    routing, first = _cut_stream(_router(engine, "alpha/m", "beta/m"))
+    response = routing.response
+    clock.advance(10)
+    resumed = routing.resume(StreamCut.RESET, 40)
+    assert resumed is not None
+    assert (resumed.n, resumed.provider, resumed.connection) == (2, "beta", "x")
+    attempt_event = seen.of("attempt")[-1]
+    assert attempt_event["why"] == "resume: continues attempt 1's answer, cut (reset) after " \
+                                   "40 chunk(s)"
+    budget = seen.of("budget")[-1]  # a resume is a retry: it spends a token
+    assert (budget["provider"], budget["spent"]) == ("beta", True)
+    routing.record(200, OK, stream=True)
+    assert routing.next_step() is response  # answered once: no second response
+    assert len(seen.of("response")) == 1 and routing.streaming
+    clock.advance(500)
+    routing.end_stream(relayed_bytes=2000, relayed_chunks=21)
+    results = [(r["n"], r["provider"], r["kind"], r.get("reason"), r["relayed_chunks"])
+               for r in seen.of("result")]
+    assert results == [(1, "alpha", "stream_cut", "reset", 40), (2, "beta", None, None, 21)]
+    assert [(r.target, r.kind) for r in routing.records] == [("alpha/m", None),
+                                                             ("beta/m", None)]
+    assert routing.resume(StreamCut.RESET, 61) is None  # once a request
+    assert first.provider == "alpha"
+
+
+def test_a_refused_continuation_is_recorded_and_the_request_stays_answered() -> None:
+    engine, clock, seen = make_engine({"alpha": ("a",), "beta": ("x",)})
+    routing, _ = _cut_stream(_router(engine, "alpha/m", "beta/m"))
+    response = routing.response
+    assert routing.resume(StreamCut.RESET, 40) is not None
+    routing.record(400, fail(FailureKind.CLIENT_ERROR))
+    assert routing.next_step() is response and not routing.streaming
+    assert seen.of("result")[-1]["kind"] == "client_error"
+    assert engine.breaker_snapshot("beta").failures == 0  # a 400 is no one's failure
+    assert len(seen.of("response")) == 1
+
+
+def test_no_resume_without_the_setting_a_next_target_or_its_admission() -> None:
+    engine, _, _ = make_engine({"alpha": ("a",), "beta": ("x",)})
+    routing, _ = _cut_stream(_router(engine, "alpha/m", "beta/m", resume=False))
+    assert routing.resume(StreamCut.RESET, 40) is None
+    engine, _, _ = make_engine({"alpha": ("a",), "beta": ("x",)})
+    routing, _ = _cut_stream(_router(engine, "alpha/m"))  # no next target
+    assert routing.resume(StreamCut.RESET, 40) is None
+    engine, _, seen = make_engine({"alpha": ("a",), "beta": ("x",)})
+    engine.force_open("beta", 60_000, actor="test")
+    routing, _ = _cut_stream(_router(engine, "alpha/m", "beta/m"))
+    assert routing.resume(StreamCut.RESET, 40) is None
+    assert seen.of("skip")[-1]["reason"] == "circuit_open"
+
+
+def test_no_resume_while_the_stream_is_open_or_before_an_answer() -> None:
+    engine, _, _ = make_engine({"alpha": ("a",), "beta": ("x",)})
+    routing = _router(engine, "alpha/m", "beta/m").start("r1", "r")
+    assert routing.resume(StreamCut.RESET, 0) is None  # nothing answered yet
+    routing.next_step()
+    routing.record(200, OK, stream=True)
+    routing.next_step()
+    assert routing.resume(StreamCut.RESET, 3) is None  # not ended yet
+
+
+def test_no_resume_without_a_retry_budget_token() -> None:
+    engine, _, seen = make_engine({"alpha": ("a",), "beta": ("x",)})
+    engine.layers("beta").budget.tokens = 0.0
+    routing, _ = _cut_stream(_router(engine, "alpha/m", "beta/m"))
+    assert routing.resume(StreamCut.RESET, 40) is None
+    assert seen.of("skip")[-1]["reason"] == "retry_budget"
+
+
+def test_a_client_gone_during_the_continuation_counts_it_cancelled() -> None:
+    engine, _, seen = make_engine({"alpha": ("a",), "beta": ("x",)})
+    routing, _ = _cut_stream(_router(engine, "alpha/m", "beta/m"))
+    response = routing.response
+    assert routing.resume(StreamCut.IDLE, 40) is not None
+    assert routing.cancel() is response
+    assert seen.of("result")[-1]["kind"] == "cancelled"
+
+
+def test_the_route_setting_is_read() -> None:
+    text = """\
+providers:
+  alpha: {{models: [m], connections: [a]}}
+  beta: {{models: [m], connections: [x]}}
+routes:
+  r: {{stream_resume: {value}, targets: [alpha/m, beta/m]}}
+"""
+    for value, resumed in (("continue", True), ("off", False), ("false", False)):
+        config = load_router_config("r.yaml", text=text.format(value=value))
+        assert config.routes["r"].stream_resume is resumed
+    with pytest.raises(ConfigError, match="stream_resume: expected continue or off, got 'yes "):
+        load_router_config("r.yaml", text=text.format(value="'yes please'"))
+
+
+# -- what was relayed, and the continuation ---------------------------------------------------
+
+
+def _event(delta: dict[str, object], finish: str | None = None, index: int = 0,
+           **extra: object) -> bytes:
+    data = {"id": "chatcmpl-1", "model": "m", "created": 7,
+            "choices": [{"index": index, "delta": delta, "finish_reason": finish}], **extra}
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+def test_the_relayed_text_is_read_back() -> None:
+    pieces = [_event({"role": "assistant", "content": ""}) + b": keep-alive\n\n",
+              _event({"content": "Hel"}) + _event({"content": "lo \"wo\\nrld\""})]
+    assert read_relayed(pieces) == RelayedAnswer(
+        'Hello "wo\\nrld"', {"id": "chatcmpl-1", "model": "m", "created": 7})
+
+
+@pytest.mark.parametrize(("event", "refusal"), [
+    (_event({"tool_calls": [{"index": 0, "function": {"arguments": "{\"a"}}]}),
+     ResumeRefusal.TOOL_CALLS),
+    (_event({"reasoning_content": "hmm"}), ResumeRefusal.NOT_TEXT),
+    (_event({"content": "x"}, index=1), ResumeRefusal.CHOICES),
+    (_event({"content": "x"}, finish="stop"), ResumeRefusal.FINISHED),
+    (_event({"content": 3}), ResumeRefusal.SHAPE),
+    (b'data: {"choices": 3}\n\n', ResumeRefusal.SHAPE),
+    (b'data: {"choices": [[]]}\n\n', ResumeRefusal.SHAPE),
+])
+def test_a_stream_of_more_than_text_is_not_continued(event: bytes,
+                                                     refusal: ResumeRefusal) -> None:
+    assert read_relayed([_event({"content": "Hi "}) + event]) is refusal
+
+
+def test_nothing_to_continue_and_requests_that_cannot_be() -> None:
+    assert read_relayed([_event({"role": "assistant"})]) is ResumeRefusal.EMPTY
+    assert refusal_of_request({"n": 2}) is ResumeRefusal.CHOICES
+    assert refusal_of_request({"logprobs": True}) is ResumeRefusal.LOGPROBS
+    assert refusal_of_request({"n": 1, "logprobs": False}) is None
+
+
+def test_the_continuation_asks_for_the_rest() -> None:
+    body = {"model": "r", "messages": [{"role": "user", "content": "count"}],
+            "max_tokens": 100, "stream": True}
+    assert continuation_body(body, "t0 t1 ", 2) == {
+        "model": "r", "stream": True, "max_tokens": 98,
+        "messages": [{"role": "user", "content": "count"},
+                     {"role": "assistant", "content": "t0 t1 "}]}
+    assert body["messages"] == [{"role": "user", "content": "count"}]  # the client's kept
+    prefilled = {"messages": [{"role": "user", "content": "q"},
+                              {"role": "assistant", "content": "A: "}],
+                 "max_completion_tokens": 3}
+    assert continuation_body(prefilled, "yes", 5) == {
+        "messages": [{"role": "user", "content": "q"},
+                     {"role": "assistant", "content": "A: yes"}],
+        "max_completion_tokens": 1}
+
+
+def test_the_continuation_is_spliced_under_the_first_streams_head() -> None:
+    splice = _Splice({"id": "chatcmpl-1", "model": "m", "created": 7})
+    theirs = (b'data: {"id":"other","model":"n","created":9,"choices":[{"index":0,'
+              b'"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+              b': ping\n\n'
+              b'data: {"id":"other","model":"n","created":9,"choices":[{"index":0,'
+              b'"delta":{"role":"assistant","content":"t40 "},"finish_reason":null}]}\n\n'
+              b'data: [DONE]\n\n')
+    out = splice.feed(theirs[:50]) + splice.feed(theirs[50:])
+    assert out == (b'data: {"id":"chatcmpl-1","model":"m","created":7,"choices":[{"index":0,'
+                   b'"delta":{"content":"t40 "},"finish_reason":null}]}\n\n'
+                   b'data: [DONE]\n\n')
