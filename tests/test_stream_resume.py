@@ -5,12 +5,16 @@ carried anything but text is not continued."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 
+from omniroute_tui.clock import ManualClock
 from omniroute_tui.config import load_router_config
 from omniroute_tui.config.problems import ConfigError
+from omniroute_tui.drivers import AsyncDriver, UpstreamClient
 from omniroute_tui.drivers.resume import (
     RelayedAnswer,
     ResumeRefusal,
@@ -23,7 +27,7 @@ from omniroute_tui.engine import FailureKind, StreamCut
 from omniroute_tui.engine.engine import ResilienceEngine
 from omniroute_tui.router import Attempt, RequestRouting, Response, Route, Router, Target
 
-from .helpers import OK, fail, make_engine
+from .helpers import OK, Recorder, fail, make_engine
 
 
 def _router(engine: ResilienceEngine, *targets: str, resume: bool = True) -> Router:
@@ -205,3 +209,76 @@ def test_the_continuation_is_spliced_under_the_first_streams_head() -> None:
     assert out == (b'data: {"id":"chatcmpl-1","model":"m","created":7,"choices":[{"index":0,'
                    b'"delta":{"content":"t40 "},"finish_reason":null}]}\n\n'
                    b'data: [DONE]\n\n')
+
+
+# -- the driver: a client that leaves while the continuation is asked for ----------------------
+
+
+class _Body:
+    status = 200
+    headers = {"content-type": "text/event-stream"}
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self._pieces = pieces
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        for piece in self._pieces:
+            yield piece
+        raise ConnectionResetError("the peer closed the connection mid-body")
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _Pool:
+    """The primary streams 3 tokens and breaks; the continuation never answers."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def post(self, url: str, headers: dict[str, str], body: bytes,
+                   connect_timeout_s: float) -> _Body:
+        if b'"model":"m"' in body:
+            return _Body([_event({"role": "assistant", "content": ""})]
+                         + [_event({"content": f"t{i} "}) for i in range(3)])
+        self.asked.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_client_gone_while_the_continuation_is_asked_for_ends_it_at_once() -> None:
+    config = load_router_config("r.yaml", text="""\
+providers:
+  alpha: {base_url: "http://alpha/v1", models: [m], connections: [a]}
+  beta: {base_url: "http://beta/v1", models: [n], connections: [x]}
+routes:
+  r: {stream_resume: continue, targets: [alpha/m, beta/n]}
+""")
+    router = config.build(ManualClock())
+    seen = Recorder(router.engine.bus)
+    pool = _Pool()
+    driver = AsyncDriver(router, config.providers, UpstreamClient(pool=pool))
+    completion = await driver.complete({"model": "r", "messages": [], "stream": True},
+                                       stream=True)
+    read: list[bytes] = []
+
+    async def client() -> None:
+        async for piece in completion.pieces():
+            read.append(piece)
+
+    task = asyncio.get_running_loop().create_task(client())
+    await pool.asked.wait()
+    completion.client_gone()
+    await task  # ends, not cancelled: the interruption was the relay's own
+    await completion.finish()
+    assert completion.gone and b"error" not in b"".join(read)  # no one to tell
+    assert b"".join(read).count(b"t2 ") == 1
+    assert [(r["n"], r["kind"]) for r in seen.of("result")] == [(1, "stream_cut"),
+                                                                (2, "cancelled")]
+    assert completion.resume is not None and completion.resume.outcome == "failed: cancelled"

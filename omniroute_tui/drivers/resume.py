@@ -242,7 +242,8 @@ class StreamResume:
             return
         continued = await self._continue(first, kept)
         if continued is None:
-            yield cut_event
+            if not self.gone:
+                yield cut_event
             return
         relay, splice = continued
         async for piece in relay.relay():
