@@ -282,3 +282,27 @@ routes:
     assert [(r["n"], r["kind"]) for r in seen.of("result")] == [(1, "stream_cut"),
                                                                 (2, "cancelled")]
     assert completion.resume is not None and completion.resume.outcome == "failed: cancelled"
+
+
+def test_the_console_why_view_names_the_resume_and_both_attempts() -> None:
+    from omniroute_tui.console.model.console_model import ConsoleModel
+
+    engine, clock, _ = make_engine({"alpha": ("a",), "beta": ("x",)})
+    model = ConsoleModel({}, clock.now_ms)
+    engine.bus.subscribe(model.on_event)
+    routing, _ = _cut_stream(_router(engine, "alpha/m", "beta/m"))
+    assert routing.resume(StreamCut.RESET, 40) is not None
+    routing.record(200, OK, stream=True)
+    clock.advance(300)
+    routing.end_stream(relayed_bytes=2000, relayed_chunks=21)
+    trail = model.requests["r1"]
+    steps = [(layer, what) for _, layer, what in trail.steps
+             if layer in ("resume", "upstream") or what.startswith("attempt")]
+    assert steps == [
+        ("router", "attempt 1 on alpha/a/m"),
+        ("upstream", "failed: stream_cut (200): reset after 0ms, streamed 40 chunk(s), "
+                     "4,000 bytes"),
+        ("resume", "resume: continues attempt 1's answer, cut (reset) after 40 chunk(s)"),
+        ("router", "attempt 2 on beta/x/m"),
+        ("upstream", "answered 200 in 300ms, streamed 21 chunk(s), 2,000 bytes")]
+    assert trail.attempts == 2

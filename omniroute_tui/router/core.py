@@ -30,7 +30,7 @@ from ..engine.kinds import FailureKind, SkipReason, StreamCut
 from ..engine.reload import ReloadSummary
 from ..engine.settings import AdmissionSettings
 from .rate_limits import RateLimitInfo
-from .routes import Route, Strategy, Target
+from .routes import RESUME_WHY, Route, Strategy, Target
 from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
 from .strategies import (
     Busy,
@@ -456,7 +456,7 @@ class RequestRouting:
         self._resumed = True
         now = self.engine.clock.now_ms()
         self._candidates, self._carried = None, False  # another target, not another key
-        self._why = (f"resume: continues attempt {self.response.upstream.n}'s answer, cut "
+        self._why = (f"{RESUME_WHY}continues attempt {self.response.upstream.n}'s answer, cut "
                      f"({cut}) after {relayed_chunks} chunk(s)")
         attempt = self._walk(now)
         self._why = None

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["ORDERING_STRATEGIES", "Route", "Strategy", "Target"]
+__all__ = ["ORDERING_STRATEGIES", "RESUME_WHY", "Route", "Strategy", "Target"]
+
+#: how the `why` of an attempt that continues a cut stream begins (`stream_resume`)
+RESUME_WHY = "resume: "
 
 
 class Strategy(StrEnum):
