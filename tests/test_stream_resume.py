@@ -10,6 +10,8 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from omniroute_tui.clock import ManualClock
 from omniroute_tui.config import load_router_config
@@ -306,3 +308,74 @@ def test_the_console_why_view_names_the_resume_and_both_attempts() -> None:
         ("router", "attempt 2 on beta/x/m"),
         ("upstream", "answered 200 in 300ms, streamed 21 chunk(s), 2,000 bytes")]
     assert trail.attempts == 2
+
+
+class _SplitPool:
+    """The primary streams tokens 0..cut-1 in pieces split at `splits` and breaks; the
+    next target continues from the prefill's last token, split the same way."""
+
+    def __init__(self, cut: int, splits: list[int]) -> None:
+        self.cut, self.splits = cut, splits
+
+    def _pieces(self, body: bytes) -> list[bytes]:
+        points = sorted({min(s, len(body)) for s in self.splits})
+        return [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)
+                if body[a:b]]
+
+    async def post(self, url: str, headers: dict[str, str], body: bytes,
+                   connect_timeout_s: float) -> _Body:
+        request = json.loads(body)
+        role = _event({"role": "assistant", "content": ""})
+        if request["model"] == "m":
+            tokens = b"".join(_event({"content": f"t{i} "}) for i in range(self.cut))
+            return _Body(self._pieces(role + tokens))
+        start = len(request["messages"][-1]["content"].split())
+        rest = b"".join(_event({"content": f"t{i} "}) for i in range(start, 60))
+        return _WholeBody(self._pieces(role + rest + _event({}, finish="stop")
+                                       + b"data: [DONE]\n\n"))
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _WholeBody(_Body):
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        for piece in self._pieces:
+            yield piece
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 59), st.lists(st.integers(1, 6000), max_size=8))
+def test_any_cut_resumed_gives_the_whole_answer_once(cut: int, splits: list[int]) -> None:
+    """Wherever the primary breaks after its first token, and however the network splits
+    either stream, the client reads the 60 tokens once, then one `[DONE]`, and the
+    results say a cut after `cut` chunks and a continuation of the rest."""
+    config = load_router_config("r.yaml", text="""\
+providers:
+  alpha: {base_url: "http://alpha/v1", models: [m], connections: [a]}
+  beta: {base_url: "http://beta/v1", models: [n], connections: [x]}
+routes:
+  r: {stream_resume: continue, targets: [alpha/m, beta/n]}
+""")
+    router = config.build(ManualClock())
+    seen = Recorder(router.engine.bus)
+    driver = AsyncDriver(router, config.providers,
+                         UpstreamClient(pool=_SplitPool(cut, splits)))
+
+    async def read() -> bytes:
+        completion = await driver.complete(
+            {"model": "r", "messages": [{"role": "user", "content": "count"}],
+             "stream": True}, stream=True)
+        body = b"".join([piece async for piece in completion.pieces()])
+        await completion.finish()
+        return body
+
+    body = asyncio.run(read())
+    events = [e for e in body.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]" and body.count(b"[DONE]") == 1
+    chunks = [json.loads(e.removeprefix(b"data: ")) for e in events[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "".join(
+        f"t{i} " for i in range(60))
+    assert {c["id"] for c in chunks} == {"chatcmpl-1"}
+    assert [(r["n"], r["kind"], r["relayed_chunks"]) for r in seen.of("result")] == [
+        (1, "stream_cut", cut), (2, None, 60 - cut + 1)]
