@@ -207,6 +207,10 @@ def test_the_continuation_is_spliced_under_the_first_streams_head() -> None:
               b'data: {"id":"other","model":"n","created":9,"choices":[{"index":0,'
               b'"delta":{"role":"assistant","content":"t40 "},"finish_reason":null}]}\n\n'
               b'data: [DONE]\n\n')
+    # a strange shape is passed on as it is, under the head
+    assert splice.feed(b'data: {"choices": 5, "usage": {"total_tokens": 3}}\n\n') == (
+        b'data: {"choices":5,"usage":{"total_tokens":3},"id":"chatcmpl-1","model":"m",'
+        b'"created":7}\n\n')
     out = splice.feed(theirs[:50]) + splice.feed(theirs[50:])
     assert out == (b'data: {"id":"chatcmpl-1","model":"m","created":7,"choices":[{"index":0,'
                    b'"delta":{"content":"t40 "},"finish_reason":null}]}\n\n'

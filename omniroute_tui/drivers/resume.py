@@ -169,7 +169,8 @@ class _Splice:
             chunk = json.loads(event.data)
             if not _has_content(chunk):
                 continue
-            for choice in chunk.get("choices") or ():
+            choices = chunk.get("choices")
+            for choice in choices if type(choices) is list else ():
                 delta = choice.get("delta") if type(choice) is dict else None
                 if type(delta) is dict:
                     delta.pop("role", None)
