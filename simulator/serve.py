@@ -22,7 +22,8 @@ __all__ = ["router_config_for", "serve_command"]
 
 
 def router_config_for(scenario: Scenario, servers: list[FakeServer]) -> dict[str, Any]:
-    """The scenario's providers and routes as a router config aimed at the fakes."""
+    """The scenario's router config aimed at the fakes: its providers with the fakes' URLs
+    and keys, every other section (routes, resilience, store, gateway) as written."""
     raw = scenario.config.raw or {}
     keys = fake_api_keys(scenario)
     urls = {s.provider: s.base_url for s in servers}
@@ -43,9 +44,10 @@ def router_config_for(scenario: Scenario, servers: list[FakeServer]) -> dict[str
         if isinstance(raw_provider, dict) and "resilience" in raw_provider:
             entry["resilience"] = raw_provider["resilience"]
         providers[name] = entry
-    config: dict[str, Any] = {"providers": providers, "routes": raw.get("routes", {})}
-    if "resilience" in raw:
-        config["resilience"] = raw["resilience"]
+    # every other section of the file as it was, in its place: store, gateway, resilience
+    config: dict[str, Any] = {"providers": providers, "routes": {}}
+    config.update({key: body for key, body in raw.items() if key != "providers"})
+    config["providers"] = providers
     return config
 
 

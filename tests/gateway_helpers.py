@@ -59,16 +59,18 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
                           redis: tuple[str, str] | None = None,
                           retention: StoreRetention | None = None,
                           metrics: MetricsAccess = MetricsAccess.TOKEN, port: int = 0,
-                          fakes_clock: Clock | None = None) -> AsyncIterator[Running]:
+                          fakes_clock: Clock | None = None,
+                          gateway_section: str = "") -> AsyncIterator[Running]:
     """A gateway on its own fakes; `redis` (URL, key prefix) makes it a fleet replica;
     `port` is its port on 127.0.0.1 (0: any free one); `fakes_clock` is the scenario's
-    time for the fakes' faults (by default, the time since they started)."""
+    time for the fakes' faults (by default, the time since they started);
+    `gateway_section` is a `gateway:` line added to the router config."""
     loaded = load_scenario("gateway.yaml", text=scenario)
     fakes = await start_fakes(loaded, fakes_clock)
     store = link = None
     server = None
     try:
-        text = yaml.safe_dump(router_config_for(loaded, fakes))
+        text = yaml.safe_dump(router_config_for(loaded, fakes)) + gateway_section
         config = load_router_config("router.yaml", text=text)
         router = config.build(SystemClock())
         if db:
@@ -82,7 +84,8 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             link = RedisLink(redis[0], prefix=redis[1])
             await link.attach(router.engine, router.models)
         gateway = Gateway(router, config.providers, token=TOKEN, store=store, limits=limits,
-                          fleet=link, metrics=metrics)
+                          fleet=link, metrics=metrics,
+                          served_by_header=config.gateway_served_by_header)
         server = GatewayServer(gateway, "127.0.0.1", port)
         await server.start()
         yield Running(server.url, gateway, text, server)

@@ -115,3 +115,67 @@ def test_the_unit_tests_catch_a_changed_rule(tmp_path: Path, old: str, new: str)
     result = promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path)
     assert result.returncode == 1
     assert "FAILED" in result.stdout + result.stderr
+
+
+def section_text(alert: str) -> str:
+    """The runbook's paragraph on `alert`."""
+    text = RUNBOOK.read_text()
+    return text.split(f"## {alert}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _pane_claims() -> list[tuple[str, int, str]]:
+    """(where, key, name) of every `pane N (Name` in the runbook and the rules."""
+    claims = []
+    for path in (RUNBOOK, RULES, RULE_TESTS):
+        for key, name in re.findall(r"pane ([0-9]) \((\w+)", path.read_text()):
+            claims.append((path.name, int(key), name))
+    return claims
+
+
+def test_every_pane_named_is_the_pane_of_that_key() -> None:
+    from omniroute_tui.console.actions import ACTIONS
+    from omniroute_tui.console.model.panes import Pane
+
+    by_key = {action.key: (action.description, action.name) for action in ACTIONS
+              if action.name.startswith("pane(")}
+    claims = _pane_claims()
+    assert len(claims) >= 20
+    for where, key, name in claims:
+        label, action = by_key[str(key)]
+        pane = Pane(action.removeprefix("pane('").removesuffix("')"))
+        assert name in (label, pane.value.capitalize()), (where, key, name)
+
+
+def test_the_overview_shows_what_the_no_target_runbook_says() -> None:
+    """Pane 0 names the open breakers and counts the cooling and disabled connections and
+    the locked keys with their models, as the OmniRouteRouteNoTarget runbook says."""
+    from omniroute_tui.clock import ManualClock
+    from omniroute_tui.config import load_router_config
+    from omniroute_tui.console.model.console_model import ConsoleModel
+    from omniroute_tui.engine import Classification, FailureKind
+    from omniroute_tui.state_document import state_document
+
+    config = load_router_config("router.yaml", text=(
+        "providers:\n"
+        "  alpha: {base_url: 'http://127.0.0.1:9/v1', models: [m], connections: [a1]}\n"
+        "  beta: {base_url: 'http://127.0.0.1:9/v1', models: [m], connections: [b1, b2]}\n"
+        "  gamma: {base_url: 'http://127.0.0.1:9/v1', models: [m], connections: [g1]}\n"
+        "routes:\n  chat: {targets: [alpha/m, beta/m, gamma/m]}\n"))
+    router = config.build(ManualClock(0))
+    engine = router.engine
+    engine.force_open("alpha", 60_000, actor="ops")
+    admission = engine.admit("beta")
+    engine.record("beta", "b1", "m", admission, Classification(FailureKind.RATE_LIMITED, 30_000))
+    engine.set_enabled("beta", "b2", False, actor="ops")
+    engine.record("gamma", "g1", "m", engine.admit("gamma"),
+                  Classification(FailureKind.FORBIDDEN, None))
+    said = " ".join(section_text("OmniRouteRouteNoTarget").split())
+    assert ("pane 0 (Overview) names the providers whose breaker is open and counts the "
+            "cooling and disabled connections and the locked keys with their models") in said
+    model = ConsoleModel(config.providers, lambda: 0)
+    model.load_state_document(state_document(engine, config.providers, router.routes))
+    breakers, cooldowns, lockouts = model.overview_lines(0)[:3]
+    assert "(alpha)" in breakers
+    assert cooldowns.startswith("cooldowns  1 of 4 connections cooling") and cooldowns.endswith(
+        "; 1 disabled")
+    assert lockouts == "lockouts   1 key locked on 1 model (gamma/m)"

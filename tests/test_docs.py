@@ -426,3 +426,41 @@ def test_no_file_points_outside_the_repository_for_its_contract() -> None:
                        for path, text in repository_texts() for word in forbidden
                        if word in text)
     assert not offenders, "cite docs/design.md §N instead:\n" + "\n".join(offenders)
+
+
+def test_the_reload_signal_reaches_both_gateways_of_a_host(tmp_path: Path) -> None:
+    """The SIGHUP line of the gateway's manual, run as written against two processes
+    started on the same config file (its name made unique to this test): both hear it."""
+    import subprocess
+    import sys
+    import uuid
+
+    text = section(DOCS / "gateway.md", "Reloading the config")
+    line = next(line for block in blocks(text, "bash") for line in block.splitlines()
+                if "-HUP" in line)
+    config = f"router-{uuid.uuid4().hex}.yaml"
+    assert "router.yaml" in line
+    script = tmp_path / "reload.sh"
+    script.write_text(line.replace("router.yaml", config) + "\n")
+    heard = [tmp_path / f"heard-{i}" for i in range(2)]
+    hears = ("import signal, sys, pathlib\n"
+             "def hup(*_): pathlib.Path(sys.argv[1]).write_text('hup'); sys.exit(0)\n"
+             "signal.signal(signal.SIGHUP, hup)\n"
+             "print('ready', flush=True)\n"
+             "sys.stdin.read()\n")
+    gateways = [subprocess.Popen([sys.executable, "-c", hears, str(path), "omniroute-gateway",
+                                  "--config", config], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True) for path in heard]
+    try:
+        for gateway in gateways:
+            assert gateway.stdout is not None and gateway.stdout.readline() == "ready\n"
+        # a script of its own: a `bash -c LINE` would carry the pattern and match itself
+        assert subprocess.run(["bash", str(script)], timeout=10).returncode == 0
+        for gateway in gateways:
+            assert gateway.wait(timeout=10) == 0
+        assert [path.read_text() for path in heard] == ["hup", "hup"]
+    finally:
+        for gateway in gateways:
+            if gateway.poll() is None:
+                gateway.kill()
+                gateway.wait()

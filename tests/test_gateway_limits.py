@@ -196,7 +196,8 @@ async def test_too_many_connections_are_answered_503(tmp_path: Path) -> None:
     async with running_gateway(tmp_path, limits=limits) as gw:
         held = [await _raw(gw.url) for _ in range(5)]
         reader, writer = await _raw(gw.url)
-        assert (await _read_all(reader)).startswith(b"HTTP/1.1 503 ")
+        answer = await _read_all(reader)
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"\r\nretry-after: 1\r\n" in answer
         writer.close()
         for _, w in held:
             w.close()

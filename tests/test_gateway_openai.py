@@ -49,10 +49,33 @@ async def test_fallback_when_a_provider_fails(tmp_path: Path) -> None:
         assert state.last_error == "server_error" and state.level == 1
 
 
+@pytest.mark.parametrize(("section", "served_by"), [
+    ("", "healthy/h1/m"), ("gateway: {served_by_header: on}\n", "healthy/h1/m"),
+    ("gateway: {served_by_header: off}\n", None)])
+async def test_the_served_by_header_names_the_connection_at_most_and_can_be_off(
+        tmp_path: Path, section: str, served_by: str | None) -> None:
+    """`x-omniroute-served-by` is provider/connection/model: never the key nor anything of
+    the answer beyond the connection's id; `gateway: {served_by_header: off}` drops it
+    from every answer, streamed ones too."""
+    async with (running_gateway(tmp_path, gateway_section=section) as gw,
+                httpx.AsyncClient(base_url=gw.url, timeout=10) as http):
+        plain = await http.post("/v1/chat/completions",
+                                json={"model": "fallback", "messages": MESSAGES})
+        async with http.stream("POST", "/v1/chat/completions", json={
+                "model": "chat", "messages": MESSAGES, "stream": True}) as streamed:
+            await streamed.aread()
+    assert plain.status_code == streamed.status_code == 200
+    for reply in (plain, streamed):
+        assert reply.headers.get("x-omniroute-served-by") == served_by
+        assert "sk-healthy" not in str(reply.headers)
+
+
 async def test_aggregated_error_when_everything_is_down(tmp_path: Path) -> None:
     async with running_gateway(tmp_path) as gw, client(gw.url) as api:
-        with pytest.raises(openai.RateLimitError):  # the upstream 429, passed on
+        with pytest.raises(openai.RateLimitError) as first:  # the upstream 429, passed on
             await api.chat.completions.create(model="busy", messages=MESSAGES)
+        # when the key it met comes back out of its cooldown (the upstream said 30 s)
+        assert first.value.response.headers["retry-after"] in ("29", "30")
         with pytest.raises(openai.RateLimitError) as info:  # now the key is cooling
             await api.chat.completions.create(model="busy", messages=MESSAGES)
         response = info.value.response
@@ -79,3 +102,29 @@ async def test_unknown_model_and_malformed_bodies(tmp_path: Path) -> None:
                 assert reason in reply.json()["error"]["message"]
             health = await http.get(f"{gw.url}/health")
             assert health.json()["status"] == "ok"
+
+
+@pytest.mark.parametrize(("text", "on"), [("on", True), ("off", False), ('"off"', False),
+                                          ("true", True), ("false", False)])
+def test_served_by_header_is_on_or_off(text: str, on: bool) -> None:
+    from omniroute_tui.config import load_router_config
+
+    base = ("providers:\n  p: {base_url: 'http://127.0.0.1:9/v1', models: [m], "
+            "connections: [c]}\n")
+    loaded = load_router_config("r.yaml", text=base + f"gateway: {{served_by_header: {text}}}\n")
+    assert loaded.gateway_served_by_header is on
+    assert load_router_config("r.yaml", text=base).gateway_served_by_header is True
+
+
+@pytest.mark.parametrize("text", ["hidden", "connection", "1", "[on]", "''", "x" * 5000],
+                         ids=lambda text: text[:10])
+def test_served_by_header_refuses_anything_else(text: str) -> None:
+    from omniroute_tui.config import ConfigError, load_router_config
+
+    with pytest.raises(ConfigError) as caught:
+        load_router_config("r.yaml", text=(
+            "providers:\n  p: {base_url: 'http://127.0.0.1:9/v1', models: [m], "
+            f"connections: [c]}}\ngateway: {{served_by_header: {text}}}\n"))
+    message = str(caught.value)
+    assert "r.yaml:3: gateway.served_by_header: expected on or off" in message
+    assert len(message) < 300

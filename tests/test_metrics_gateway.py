@@ -115,6 +115,7 @@ async def test_a_failing_collector_answers_503_and_logs_it(
                     reply = await http.get("/metrics", headers=AUTH)
                     assert reply.status_code == 503
                     assert reply.text.startswith("metrics unavailable")
+                    assert reply.headers["retry-after"] == "15"
                     assert len(reply.content) < 200
             errors = [r for r in caplog.records if r.levelno == logging.ERROR]
             assert len(errors) == 2

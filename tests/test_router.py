@@ -99,6 +99,44 @@ def test_open_breaker_makes_it_503() -> None:
     assert response.headers == {"Retry-After": "60"}
 
 
+def test_a_probe_held_by_another_replica_gives_a_503_with_a_retry_after() -> None:
+    """In a fleet another replica may hold the probe lease: the skip is half_open_busy and
+    nothing says when the probe answers, yet the 503 says when to come back."""
+    engine, clock, _ = make_engine({"alpha": ("a",)})
+    engine.set_probe_gate(lambda provider, now: False)
+    engine.force_open("alpha", 1000, actor="ops")
+    clock.set(1000)
+    attempts, response = drive(make_router(engine, targets=("alpha/m",)).start("1", "r"),
+                               [], clock)
+    assert attempts == [] and response.status == 503
+    assert response.body["error"]["skipped"] == [  # type: ignore[index]
+        {"target": "alpha/m", "reason": "half_open_busy", "retry_after_ms": None}]
+    assert response.headers == {"Retry-After": "1"}
+
+
+def test_every_key_disabled_is_a_503_with_a_retry_after() -> None:
+    engine, clock, _ = make_engine({"alpha": ("a",)})
+    engine.set_enabled("alpha", "a", False, actor="ops")
+    _, response = drive(make_router(engine, targets=("alpha/m",)).start("1", "r"), [], clock)
+    assert response.status == 503 and response.headers == {"Retry-After": "1"}
+
+
+def test_a_last_429_says_when_the_key_it_met_comes_back() -> None:
+    engine, clock, _ = make_engine({"alpha": ("a",)})
+    _, response = drive(make_router(engine, targets=("alpha/m",)).start("1", "r"),
+                        [fail(FailureKind.RATE_LIMITED, 12_300)], clock)
+    assert response.status == 429 and response.body["error"]["code"] == (  # type: ignore[index]
+        "all_attempts_failed")
+    assert response.headers == {"Retry-After": "13"}
+
+
+def test_only_429_and_503_carry_a_retry_after_when_nothing_says_when() -> None:
+    engine, clock, _ = make_engine({"alpha": ("a",)})
+    _, response = drive(make_router(engine, targets=("alpha/m",)).start("1", "r"),
+                        [fail(FailureKind.TIMEOUT)], clock)
+    assert response.status == 504 and response.headers == {}
+
+
 def test_locked_model_is_skipped_as_all_locked() -> None:
     engine, clock, _ = make_engine({"alpha": ("a",), "beta": ("x",)})
     engine.record("alpha", "a", "m", ADMIT, fail(FailureKind.FORBIDDEN))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from omniroute_tui.config import ConfigError
+from omniroute_tui.config import ConfigError, load_router_config
 from simulator.cli import main
 from simulator.scenario import ROUTER_FIELDS, SCENARIOS_DIR, load_scenario
 from simulator.serve import router_config_for
@@ -119,6 +119,30 @@ def test_serve_aims_the_configs_providers_at_the_fakes_with_fake_keys(tmp_path: 
     assert written["resilience"] == {"breaker": {"failure_threshold": 3}}
     assert written["routes"] == {"chat": {"targets": ["openai/gpt-4o", "anthropic/claude"]}}
     assert "sk-live" not in yaml.safe_dump(written)
+
+
+def test_serve_keeps_every_section_of_the_config(tmp_path: Path) -> None:
+    """`--config-out` writes the config back whole: a gateway started on it keeps its
+    store, its fleet and its gateway settings."""
+    sections = ("store: {redis: 'redis://127.0.0.1:6379/0', prefix: team, lease_max: 20s}\n"
+                "gateway: {listen: '127.0.0.1:4100', metrics: public, "
+                "limits: {max_connections: 300}}\n")
+    config, scenario = write(tmp_path, CONFIG + sections)
+    loaded = load_scenario(scenario, config=config)
+    servers: list[Any] = [SimpleNamespace(provider=name, base_url=f"http://127.0.0.1:{9000 + i}")
+                          for i, name in enumerate(loaded.providers)]
+    written = router_config_for(loaded, servers)
+    assert list(written) == ["providers", "routes", "resilience", "store", "gateway"]
+    assert written["store"] == {"redis": "redis://127.0.0.1:6379/0", "prefix": "team",
+                                "lease_max": "20s"}
+    assert written["gateway"]["limits"] == {"max_connections": 300}
+    out = tmp_path / "out.yaml"
+    out.write_text(yaml.safe_dump(written, sort_keys=False))
+    reread = load_router_config(out)
+    assert (reread.store_redis, reread.store_prefix, reread.store_lease_max_ms) == (
+        "redis://127.0.0.1:6379/0", "team", 20_000)
+    assert reread.gateway_listen == "127.0.0.1:4100"
+    assert reread.gateway_limits.max_connections == 300
 
 
 @pytest.mark.parametrize(

@@ -118,6 +118,8 @@ class RouterConfig:
     gateway_token_file: str | None = None
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
     gateway_metrics: MetricsAccess = MetricsAccess.TOKEN
+    #: whether an answer names its provider/connection/model in `x-omniroute-served-by`
+    gateway_served_by_header: bool = True
     source: str = "<memory>"
     #: the file's sha256, first 12 hex digits: which config a router runs
     version: str = ""
@@ -476,6 +478,7 @@ def load_router_config(
     retention = StoreRetention()
     limits = GatewayLimits()
     metrics = MetricsAccess.TOKEN
+    served_by_header = True
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
         if "events" in store:  # the earlier release's one log of every event
             src.problem(("store", "events"), "state changes and per-request events are kept "
@@ -497,7 +500,11 @@ def load_router_config(
             lease_max = read_duration(src, store["lease_max"], ("store", "lease_max"),
                                       positive=True, longest_ms=3_600_000) or lease_max
     if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
-        reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits", "metrics"))
+        reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits", "metrics",
+                                               "served_by_header"))
+        if "served_by_header" in gw:
+            served_by_header = _on_or_off(src, gw["served_by_header"],
+                                          ("gateway", "served_by_header"))
         if "metrics" in gw:
             metrics = _metrics_access(src, gw["metrics"], ("gateway", "metrics"))
         if "limits" in gw:
@@ -512,7 +519,7 @@ def load_router_config(
         store_redis=store_redis, store_prefix=prefix, store_lease_max_ms=lease_max,
         store_retention=retention,
         gateway_listen=listen, gateway_token_file=token_file, gateway_limits=limits,
-        gateway_metrics=metrics,
+        gateway_metrics=metrics, gateway_served_by_header=served_by_header,
         source=src.name, version=src.version, raw=data,
     )
 
@@ -528,6 +535,17 @@ def _metrics_access(src: Source, value: Any, path: Path) -> MetricsAccess:
                       f"public (no token asked) or off (not served), got "
                       f"{repr(value)[:40] if isinstance(value, str) else type(value).__name__}")
     return MetricsAccess.TOKEN
+
+
+def _on_or_off(src: Source, value: Any, path: Path) -> bool:
+    """`on` or `off` (YAML reads them unquoted as true and false): on unless said."""
+    if isinstance(value, bool):
+        return value
+    if value in ("on", "off"):
+        return bool(value == "on")
+    src.problem(path, f"expected on or off, got "
+                      f"{repr(value)[:40] if isinstance(value, str) else type(value).__name__}")
+    return True
 
 
 def _read_redis(src: Source, value: Any, path: Path) -> str | None:

@@ -81,6 +81,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         metrics: MetricsAccess = MetricsAccess.TOKEN,
         config_status: ConfigStatus | None = None,
         room: RoomServer | None = None,
+        served_by_header: bool = True,
     ) -> None:
         super().__init__()
         self.room = room  # `--serve-room`: this console's replay, served to viewers
@@ -88,6 +89,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.token = token
         self.metrics = metrics  # who may scrape the served gateway's /metrics
         self.config_status = config_status  # the config file it serves, for /metrics
+        self.served_by_header = served_by_header  # the config's gateway.served_by_header
         self.gateway_server: Any = None
         self.servers_down: list[str] = []
         self.backend = backend
@@ -214,7 +216,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
             return
         gateway = Gateway(served.router, self.backend.providers, token=self.token,
                           store=served.store, metrics=self.metrics,
-                          config_status=self.config_status)
+                          config_status=self.config_status,
+                          served_by_header=self.served_by_header)
         server = GatewayServer(gateway, host, port, on_end=lambda failure: self._stopped_serving(
             "GATEWAY", failure, "its clients get no answers"))
         try:

@@ -166,7 +166,8 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
             status = ConfigStatus(str(args.config), config.version, time.time_ns() // 1_000_000)
         return ConsoleApp(router_backend, model, operator=operator,
                           read_only=args.read_only, listen=listen, token=token,
-                          metrics=config.gateway_metrics, config_status=status)
+                          metrics=config.gateway_metrics, config_status=status,
+                          served_by_header=config.gateway_served_by_header)
     from simulator.scenario import load_scenario, resolve_scenario
 
     scenario = load_scenario(resolve_scenario(scenario_name or "demo"), config=args.config)

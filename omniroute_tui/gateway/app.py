@@ -54,6 +54,7 @@ HISTORY_LIMIT = 1000
 _FORWARDED_HEADERS = {"content-type": "content-type", "openai-processing-ms":
                       "openai-processing-ms", "x-request-id": "x-upstream-request-id"}
 OPERATOR_HEADER = "x-omniroute-operator"
+SERVED_BY_HEADER = "x-omniroute-served-by"
 #: one line per proxied request, at info (docs/gateway.md, "Logs")
 access_log = logging.getLogger("omniroute.access")
 Handler = Callable[[Request], Awaitable[Response]]
@@ -88,6 +89,7 @@ class Gateway:
         config: RouterConfig | None = None,
         metrics: MetricsAccess = MetricsAccess.TOKEN,
         config_status: ConfigStatus | None = None,
+        served_by_header: bool = True,
     ) -> None:
         self.router = router
         self.limits = limits or GatewayLimits()
@@ -98,6 +100,9 @@ class Gateway:
         self.fleet = fleet
         self.client = client or UpstreamClient()
         self.driver = AsyncDriver(router, providers, self.client)
+        #: `x-omniroute-served-by: provider/connection/model` on every proxied answer
+        #: (`gateway.served_by_header`): a connection id may name a team or an account
+        self.served_by_header = served_by_header
         self.request_ids = RequestIds()
         self.events = EventBroadcaster(router.engine.bus,
                                        replica=None if fleet is None else fleet.replica)
@@ -163,6 +168,7 @@ class Gateway:
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
+            Route("/ready", self.ready, methods=["GET"]),
         ]
         if self.metrics_access is MetricsAccess.PUBLIC:
             routes.append(Route("/metrics", self.scrape, methods=["GET"]))
@@ -272,8 +278,8 @@ class Gateway:
             return JSONResponse(response.body, response.status, headers=response.headers)
         headers = {_FORWARDED_HEADERS[k.lower()]: v for k, v in reply.headers.items()
                    if k.lower() in _FORWARDED_HEADERS}
-        headers["x-omniroute-served-by"] = (response.upstream.served_by
-                                            if response.upstream else "")
+        if self.served_by_header and response.upstream is not None:
+            headers[SERVED_BY_HEADER] = response.upstream.served_by
         if reply.relay is not None:
             return RelayResponse(completion, reply.status, headers, partial(
                 _stream_ended, request_id, model))
@@ -312,6 +318,22 @@ class Gateway:
             body["subscriber_faults"] = dict(self.engine.bus.faults)
         return JSONResponse(body)
 
+    async def ready(self, request: Request) -> Response:
+        """`GET /ready`: whether to send this gateway traffic: its config loaded, its store
+        open (when it has one), its fleet link up (when it is a replica). 200, or 503 with
+        what is not; `/health` stays 200 while routing works at all."""
+        checks: dict[str, dict[str, Any]] = {"config": {
+            "ok": self.status is None or bool(self.status.version),
+            "version": None if self.status is None else self.status.version}}
+        if self.store is not None:
+            checks["store"] = {"ok": self.store.is_open}
+        if self.fleet is not None:
+            link = self.fleet.health()
+            checks["fleet"] = {"ok": link.ok, "error": link.error}
+        ok = all(check["ok"] for check in checks.values())
+        return JSONResponse({"ready": ok, "checks": checks}, 200 if ok else 503,
+                            headers=None if ok else {"Retry-After": "5"})
+
     async def scrape(self, request: Request) -> Response:
         """`GET /metrics`: the engine's state now and the traffic counted since start. A
         scrape that fails is logged and answered 503: Prometheus marks the target down, and
@@ -325,7 +347,8 @@ class Gateway:
             log.error("a metrics scrape failed (%d in all): %s: %s", self._scrape_failures,
                       type(exc).__name__, exc, exc_info=self._scrape_failures == 1)
             return Response("metrics unavailable: the scrape failed; the gateway's log says "
-                            "why\n", 503, media_type="text/plain")
+                            "why\n", 503, media_type="text/plain",
+                            headers={"Retry-After": "15"})  # about the next scrape
         return Response(body, 200, headers={"content-type": CONTENT_TYPE_LATEST})
 
     # -- the management API ----------------------------------------------------------------
@@ -504,7 +527,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     message = (f"no {request.method} {request.url.path} here" if status == 405 else
                f"nothing at {request.url.path}: the API is /v1/chat/completions, /v1/models, "
-               "/health and /api/resilience/...")
+               "/health, /ready and /api/resilience/...")
     return error_response(status, message, code="not_found" if status == 404 else None,
                           headers=getattr(exc, "headers", None))
 

@@ -86,7 +86,8 @@ async def _serve(args: argparse.Namespace) -> int:
         await store.attach(router.engine)
     gateway = Gateway(router, config.providers, token=token, store=store,
                       limits=config.gateway_limits, fleet=link, config=config,
-                      metrics=config.gateway_metrics)
+                      metrics=config.gateway_metrics,
+                      served_by_header=config.gateway_served_by_header)
     stop = asyncio.Event()
     # a server that ends on its own (logged with its cause) ends the process, with 1: a
     # supervisor starts it again, where a process that lived on would answer nobody

@@ -181,10 +181,12 @@ class _LimitedProtocol(HttpToolsProtocol):
             cycle.disconnected = True
             cycle.message_event.set()
         body = f"{refusal}\n".encode()
+        # a 503 (too many connections) says when to come back, as every 503 of ours does
+        retry = b"retry-after: 1\r\n" if refusal.status == 503 else b""
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
-            % (refusal.status, _REASONS[refusal.status], len(body), body))
+            b"content-length: %d\r\n%sconnection: close\r\n\r\n%s"
+            % (refusal.status, _REASONS[refusal.status], len(body), retry, body))
         if refusal.status in (413, 431):  # refused while it still sends
             self._linger(refusal)
         else:

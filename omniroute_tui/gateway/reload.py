@@ -34,6 +34,7 @@ RESTART_FIELDS = {
     "store_lease_max_ms": "store.lease_max", "store_retention": "store.history/requests/audit",
     "gateway_listen": "gateway.listen", "gateway_token_file": "gateway.token_file",
     "gateway_limits": "gateway.limits", "gateway_metrics": "gateway.metrics",
+    "gateway_served_by_header": "gateway.served_by_header",
 }
 #: the top-level sections a file may leave out only if the running config has nothing in
 #: them: a file that lost `routes:` is far likelier cut or mis-merged than meant

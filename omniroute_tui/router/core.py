@@ -14,7 +14,7 @@ from typing import Any
 from ..engine.breaker import BreakerAdmission
 from ..engine.classify import Classification
 from ..engine.consequences import CONSEQUENCES, Then
-from ..engine.engine import ProviderLayers, ProviderSpec, ResilienceEngine
+from ..engine.engine import ProviderLayers, ProviderSpec, ResilienceEngine, UnknownTarget
 from ..engine.events import (
     AttemptEvent,
     BudgetEvent,
@@ -770,7 +770,22 @@ class RequestRouting:
             "skipped": [skip.to_dict() for skip in self.skips],
         }}
         retry = self._earliest_retry()
+        if retry is None and status in (429, 503):
+            retry = self._tried_cooling(now)
         return self._respond(now, status, None, body, retry)
+
+    def _tried_cooling(self, now: int) -> int | None:
+        """How long until the first key this request tried is out of its cooldown (None:
+        none cools): when to retry a 429 or 503 that no skip said anything about."""
+        left = []
+        for record in self.records:
+            try:  # a reload may have removed it since
+                snapshot = self.engine.connection_snapshot(record.target.partition("/")[0],
+                                                           record.connection)
+            except UnknownTarget:
+                continue
+            left.append(snapshot.cooling_until - now)
+        return min((ms for ms in left if ms > 0), default=None)
 
     def _earliest_retry(self) -> int | None:
         known = [s.retry_after_ms for s in self.skips if s.retry_after_ms is not None]

@@ -70,6 +70,10 @@ class AttemptRecord:
                 "kind": self.kind}
 
 
+#: the Retry-After of a 429 or 503 when nothing says when to retry
+UNKNOWN_RETRY_AFTER_MS = 1000
+
+
 @value
 class Response:
     """The request's outcome.
@@ -89,10 +93,15 @@ class Response:
 
     @property
     def headers(self) -> dict[str, str]:
-        """`Retry-After` in whole seconds, rounded up, when the core knows when to retry."""
-        if self.retry_after_ms is None:
-            return {}
-        return {"Retry-After": str(max(1, math.ceil(self.retry_after_ms / 1000)))}
+        """`Retry-After` in whole seconds, rounded up, when the core knows when to retry;
+        a 429 or 503 always carries one: a second when nothing says when (a probe in
+        flight on another replica, every key disabled by an operator)."""
+        retry_ms = self.retry_after_ms
+        if retry_ms is None:
+            if self.status not in (429, 503):
+                return {}
+            retry_ms = UNKNOWN_RETRY_AFTER_MS
+        return {"Retry-After": str(max(1, math.ceil(retry_ms / 1000)))}
 
 
 Step = Attempt | Wait | Response

@@ -557,6 +557,11 @@ class SqliteStore:
             unfinished = unfinished or aged == TRIM_BATCH or over
         return unfinished
 
+    @property
+    def is_open(self) -> bool:
+        """Open, and not closed yet (a gateway's `/ready`)."""
+        return not self._closed
+
     async def close(self, timeout_s: float = 5.0) -> StoreHealth:
         """One last flush (bounded by `timeout_s`), then release the file; never raises.
 
