@@ -113,6 +113,7 @@ routes:
   tools: {{stream_resume: continue, targets: [flaky/tools40, next/cont]}}
   late: {{stream_resume: continue, first_token: 300ms,
           targets: [flaky/cut40, next/slowfirst]}}
+  quiet: {{stream_resume: continue, targets: [flaky/cut40, next/slowfirst]}}
   plain: {{targets: [flaky/cut40, next/cont]}}
 """
 
@@ -176,14 +177,17 @@ async def test_the_spliced_stream_is_one_stream_with_one_done() -> None:
     ("refused", 40, "failed: client_error (400)", ["cut40", "noprefill"]),
     ("tools", 0, "refused: tool_calls", ["tools40"]),
     ("late", 40, "failed: timeout (0)", ["cut40", "slowfirst"]),
+    ("quiet", 40, "failed: timeout (0)", ["cut40", "slowfirst"]),  # at stream_idle
     ("plain", 40, None, ["cut40"]),
 ])
 async def test_a_cut_that_is_not_continued_ends_with_its_own_error(
         caplog: pytest.LogCaptureFixture, route: str, tokens: int, outcome: str | None,
         asked: list[str]) -> None:
-    """A next target that refuses the prefill or whose first token is late, a tool-call
-    stream, a route without the setting: the client gets the cut's error event after what
-    it had, never the continuation's error in its place, and nothing twice."""
+    """A next target that refuses the prefill or whose first token is late (past the
+    route's `first_token`, or past `stream_idle`: the client's stream is silent while it
+    is waited for), a tool-call stream, a route without the setting: the client gets the
+    cut's error event after what it had, never the continuation's error in its place, and
+    nothing twice."""
     caplog.set_level(logging.DEBUG)
     async with _setup() as setup:
         started = time.monotonic()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -277,7 +278,10 @@ class StreamResume:
         if attempt is None:
             self.outcome = "no target"
             return None
-        reply = await self._attempt(attempt, continuation_body(
+        # the client's stream is silent until the continuation's first content: no
+        # longer than any other silence of it (`stream_idle`), or `first_token` if shorter
+        bound = min(attempt.first_token_ms or attempt.stream_idle_ms, attempt.stream_idle_ms)
+        reply = await self._attempt(replace(attempt, first_token_ms=bound), continuation_body(
             self._body, answer.text, first.relayed_chunks))
         if reply is None:
             return None
