@@ -31,9 +31,10 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || echo "no Chromium, and no way to install it here: the browser test will be skipped"
 
 # The metrics tests check the exposition with Debian's promtool (and the alert rules with
-# its server): installed the same way; elsewhere those tests say why they are skipped.
+# its server, their routing with Alertmanager): installed the same way; elsewhere those
+# tests say why they are skipped.
 prometheus:
-	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { apt-get install -y -q prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q prometheus >/dev/null 2>&1; }; }; } || echo "no promtool, and no way to install it here: the tests that need Prometheus will be skipped"
+	@{ command -v promtool && command -v amtool; } >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { apt-get install -y -q prometheus prometheus-alertmanager >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q prometheus prometheus-alertmanager >/dev/null 2>&1; }; }; } || echo "no promtool or amtool, and no way to install them here: the tests that need Prometheus or Alertmanager will be skipped"
 
 # the whole suite, on every core (pytest-xdist; a test that idles on a subprocess or a
 # server leaves its core to the next one, so workers steal work from each other)

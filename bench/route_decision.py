@@ -7,16 +7,17 @@ for a request that succeeds at once, the same operation under every strategy: `s
 (the plan, in the strategy's order), `next_step()` to the attempt, `record()` of its
 success with what the answer's rate-limit headers said (the key's remaining requests and
 reset, as a provider's answers carry them, whatever the route's strategy) and the final
-`next_step()` to the response. One more row, `priority` with answers that carry no
-headers, shows what noting them costs.
+`next_step()` to the response. Two more rows: `default`, a route that names no strategy
+(`DEFAULT_STRATEGY`), and `priority` with answers that carry no headers, which shows what
+noting them costs.
 
 It is compared with a hand-written floor doing the same essential work in the same
 process (the first target whose breaker admits, the first connection neither cooling nor
 locked, success recorded on the breaker and the connection, the headers remembered for
 the key, a response built): the ratio is what the engine's generality and its events
 cost. Times are CPU time per decision, medians of paired batches (targets: 1000/10 <=
-1.2, decision <= 4x the floor, and weighted, least_busy and headroom <= 1.3x a priority
-decision); the machine's speed is printed with them. `--instructions` counts
+1.2, decision <= 4x the floor, the default's <= 1.05x a priority decision, and weighted,
+least_busy and headroom <= 1.3x); the machine's speed is printed with them. `--instructions` counts
 instructions per decision under valgrind's callgrind instead, which is steady on a busy
 machine (a few minutes); `--misses` simulates the caches and branch predictors under
 cachegrind, for what CPU time pays beyond the instructions.
@@ -62,6 +63,8 @@ from omniroute_tui.router.rate_limits import RateLimitInfo
 OK = Classification(None)
 PROVIDERS = ("p0", "p1", "p2")
 STRATEGIES = tuple(Strategy)
+#: the row of a route that names no strategy
+DEFAULT = "default"
 #: the reference row: priority, its answers without rate-limit headers
 BARE = "priority, no headers"
 #: what every answer says under headroom: plenty left, the window resets in 30 s
@@ -69,7 +72,9 @@ HEADERS = RateLimitInfo(requests_remaining=5000, requests_limit=10_000,
                         requests_reset_ms=30_000)
 
 
-def build(pool: int, strategy: Strategy) -> Router:
+def build(pool: int, strategy: Strategy | None) -> Router:
+    """Three providers of `pool` keys, and a route over them on `strategy` (None: a route
+    that names none)."""
     clock = ManualClock(1_000_000)
     conns = tuple(f"k{i}" for i in range(pool))
     engine = ResilienceEngine(
@@ -85,8 +90,9 @@ def build(pool: int, strategy: Strategy) -> Router:
             engine.record(p, conn, "m", admission, Classification(FailureKind.FORBIDDEN))
             engine.record(p, conn, "n", admission, Classification(FailureKind.FORBIDDEN))
     weights = (3, 2, 1) if strategy is Strategy.WEIGHTED else None
-    routes = {"r": Route("r", tuple(Target(p, "m") for p in PROVIDERS), strategy, weights)}
-    return Router(engine, routes)
+    targets = tuple(Target(p, "m") for p in PROVIDERS)
+    route = Route("r", targets) if strategy is None else Route("r", targets, strategy, weights)
+    return Router(engine, {"r": route})
 
 
 def decide(router: Router, n: int, counter: list[int], headers: RateLimitInfo | None = HEADERS
@@ -182,17 +188,21 @@ def _runner(what: str, pool: int, depth: int = 0) -> Callable[[int, list[int]], 
         return Floor(pool).decide
     if what == BARE:
         return partial(decide, build(pool, Strategy.PRIORITY), headers=None)
+    strategy = None if what == DEFAULT else Strategy(what)
     if depth:
-        return Loaded(build(pool, Strategy(what)), depth).decide
-    return partial(decide, build(pool, Strategy(what)))
+        return Loaded(build(pool, strategy), depth).decide
+    return partial(decide, build(pool, strategy))
 
 
-ROWS = (*(s.value for s in STRATEGIES), BARE)
+#: the rows of every mode: the strategies, the default after priority
+STRATEGY_ROWS = ("priority", DEFAULT, *(s.value for s in STRATEGIES if s is not
+                                        Strategy.PRIORITY))
+ROWS = (*STRATEGY_ROWS, BARE)
 
 
 def measure(args: argparse.Namespace) -> None:
     speed = loop_step_ns()
-    shown = ROWS if not args.in_flight else tuple(s.value for s in STRATEGIES)
+    shown = ROWS if not args.in_flight else STRATEGY_ROWS
     if args.rows:  # priority stays: every ratio is to it
         shown = ("priority", *(what for what in shown if what in args.rows
                                 and what != "priority"))
@@ -301,8 +311,8 @@ def main() -> None:
                         help="decisions a batch: fewer leave colder caches (the routers "
                              "of the other rows run between two batches)")
     parser.add_argument("--rows", type=lambda text: text.split(","), metavar="A,B",
-                        help="measure only these strategies (and priority), so that only "
-                             "their routers' state competes for the caches")
+                        help="measure only these strategies or default (and priority), so "
+                             "that only their routers' state competes for the caches")
     parser.add_argument("--instructions", type=_whole(1), nargs="?", const=2000, metavar="N",
                         help="count instructions per decision under callgrind (N decisions)")
     parser.add_argument("--misses", type=_whole(1), nargs="?", const=2000, metavar="N",
@@ -310,15 +320,14 @@ def main() -> None:
                              "decisions): misses and mispredicts per decision")
     parser.add_argument("--in-flight", type=_whole(0), default=0, metavar="N",
                         help="keep N other requests in flight through every decision (CPU "
-                             "time; the five strategies' rows)")
+                             "time; the strategies' rows and the default's)")
     parser.add_argument("--run", nargs=3, metavar=("WHAT", "N", "POOL"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
-    names = [strategy.value for strategy in STRATEGIES]
-    unknown = [row for row in args.rows or () if row not in names]
+    unknown = [row for row in args.rows or () if row not in STRATEGY_ROWS]
     if unknown:
         parser.error(f"--rows: no strategy {', '.join(unknown)} (strategies: "
-                     f"{', '.join(names)})")
+                     f"{', '.join(STRATEGY_ROWS)})")
     if (args.instructions or args.misses) and (args.rows or args.in_flight):
         parser.error("--rows and --in-flight measure CPU time: not with --instructions "
                      "or --misses")

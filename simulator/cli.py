@@ -25,7 +25,9 @@ from omniroute_tui.config import ConfigError, parse_duration_ms
 from omniroute_tui.config.durations import format_ms
 from omniroute_tui.config.hidden import visible
 from omniroute_tui.config.problems import Problem
+from omniroute_tui.config.router_config import RouterConfig
 from omniroute_tui.config.words import plural
+from omniroute_tui.router import DEFAULT_STRATEGY
 
 from .alerts import (
     MAX_SAMPLES,
@@ -433,6 +435,9 @@ def _run_strategies(scenario: Scenario, strategies: tuple[str, ...],
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     scenarios = load_scenarios(args.scenario, args.config)
+    if args.config is not None and (notice := default_strategy_notice(scenarios[0].config)):
+        Console(stderr=True, highlight=False).print(f"[cyan]note:[/] {escape(visible(notice))}",
+                                                    soft_wrap=True)
     many = len(scenarios) > 1
     _check_outputs(args, scenarios)
     alerting = _alerts_setup(args, scenarios)
@@ -475,6 +480,24 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                           f"(observed {format_value(check['value'])})", soft_wrap=True)
         return 1
     return 0
+
+
+def default_strategy_notice(config: RouterConfig, shown: int = 3) -> str | None:
+    """One line for a config whose routes name no strategy: the default changed under
+    them (priority, the first key first, before 0.2.0). Said for the 0.2.0 release only."""
+    routes = (config.raw or {}).get("routes")
+    unnamed = [str(name) for name, body in routes.items()
+               if isinstance(body, dict) and "strategy" not in body] if isinstance(
+                   routes, dict) else []
+    if not unnamed:
+        return None
+    names = ", ".join(unnamed[:shown]) + (f" and {len(unnamed) - shown} more"
+                                          if len(unnamed) > shown else "")
+    one = len(unnamed) == 1
+    return (f"{'route' if one else 'routes'} {names} {'names' if one else 'name'} no "
+            f"strategy: the default is now {DEFAULT_STRATEGY.value}, each provider's "
+            "requests spread over its keys (it was priority, the first key first: write "
+            "strategy: priority to keep that)")
 
 
 def _warn(warnings: list[str]) -> None:

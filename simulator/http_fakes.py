@@ -121,8 +121,10 @@ def provider_app(
                             media_type="application/json")
         text = faker.paragraph(nb_sentences=2)
         if stream:  # the rate-limit headers (a key with `limits:`) come with successes too
-            return StreamingResponse(_stream(model, text), media_type="text/event-stream",
-                                     headers=fate.headers)
+            options = body.get("stream_options")
+            usage = isinstance(options, dict) and options.get("include_usage") is True
+            return StreamingResponse(_stream(model, text, usage=usage),
+                                     media_type="text/event-stream", headers=fate.headers)
         return JSONResponse(_completion(model, text), headers=fate.headers)
 
     async def list_models(request: Request) -> Response:
@@ -135,11 +137,17 @@ def provider_app(
     ])
 
 
-async def _stream(model: str, text: str) -> AsyncIterator[bytes]:
+async def _stream(model: str, text: str, *, usage: bool = False) -> AsyncIterator[bytes]:
+    """`usage`: the client asked for it (`stream_options: {include_usage: true}`), and it
+    comes as OpenAI sends it, in a last chunk without choices."""
     yield _chunk(model, {"role": "assistant", "content": ""})
     for word in text.split():
         yield _chunk(model, {"content": word + " "})
     yield _chunk(model, {}, "stop")
+    if usage:
+        last = {"id": "chatcmpl-stream", "object": "chat.completion.chunk", "model": model,
+                "choices": [], "usage": _completion(model, text)["usage"]}
+        yield f"data: {json.dumps(last)}\n\n".encode()
     yield b"data: [DONE]\n\n"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -26,7 +26,14 @@ from omniroute_tui.config.readers import (
 from omniroute_tui.config.yaml_source import Source, load_source
 from omniroute_tui.engine.events import EVENT_CLASSES, Event
 
-from .scenario import POLICIES, Policy, Scenario, load_scenario, resolve_scenario
+from .scenario import (
+    POLICIES,
+    Policy,
+    Scenario,
+    load_scenario,
+    resolve_scenario,
+    strategy_names,
+)
 
 __all__ = [
     "LESSONS_DIR", "PANES", "Claim", "EventMatch", "Lesson", "Step", "load_lesson",
@@ -53,8 +60,8 @@ _STEP_FIELDS = ("at", "on", "text", "pane", "row", "pause", "question", "answer"
                 "check", "given")
 _CLAIM_FORMS = ("count", "metric", "first", "max")
 _BOUNDS = ("equals", "at_least", "at_most")
-_CLAIM_FIELDS = (*_CLAIM_FORMS, *_BOUNDS, "from", "to", "policy", "provider", "during",
-                 "field")
+_CLAIM_FIELDS = (*_CLAIM_FORMS, *_BOUNDS, "from", "to", "policy", "strategy", "provider",
+                 "during", "field")
 _EVENT_TYPES: dict[str, type[Event]] = {cls.TYPE: cls for cls in EVENT_CLASSES}
 #: a number as a text states it: 30, 1.5, 12,000 (not the 1 of `a1` or the 99 of `p99`)
 _NUMBER = re.compile(r"(?<![\w.])([0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?)(?![\w])")
@@ -115,6 +122,13 @@ class Claim:
     from_ms: int = 0
     to_ms: int | None = None
     line: int | None = None
+    #: the resilient run with every route on this strategy (as a scenario's `strategies`)
+    strategy: str | None = None
+
+    @property
+    def run(self) -> str:
+        """The run it speaks of: its strategy's, or its policy's."""
+        return self.strategy or self.policy
 
     def holds(self, observed: float | None) -> bool:
         if observed is None:
@@ -153,7 +167,7 @@ class Claim:
             span = f" in {self.from_ms / 1000:g}s-{end}"
         value = int(self.value) if self.value.is_integer() else self.value
         bound = {"equals": "==", "at_least": ">=", "at_most": "<="}[self.bound]
-        return f"{what}{span} {bound} {value} ({self.policy})"
+        return f"{what}{span} {bound} {value} ({self.run})"
 
 
 @dataclass(frozen=True)
@@ -197,6 +211,17 @@ class Lesson:
                 if policy is not None and policy not in wanted:
                     wanted.append(policy)
         return tuple(wanted)
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """The strategies its claims speak of, each a resilient run with every route on
+        it, in the order the steps name them."""
+        named: list[str] = []
+        for step in self.steps:
+            for claim in step.checks:
+                if claim.strategy is not None and claim.strategy not in named:
+                    named.append(claim.strategy)
+        return tuple(named)
 
     @property
     def compared(self) -> tuple[Policy, ...]:
@@ -448,6 +473,13 @@ def _claim(src: Source, value: Any, path: Path, scenario: Scenario | None) -> Cl
     if policy not in POLICIES:
         src.problem(path + ("policy",), f"expected one of {', '.join(POLICIES)}, got {policy!r}")
         return None
+    strategy = body.get("strategy")
+    if strategy is not None and (strategy not in strategy_names() or policy != "resilient"):
+        src.problem(path + ("strategy",), f"the resilient run with every route on one of "
+                                          f"{', '.join(strategy_names())}; got {strategy!r}"
+                                          + (f" with policy {policy}" if policy != "resilient"
+                                             else ""))
+        return None
     start = read_duration(src, body.get("from", 0), path + ("from",))
     end = read_duration(src, body["to"], path + ("to",)) if "to" in body else None
     if start is None or ("to" in body and end is None):
@@ -457,8 +489,9 @@ def _claim(src: Source, value: Any, path: Path, scenario: Scenario | None) -> Cl
         return None
     line = src.line(path)
     if form == "metric":
-        return _metric_claim(src, body, path, scenario, Policy(policy), bound, float(number),
-                             line)
+        claim = _metric_claim(src, body, path, scenario, Policy(policy), bound,
+                              float(number), line)
+        return None if claim is None else replace(claim, strategy=strategy)
     for key in ("provider", "during"):
         if key in body:
             src.problem(path + (key,), f"`{key}` scopes a metric; in an event match, write "
@@ -481,7 +514,7 @@ def _claim(src: Source, value: Any, path: Path, scenario: Scenario | None) -> Cl
         src.problem(path + ("field",), "missing: the field whose largest value is claimed")
         return None
     return Claim(form, Policy(policy), bound, float(number), match=match, field=field,
-                 from_ms=start, to_ms=end, line=line)
+                 from_ms=start, to_ms=end, line=line, strategy=strategy)
 
 
 def _metric_claim(src: Source, body: Mapping[str, Any], path: Path, scenario: Scenario | None,

@@ -10,7 +10,7 @@ from omniroute_tui.engine.events import Event
 
 from .lesson import Claim, Lesson, Step
 from .report import metric_value
-from .scenario import Expect, Policy
+from .scenario import Expect, Policy, with_strategy
 from .timeline import Timeline
 from .virtual import run_virtual
 
@@ -19,10 +19,11 @@ __all__ = ["ClaimResult", "LessonRun", "check_lesson", "run_lesson"]
 
 @dataclass
 class LessonRun:
-    """Each policy's events (in time order), report and timeline for the charts."""
+    """Each run's events (in time order) and report, by its policy or strategy (`Claim.run`),
+    and each policy's timeline for the charts."""
 
-    events: dict[Policy, list[Event]]
-    reports: dict[Policy, dict[str, Any]]
+    events: dict[str, list[Event]]
+    reports: dict[str, dict[str, Any]]
     timelines: dict[Policy, Timeline]
 
 
@@ -39,7 +40,8 @@ class ClaimResult:
 
 def run_lesson(lesson: Lesson, *, charts: bool = False) -> LessonRun:
     """Replay the lesson's scenario under every policy it speaks of (with `charts`, and
-    the policies its herd chart compares with, keeping their timelines)."""
+    the policies its herd chart compares with, keeping their timelines), and its
+    resilient policy with every route on each strategy it speaks of."""
     run = LessonRun({}, {}, {})
     policies = list(lesson.policies)
     if charts:
@@ -52,6 +54,11 @@ def run_lesson(lesson: Lesson, *, charts: bool = False) -> LessonRun:
         run.events[policy] = events
         if timeline is not None:
             run.timelines[policy] = timeline
+    for strategy in lesson.strategies:
+        events = []
+        run.reports[strategy] = run_virtual(with_strategy(lesson.scenario, strategy),
+                                            Policy.RESILIENT, subscribers=(events.append,))
+        run.events[strategy] = events
     return run
 
 
@@ -60,10 +67,10 @@ def observe(claim: Claim, run: LessonRun) -> float | None:
     if claim.form == "metric":
         expect = Expect(claim.metric or "", "==", claim.value, claim.policy, claim.during,
                         claim.provider)
-        return metric_value(run.reports[claim.policy], expect)
+        return metric_value(run.reports[claim.run], expect)
     assert claim.match is not None
     end = claim.to_ms if claim.to_ms is not None else 2**62
-    inside = (e for e in run.events[claim.policy]
+    inside = (e for e in run.events[claim.run]
               if claim.from_ms <= e.t < end and claim.match.matches(e))
     if claim.form == "count":
         return float(sum(1 for _ in inside))

@@ -189,19 +189,23 @@ class Traffic:
     every_ms: int | None = None
     at_ms: tuple[int, ...] | None = None
     stream: bool = False  # live mode: ask for an SSE stream
+    #: requests at each time of `at_ms` (a burst: clients that all ask at once)
+    count: int = 1
 
     def expected_requests(self, duration_ms: int) -> float:
         """About how many requests this item makes in a run of `duration_ms`."""
         span = max(0, min(self.to_ms, duration_ms) - self.from_ms)
         if self.at_ms is not None:
-            return len(self.at_ms)
+            return len(self.at_ms) * self.count
         if self.every_ms is not None:
             return math.ceil(span / self.every_ms)
         return (self.rate_per_s or 0.0) * span / 1000
 
     def arrivals(self, rng: random.Random) -> Iterator[int]:
         if self.at_ms is not None:
-            yield from sorted(self.at_ms)
+            for t in sorted(self.at_ms):
+                for _ in range(self.count):
+                    yield t
         elif self.every_ms is not None:
             t = self.from_ms
             while t < self.to_ms:
@@ -498,7 +502,8 @@ def _read_traffic(
     body = read_mapping(src, value, path)
     if body is None:
         return None
-    reject_unknown(src, body, path, ("route", "rate", "every", "at", "from", "to", "stream"))
+    reject_unknown(src, body, path, ("route", "rate", "every", "at", "count", "from", "to",
+                                     "stream"))
     stream = bool(body.get("stream", False))
     route = read_str(src, body.get("route"), path + ("route",))
     if route is not None and route not in routes:
@@ -519,6 +524,10 @@ def _read_traffic(
     if route is None or start is None or end is None:
         return None
     form = forms[0]
+    if "count" in body and form != "at":
+        src.problem(path + ("count",), "count is the requests at each time of `at` (a "
+                                       "burst): give at, or drop count")
+        return None
     if form == "rate":
         try:
             rate = parse_rate_per_s(body["rate"])
@@ -535,10 +544,11 @@ def _read_traffic(
         src.problem(path + ("at",), "expected a non-empty list of times like [0s, 1.5s]")
         return None
     parsed = [read_duration(src, t, path + ("at", i)) for i, t in enumerate(times)]
-    if any(t is None for t in parsed):
+    count = read_int(src, body.get("count", 1), path + ("count",), minimum=1)
+    if any(t is None for t in parsed) or count is None:
         return None
     return Traffic(route, start, end, at_ms=tuple(t for t in parsed if t is not None),
-                   stream=stream)
+                   stream=stream, count=count)
 
 
 _ALERT_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")

@@ -37,7 +37,8 @@ def test_the_loaded_mode_keeps_its_requests_in_flight(route_decision: ModuleType
     assert sum(sum(b.by_connection.values()) for b in busy.values()) == 8
 
 
-@pytest.mark.parametrize("options", [["--in-flight", "3"], ["--rows", "least_busy"]])
+@pytest.mark.parametrize("options", [["--in-flight", "3"], ["--rows", "least_busy"],
+                                     ["--rows", "default"]])
 def test_each_mode_prints_its_table(options: list[str]) -> None:
     done = subprocess.run([sys.executable, str(BENCH / "route_decision.py"), "--batches", "2",
                            "--per-batch", "5", *options], capture_output=True, text=True,
@@ -46,15 +47,16 @@ def test_each_mode_prints_its_table(options: list[str]) -> None:
     assert lines[0].startswith("machine: ")
     shown = [line.split()[0] for line in lines[2:] if "decision, 10/provider" in line]
     if "--rows" in options:
-        assert shown == ["priority", "least_busy"]
+        assert shown == ["priority", options[1]]
     else:
         assert lines[2] == "with 3 other requests in flight"
-        assert shown == ["priority", "round_robin", "weighted", "least_busy", "headroom"]
+        assert shown == ["priority", "default", "round_robin", "weighted", "least_busy",
+                         "headroom"]
 
 
 @pytest.mark.parametrize(("options", "said"), [
     (["--rows", "least_bsy"], "--rows: no strategy least_bsy (strategies: priority, "
-                              "round_robin, weighted, least_busy, headroom)"),
+                              "default, round_robin, weighted, least_busy, headroom)"),
     (["--per-batch", "0"], "argument --per-batch: 0 is less than 1"),
     (["--batches", "x"], "argument --batches: not a whole number: 'x'"),
     (["--in-flight", "-3"], "argument --in-flight: -3 is less than 0"),

@@ -94,7 +94,7 @@ async def test_an_attached_console_reads_the_routes_and_follows_a_reload(
     async with served(tmp_path, config_text("http://127.0.0.1:9/v1", providers=2)) as gw, \
             httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
         state = await asyncio.to_thread(fetch_state, gw.url, TOKEN)
-        assert state["routes"] == [{"name": "chat", "strategy": "priority",
+        assert state["routes"] == [{"name": "chat", "strategy": "round_robin",
                                     "targets": ["p0/m", "p1/m"], "weights": None}]
         app = build_app(attach_args(gw.url, token_file), attach_state=state)
         async with app.run_test(size=(100, 30)) as pilot:  # type: ignore[attr-defined]
@@ -102,7 +102,7 @@ async def test_an_attached_console_reads_the_routes_and_follows_a_reload(
             await settle(pilot, lambda: backend.connected)
             await pilot.press("0")
             await pilot.pause()
-            assert routes_line(app) == "routes     chat priority"
+            assert routes_line(app) == "routes     chat round_robin"  # it names none
             text = yaml.safe_load(gw.path.read_text())
             text["routes"] = {
                 "chat": {"targets": [{"target": "p0/m", "weight": 3}, "p1/m"],

@@ -21,6 +21,7 @@ import pytest
 
 from omniroute_tui.clock import SystemClock
 from omniroute_tui.config import load_router_config
+from omniroute_tui.engine.events import Event, ResultEvent
 from omniroute_tui.gateway import Gateway, GatewayServer
 
 from .waiting import eventually
@@ -277,3 +278,40 @@ async def test_six_cuts_in_a_row_open_the_breaker(caplog: pytest.LogCaptureFixtu
         assert raised is None and len(got) == 60  # from good: sixkeys is not asked
         assert setup.upstream.requests == ["cut40"] * 5 + ["m"]
     _no_traceback(caplog)
+
+
+async def test_a_client_that_leaves_mid_stream_ends_it_cancelled(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The client hangs up while the upstream is silent: the relay stops at once (not at
+    stream_idle), the attempt counts as cancelled, neither success nor failure."""
+    import httpx
+
+    caplog.set_level(logging.DEBUG)
+    async with gateway_and_upstream() as setup:
+        seen = _Seen()
+        setup.gateway.engine.bus.subscribe(seen)
+        url = str(setup.api.base_url).rstrip("/")
+        async with httpx.AsyncClient(timeout=10) as http, http.stream(
+                "POST", f"{url}/chat/completions",
+                json={"model": "stall", "messages": MESSAGES, "stream": True}) as answer:
+            read = b""
+            async for piece in answer.aiter_bytes():
+                read += piece
+                if read.count(b"\n\n") >= 21:  # the role and 20 tokens: then it stalls
+                    break
+        await eventually(lambda: _access(caplog), what="the access line")
+        assert [(r.kind, r.provider) for r in seen.results] == [("cancelled", "flaky")]
+        state = setup.gateway.engine.connection_snapshot("flaky", "f1")
+        assert state.last_error is None
+    [line] = _access(caplog)
+    assert (line["stream"], line["reason"], line["relayed_chunks"]) == ("cancelled", None, 20)
+    _no_traceback(caplog)
+
+
+class _Seen:
+    def __init__(self) -> None:
+        self.results: list[ResultEvent] = []
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ResultEvent):
+            self.results.append(event)

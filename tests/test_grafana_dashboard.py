@@ -105,11 +105,16 @@ def test_the_asked_for_panels_are_there() -> None:
     panels = {p["title"]: p for p in dashboard()["panels"]}
     wanted = {
         "Breaker state per provider": "omniroute_breaker_state",
-        "Attempts per second by outcome": "omniroute_attempts_total",
+        "Attempts per second by outcome": "omniroute_upstream_attempts_total",
         "Cooling connections": "omniroute_connection_cooling",
         "Model lockouts": "omniroute_lockouts_active",
         "Request latency quantiles": "omniroute_request_duration_seconds_bucket",
         "Fleet propagation lag": "omniroute_fleet_propagation_lag_seconds_bucket",
+        "Upstream latency p95 per provider and model":
+            "omniroute_upstream_latency_seconds_bucket",
+        "Time to first token p95 per provider and model":
+            "omniroute_upstream_time_to_first_token_seconds_bucket",
+        "Tokens per minute per provider": "omniroute_upstream_tokens_total",
     }
     for title, metric in wanted.items():
         assert any(metric in t["expr"] for t in panels[title]["targets"]), title
@@ -131,3 +136,73 @@ def test_panels_have_unique_ids_and_do_not_overlap() -> None:
                 for y in range(box["y"], box["y"] + box["h"])}
         assert not cells & mine, panel["title"]
         cells |= mine
+
+
+def test_the_import_asks_for_the_prometheus_data_source() -> None:
+    """Dashboards → Import asks for a data source (`__inputs`): the one chosen is the
+    default of the `datasource` selector every panel, variable and annotation uses."""
+    board = dashboard()
+    (source,) = board["__inputs"]
+    assert (source["type"], source["pluginId"]) == ("datasource", "prometheus")
+    placeholder = "${" + source["name"] + "}"
+    text = DASHBOARD.read_text()
+    assert set(re.findall(r"\$\{DS_\w+\}", text)) == {placeholder}
+    (selector,) = [v for v in board["templating"]["list"] if v["type"] == "datasource"]
+    assert selector["query"] == "prometheus" and selector["current"]["value"] == placeholder
+    uids = [node["uid"] for node in _datasources(board)]
+    assert uids and set(uids) == {"${" + selector["name"] + "}"}
+    required = {(r["type"], r["id"]) for r in board["__requires"]}
+    assert {("panel", p["type"]) for p in board["panels"]} | {("datasource", "prometheus")} \
+        <= required
+
+
+def _datasources(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "datasource" and isinstance(value, dict):
+                yield value
+            else:
+                yield from _datasources(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _datasources(item)
+
+
+@needs_promtool
+@pytest.mark.parametrize("scrape_s", [15, 30, 60])
+def test_a_reload_shows_as_an_annotation(tmp_path: Path, scrape_s: int) -> None:
+    """The reload annotation's query, evaluated at its step as Grafana sends it, over a
+    gateway scraped every `scrape_s` whose config is reloaded between any two scrapes:
+    every reload shows (a window of one scrape interval never saw one at 15 s), and a
+    gateway that reloads nothing shows nothing."""
+    (annotation,) = dashboard()["annotations"]["list"]
+    step = annotation["step"]
+    rules = tmp_path / "annotation_rules.yml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "annotation", "rules": [
+        {"record": "omniroute_dashboard:reloads", "expr": substituted(annotation["expr"])}]}]}))
+    per_minute = 60 // scrape_s
+    samples = 10 * per_minute  # ten minutes
+    tests = []
+    for phase in range(per_minute * 2):  # the reload after any scrape of two minutes
+        at = 4 * per_minute + phase
+        tests.append({
+            "interval": f"{scrape_s}s",
+            "input_series": [
+                {"series": 'omniroute_config_loaded_timestamp_seconds{job="omniroute",'
+                           'instance="gw:4000"}',
+                 "values": f"1000x{at - 1} 2000x{samples - at}"},
+                {"series": 'omniroute_config_loaded_timestamp_seconds{job="omniroute",'
+                           'instance="gw:4001"}',
+                 "values": f"1000x{samples}"}],
+            "promql_expr_test": [{
+                "expr": "clamp_max(count_over_time(omniroute_dashboard:reloads[10m]), 1)",
+                "eval_time": "10m",
+                "exp_samples": [{"labels": '{instance="gw:4000",job="omniroute"}',
+                                 "value": 1}]}]})
+    test_file = tmp_path / "annotation_test.yml"
+    test_file.write_text(yaml.safe_dump({"rule_files": [rules.name],
+                                         "evaluation_interval": step, "tests": tests}))
+    assert PROMTOOL is not None
+    result = subprocess.run([PROMTOOL, "test", "rules", test_file.name], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr

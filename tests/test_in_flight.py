@@ -37,7 +37,7 @@ class Upstream:
         self.sent = 0
 
     async def send(self, base_url: str, body: Any, *, api_key: Any, timeout_ms: int,
-                   stream: bool, now_epoch_ms: int) -> UpstreamReply:
+                   stream: bool, now_epoch_ms: int, **stream_bounds: int) -> UpstreamReply:
         self.sent += 1
         await self.release.wait()
         if self.error is not None:

@@ -173,6 +173,10 @@ GOOD_HEAD = "name: bad\nsummary: s\nscenario: provider-outage\nsteps:\n"
     ("  - {at: 60s, text: a}\n  - {at: 30s, text: b}", 6, "steps[1].at",
      "before the time of an earlier step"),
     ("  - at: 0s\n    text: hi\n    given: [one]", 7, "steps[0].given", "list of numbers"),
+    ("  - {at: 0s, text: hi, check: [{metric: probes, strategy: fastest, equals: 1}]}", 5,
+     "steps[0].check[0].strategy", "one of priority, round_robin"),
+    ("  - {at: 0s, text: hi, check: [{metric: probes, strategy: priority, policy: naive, "
+     "equals: 1}]}", 5, "steps[0].check[0].strategy", "got 'priority' with policy naive"),
 ])
 def test_a_bad_step_is_refused_with_its_line_and_field(
         tmp_path: Path, steps: str, line: int, field: str, reason: str) -> None:
@@ -329,8 +333,9 @@ async def test_help_lists_the_lessons_keys_first() -> None:
         assert rows[4] == (None, "On this pane (connections):")
         await pilot.press("escape")
         assert isinstance(app, LessonApp) and app.backend.paused  # help changed nothing
-        # the overview names the lesson's routes as any replay's does
-        assert app.model.overview_lines(0)[-1] == "routes     chat priority"
+        # the overview names the lesson's routes as any replay's does (provider-outage's
+        # names no strategy: the default's)
+        assert app.model.overview_lines(0)[-1] == "routes     chat round_robin"
 
 
 async def test_a_step_on_an_event_appears_when_the_event_happens() -> None:

@@ -19,8 +19,8 @@ from omniroute_tui.config.status import ConfigStatus
 from omniroute_tui.engine import Classification, FailureKind, ProviderSpec, ResilienceEngine
 from omniroute_tui.engine.events import LockoutEvent, ResultEvent
 from omniroute_tui.fleet.redis_link import FleetHealth
-from omniroute_tui.metrics import OTHER, build_registry, exposition
-from omniroute_tui.router import Attempt, Response, Route, Router, Target, Wait
+from omniroute_tui.metrics import OTHER, AnswerCounters, build_registry, exposition
+from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target, Wait
 from omniroute_tui.router.core import MAX_LEARNED_MODELS
 from omniroute_tui.store.sqlite_store import StoreHealth
 
@@ -63,6 +63,10 @@ CONTRACT = {
     "omniroute_request_duration_seconds": "histogram",
     "omniroute_request_attempts": "histogram",
     "omniroute_upstream_failures": "counter",
+    "omniroute_upstream_attempts": "counter",
+    "omniroute_upstream_latency_seconds": "histogram",
+    "omniroute_upstream_time_to_first_token_seconds": "histogram",
+    "omniroute_upstream_tokens": "counter",
     "omniroute_attempts_in_flight": "gauge",
     "omniroute_store_up": "gauge",
     "omniroute_store_pending_changes": "gauge",
@@ -117,11 +121,15 @@ class Setup:
              ProviderSpec("gamma", ("g1",), tight)], self.clock)
         self.router = Router(
             self.engine,
-            {"chat": Route("chat", (Target("alpha", "m"), Target("beta", "m"))),
+            {"chat": Route("chat", (Target("alpha", "m"), Target("beta", "m")),
+                           Strategy.PRIORITY),  # alpha's keys in order: a, then b
              "quota": Route("quota", (Target("gamma", "m"),)),
              "solo": Route("solo", (Target("beta", "m"),))},
             models={"alpha": frozenset({"m", "n"}), "beta": frozenset({"m"}),
                     "gamma": frozenset({"m"})})
+        #: what a gateway counts of the answers it passes on
+        self.answers = AnswerCounters(self.router)
+        registry.setdefault("answers", self.answers)
         self.registry = build_registry(self.router, clock=self.clock, **registry)  # type: ignore[arg-type]
 
     def request(self, rid: str, model: str,
@@ -228,6 +236,14 @@ def test_state_and_traffic_after_a_hand_driven_sequence() -> None:
     assert {k: v for k, v in failures.items() if v} == {
         ("alpha", "forbidden"): 1, ("alpha", "rate_limited"): 1, ("alpha", "server_error"): 1,
         ("beta", "server_error"): 1, ("gamma", "quota_exhausted"): 1}
+    outcomes = {(a["provider"], a["outcome"]): value(m, "omniroute_upstream_attempts_total", **a)
+                for a in series(m, "omniroute_upstream_attempts_total")}
+    # every provider's every outcome, 0 or not: the attempts without connection and model
+    assert len(outcomes) == 3 * (len(FailureKind) + 1)
+    assert {k: v for k, v in outcomes.items() if v} == {
+        ("alpha", "ok"): 2, ("alpha", "forbidden"): 1, ("alpha", "server_error"): 1,
+        ("alpha", "rate_limited"): 1, ("beta", "ok"): 3, ("beta", "server_error"): 1,
+        ("gamma", "quota_exhausted"): 1}
     assert value(m, "omniroute_skips_total", provider="alpha", reason="circuit_open") == 1
     assert sum(value(m, "omniroute_skips_total", **k)
                for k in series(m, "omniroute_skips_total")) == 1
@@ -461,3 +477,104 @@ def test_the_scrape_config_is_one_prometheus_takes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
     assert yaml.safe_load(block)["scrape_configs"][0]["authorization"] == {
         "type": "Bearer", "credentials_file": "/etc/prometheus/omniroute-token.txt"}
+
+
+ROUTER_A = """\
+providers:
+  alpha: {base_url: 'http://127.0.0.1:9/v1', models: [m], connections: [a]}
+routes:
+  chat: {targets: [alpha/m]}
+"""
+
+
+def test_a_provider_a_reload_adds_has_its_counters_at_zero_and_the_others_keep_theirs(
+) -> None:
+    from omniroute_tui.config import load_router_config
+
+    first = load_router_config("router.yaml", text=ROUTER_A)
+    router = first.build(ManualClock(T0))
+    registry = build_registry(router, clock=router.engine.clock)
+    routing = router.start("r1", "chat")
+    assert isinstance(routing.next_step(), Attempt)
+    routing.record(429, Classification(FailureKind.RATE_LIMITED, None))
+    routing.next_step()
+    second = load_router_config("router.yaml", text=ROUTER_A.replace(
+        "routes:", "  delta: {base_url: 'http://127.0.0.1:9/v1', models: [m], "
+                   "connections: [d]}\nroutes:"))
+    second.reconfigure(router, previous=first)
+    m = parse(exposition(registry))
+    for kind in ("ok", *FailureKind):
+        assert value(m, "omniroute_upstream_attempts_total", provider="delta",
+                     outcome=kind) == 0
+        assert value(m, "omniroute_upstream_attempts_total", provider="alpha",
+                     outcome=kind) == (1 if kind == "rate_limited" else 0)
+    for kind in FailureKind:
+        assert value(m, "omniroute_upstream_failures_total", provider="delta", kind=kind) == 0
+    assert value(m, "omniroute_upstream_failures_total", provider="alpha",
+                 kind="rate_limited") == 1
+    assert value(m, "omniroute_skips_total", provider="delta", reason="circuit_open") == 0
+    assert value(m, "omniroute_retry_budget_exhausted_total", provider="delta") == 0
+
+
+def test_upstream_latency_per_provider_and_model_from_every_answered_attempt() -> None:
+    """r1: alpha's 500 after 10 ms, beta's success after 300 ms; r2: alpha/n's 403 at
+    once. Every model a provider declares has its histogram from the start."""
+    s = Setup()
+    fresh = s.scrape()
+    assert value(fresh, "omniroute_upstream_latency_seconds_count", provider="gamma",
+                 model="m") == 0
+    s.request("r1", "chat", (500, FailureKind.SERVER_ERROR, None, 10),
+              (200, None, None, 300))
+    s.request("r2", "alpha/n", (403, FailureKind.FORBIDDEN, None, 0))
+    m = s.scrape()
+
+    def histogram(provider: str, model: str) -> dict[str, float]:
+        return {b["le"]: value(m, "omniroute_upstream_latency_seconds_bucket", **b)
+                for b in series(m, "omniroute_upstream_latency_seconds_bucket")
+                if (b["provider"], b["model"]) == (provider, model)}
+
+    assert histogram("alpha", "m")["0.05"] == 1
+    assert histogram("beta", "m")["0.25"] == 0 and histogram("beta", "m")["0.5"] == 1
+    assert histogram("alpha", "n")["0.05"] == 1
+    assert value(m, "omniroute_upstream_latency_seconds_sum", provider="beta", model="m") \
+        == pytest.approx(0.3)
+    assert {(p["provider"], p["model"]) for p in
+            series(m, "omniroute_upstream_latency_seconds_count")} == {
+        ("alpha", "m"), ("alpha", "n"), ("beta", "m"), ("gamma", "m")}
+
+
+def test_time_to_first_token_and_tokens_from_the_gateway_bounded_by_the_config() -> None:
+    from omniroute_tui.drivers.usage import Usage
+
+    s = Setup()
+    m = s.scrape()
+    # every target of every route, and every declared provider/model asked for by name
+    zero = {(t["provider"], t["route"], t["model"], t["type"])
+            for t in series(m, "omniroute_upstream_tokens_total")}
+    assert len(zero) == 2 * (4 + 4) and ("gamma", "quota", "m", "prompt") in zero
+    assert all(value(m, "omniroute_upstream_tokens_total", provider=p, route=r, model=mo,
+                     type=t) == 0 for p, r, mo, t in zero)
+    s.answers.usage("alpha", "chat", "m", Usage(120, 30))
+    s.answers.usage("alpha", "chat", "m", Usage(5, 1))
+    s.answers.streamed("beta", "m", 180)
+    s.answers.streamed("beta", "m", 40)
+    for i in range(1_500):  # names no config declares: one `other` histogram, routes capped
+        s.answers.streamed("alpha", f"learned-{i}", 10)
+        s.answers.usage("alpha", f"alpha/learned-{i}", f"learned-{i}", Usage(1, 1))
+    m = s.scrape()
+    assert value(m, "omniroute_upstream_tokens_total", provider="alpha", route="chat",
+                 model="m", type="prompt") == 125
+    assert value(m, "omniroute_upstream_tokens_total", provider="alpha", route="chat",
+                 model="m", type="completion") == 31
+    assert value(m, "omniroute_upstream_time_to_first_token_seconds_count", provider="beta",
+                 model="m") == 2
+    assert value(m, "omniroute_upstream_time_to_first_token_seconds_bucket", provider="beta",
+                 model="m", le="0.05") == 1
+    assert value(m, "omniroute_upstream_time_to_first_token_seconds_count", provider="alpha",
+                 model=OTHER) == 1_500
+    assert len(series(m, "omniroute_upstream_time_to_first_token_seconds_count")) == 5
+    routes = {t["route"] for t in series(m, "omniroute_upstream_tokens_total")}
+    assert len(routes) <= 3 + 4 + MAX_LEARNED_MODELS + 1
+    assert sum(value(m, "omniroute_upstream_tokens_total", **t)
+               for t in series(m, "omniroute_upstream_tokens_total")
+               if t["type"] == "prompt") == 125 + 1_500

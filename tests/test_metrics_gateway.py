@@ -222,3 +222,60 @@ async def test_a_fleet_replica_counts_what_it_applies_and_how_late(
         assert value(m, "omniroute_fleet_propagation_lag_seconds_bucket", le="10.0") == applied
         assert value(m, "omniroute_fleet_up") == 1
         assert value(m, "omniroute_fleet_queued_changes") >= 0
+
+
+async def test_tokens_and_time_to_first_token_through_the_openai_client(
+        tmp_path: Path) -> None:
+    """The official client asks for plain and streamed answers: a plain one's usage counts
+    its tokens by provider, route and model, a stream its time to first token, and its
+    tokens when it ends if it asked for its usage; a failed answer counts none."""
+    import openai
+
+    messages = [{"role": "user", "content": "hello"}]
+    async with running_gateway(tmp_path) as gw, openai.AsyncOpenAI(
+            base_url=f"{gw.url}/v1", api_key="any", max_retries=0, timeout=10) as api, \
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+        reply = await api.chat.completions.create(model="chat", messages=messages)
+        assert reply.usage is not None
+        direct = await api.chat.completions.create(model="healthy/m", messages=messages)
+        assert direct.usage is not None
+        stream = await api.chat.completions.create(model="fallback", messages=messages,
+                                                   stream=True)
+        async for _ in stream:
+            pass
+        counted = None  # a stream that asks for its usage: counted when it ends
+        stream = await api.chat.completions.create(
+            model="fallback", messages=messages, stream=True,
+            stream_options={"include_usage": True})
+        async for chunk in stream:
+            counted = chunk.usage or counted
+        assert counted is not None
+        await eventually(lambda: gw.gateway.answers is not None and gw.gateway.answers.tokens[
+            ("healthy", "fallback", "m")][1] > 0, what="the stream's end counted")
+        with pytest.raises(openai.RateLimitError):
+            await api.chat.completions.create(model="busy", messages=messages)
+        m = parse((await http.get("/metrics", headers=AUTH)).content)
+    tokens = {(route, kind): value(m, "omniroute_upstream_tokens_total", provider="healthy",
+                                   route=route, model="m", type=kind)
+              for route in ("chat", "healthy/m", "fallback") for kind in ("prompt",
+                                                                          "completion")}
+    assert tokens == {("chat", "prompt"): reply.usage.prompt_tokens,
+                      ("chat", "completion"): reply.usage.completion_tokens,
+                      ("healthy/m", "prompt"): direct.usage.prompt_tokens,
+                      ("healthy/m", "completion"): direct.usage.completion_tokens,
+                      ("fallback", "prompt"): counted.prompt_tokens,
+                      ("fallback", "completion"): counted.completion_tokens}
+    assert value(m, "omniroute_upstream_tokens_total", provider="throttled", route="busy",
+                 model="m", type="prompt") == 0
+    assert value(m, "omniroute_upstream_time_to_first_token_seconds_count",
+                 provider="healthy", model="m") == 2
+    first = value(m, "omniroute_upstream_time_to_first_token_seconds_sum", provider="healthy",
+                  model="m")
+    assert 0 < first < 3
+    # every answered attempt, the broken provider's 503s and the throttled 429 included
+    assert value(m, "omniroute_upstream_latency_seconds_count", provider="healthy",
+                 model="m") == 4
+    assert value(m, "omniroute_upstream_latency_seconds_count", provider="throttled",
+                 model="m") == 1
+    assert value(m, "omniroute_upstream_latency_seconds_count", provider="broken",
+                 model="m") >= 1

@@ -352,9 +352,10 @@ def test_requests_in_flight_finish_on_the_plan_they_started_with() -> None:
                    "gamma" for e in events if e.TYPE in ("cooldown", "breaker", "disabled"))
     with pytest.raises(KeyError):
         router.engine.spec("gamma")
-    # new requests take the new plan
+    # new requests take the new plan: [a1, a2], its rotation going on from its count (one
+    # request started on alpha before the reload)
     step = router.start("q3", "r-alpha").next_step()
-    assert isinstance(step, Attempt) and step.connection == "a1"
+    assert isinstance(step, Attempt) and step.connection == "a2"
 
 
 def test_an_added_provider_gets_the_fleets_probe_gate() -> None:

@@ -208,7 +208,7 @@ PINNED = {
         ("OmniRouteBreakerOpen", {"provider": "alpha", "severity": "page"}, 105_000, 285_000,
          "storm +1m15s", "storm end +15s"),
         ("OmniRouteUpstreamFailureRatio", {"provider": "alpha", "severity": "warning"},
-         150_000, 300_000, "storm +2m", "storm end +30s"),
+         150_000, 285_000, "storm +2m", "storm end +15s"),
     ],
     "vpn-blip": [],  # blip: 1m to 1m20s; pages nobody
     "provider-outage": [  # outage: 1m to 4m
@@ -306,6 +306,14 @@ def test_a_fleet_is_sampled_replica_by_replica(tmp_path: Path) -> None:
                                                           "replica-2"]
     assert {(f["fired"], f["resolved"]) for f in breaker} == {("storm +1m15s",
                                                                "storm end +15s")}
+    # the fleet's failure ratio pages once, with no replica's name, within one evaluation
+    # (15 s) of the single gateway's pinned page and clearance
+    (ratio,) = [f for f in firings if f["alert"] == "OmniRouteUpstreamFailureRatio"]
+    assert ratio["labels"] == {"provider": "alpha", "severity": "warning"}
+    (single,) = [p for p in PINNED["429-storm"] if p[0] == "OmniRouteUpstreamFailureRatio"]
+    assert abs(ratio["fired_ms"] - single[2]) <= 15_000
+    assert abs(ratio["resolved_ms"] - single[3]) <= 15_000
+    assert (ratio["fired"], ratio["resolved"]) == ("storm +2m", "storm end +15s")
 
 
 def test_the_readme_says_when_the_storm_pages_as_the_pin_does() -> None:

@@ -89,6 +89,35 @@ def write(tmp_path: Path, config: str = CONFIG, scenario: str = SCENARIO) -> tup
     return tmp_path / "router.yaml", tmp_path / "scenario.yaml"
 
 
+NOTICE = ("note: {routes} no strategy: the default is now round_robin, each provider's "
+          "requests spread over its keys (it was priority, the first key first: write "
+          "strategy: priority to keep that)")
+
+
+@pytest.mark.parametrize(("routes", "said"), [
+    ("  chat: {targets: [openai/gpt-4o, anthropic/claude]}\n", "route chat names"),
+    ("".join(f"  r{i}: {{targets: [openai/gpt-4o]}}\n" for i in range(5))
+     + "  named: {strategy: priority, targets: [anthropic/claude]}\n",
+     "routes r0, r1, r2 and 2 more name"),
+    ("  chat: {strategy: round_robin, targets: [openai/gpt-4o]}\n", None),
+])
+def test_a_config_whose_routes_name_no_strategy_is_told_the_new_default_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], routes: str, said: str | None
+) -> None:
+    head, tail = CONFIG.split("routes:\n")
+    config, scenario = write(tmp_path, head + "routes:\n" + routes
+                             + tail[tail.index("resilience"):],
+                             SCENARIO.replace("route: chat", "route: openai/gpt-4o"))
+    other = tmp_path / "other.yaml"
+    other.write_text(SCENARIO.replace("my-storm", "other").replace("route: chat",
+                                                                   "route: openai/gpt-4o"))
+    assert main(["run", str(scenario), str(other), "--config", str(config),
+                 "--policy", "resilient"]) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert notes == ([] if said is None else [NOTICE.format(routes=said)])  # once, not twice
+
+
 def test_the_config_brings_providers_routes_and_settings_and_no_key_is_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,17 +1,18 @@
 """Strategies side by side in the simulator (`strategies:`, `--strategy`), the shipped
-`rate-limit-headroom` scenario, and the warning for a fault that sees no traffic."""
+`rate-limit-headroom` and `herd` scenarios, and the warning for a fault that sees no traffic."""
 
 from __future__ import annotations
 
 import io
 import json
+import random
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from omniroute_tui.config import ConfigError
-from omniroute_tui.router import strategies
+from omniroute_tui.router import DEFAULT_STRATEGY, strategies
 from simulator.cli import main
 from simulator.fault_traffic import silent_faults
 from simulator.scenario import SCENARIOS_DIR, load_scenario, shipped_scenarios, with_strategy
@@ -197,3 +198,78 @@ def test_the_readme_quotes_the_headroom_lesson_as_pinned() -> None:
 
     readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
     assert "meets 49 429s under `priority` and none under `headroom`" in readme
+
+
+HERD = SCENARIOS_DIR / "herd.yaml"
+
+
+def test_the_herd_is_served_under_the_default_and_refused_under_priority() -> None:
+    """200 clients at once, four keys of 50 a minute each: the route names no strategy,
+    the default spreads the burst 50 a key; under priority the first key takes all 200,
+    150 come back 429 and the retry budget lets 10 of them on to the second key."""
+    run = shipped_run("herd")  # the default: the route names no strategy
+    lines = [json.loads(line) for line in run.trace.splitlines()]
+    assert run.scenario.config.routes["chat"].strategy.value == "round_robin"
+    assert run.metrics["successes"] == 200 and run.metrics["attempts"] == 200
+    assert run.metrics["providers"]["openai"]["failures"] == {}
+    assert Counter(e["status"] for e in lines if e["type"] == "response") == {200: 200}
+    assert Counter(e["connection"] for e in lines if e["type"] == "attempt") == {
+        "k1": 50, "k2": 50, "k3": 50, "k4": 50}
+    out = io.StringIO()
+    metrics = run_virtual(with_strategy(run.scenario, "priority"), "resilient", trace=out)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert metrics["successes"] == 60 and metrics["attempts"] == 210
+    assert metrics["providers"]["openai"]["failures"] == {"rate_limited": 150}
+    assert Counter(e["status"] for e in lines if e["type"] == "response") == {200: 60,
+                                                                              429: 140}
+    assert Counter(e["connection"] for e in lines if e["type"] == "attempt") == {
+        "k1": 200, "k2": 10}
+    assert sum(1 for e in lines if e["type"] == "budget" and not e["spent"]) == 140
+
+
+def test_the_herd_report_sets_the_default_beside_priority(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    assert main(["run", "herd", "--policy", "resilient", "--check", "--report",
+                 str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["policies"]["resilient"]["successes"] == 200
+    assert data["strategies"]["priority"]["successes"] == 60
+    assert all(check["ok"] for check in data["checks"])
+
+
+@pytest.mark.parametrize(("item", "problem"), [
+    ("{route: chat, rate: 5/s, count: 3}", "traffic[0].count: count is the requests at each "
+                                           "time of `at` (a burst): give at, or drop count"),
+    ("{route: chat, at: [0s], count: 0}", "traffic[0].count: expected a whole number >= 1, "
+                                          "got 0"),
+    ("{route: chat, at: [0s], count: two}", "traffic[0].count: expected a whole number >= 1"),
+])
+def test_a_burst_count_goes_with_at_and_is_a_whole_number(item: str, problem: str) -> None:
+    text = HERD.read_text().replace("{route: chat, at: [0s], count: 200}", item)
+    with pytest.raises(ConfigError) as caught:
+        load_scenario("herd.yaml", text=text)
+    assert problem in str(caught.value)
+
+
+def test_a_burst_arrives_at_each_time_of_at() -> None:
+    text = HERD.read_text().replace("at: [0s], count: 200", "at: [2s, 1s], count: 3")
+    scenario = load_scenario("herd.yaml", text=text)
+    (traffic,) = scenario.traffic
+    assert traffic.expected_requests(scenario.duration_ms) == 6
+    assert list(traffic.arrivals(random.Random(0))) == [1000] * 3 + [2000] * 3
+
+
+def test_the_default_and_headroom_serve_the_herd_and_meet_no_429_under_headroom_s_load() -> None:
+    """design §8's figures for the choice of the default: both strategies that spread
+    serve the herd whole with one attempt each and meet no 429 in rate-limit-headroom."""
+    text = HEADROOM.read_text().replace("{strategy: headroom, targets:", "{targets:")
+    scenario = load_scenario("rate-limit-headroom.yaml", text=text)
+    assert scenario.config.routes["chat"].strategy is DEFAULT_STRATEGY
+    metrics = run_virtual(scenario, "resilient")
+    assert metrics["providers"]["openai"]["failures"] == {}
+    assert metrics["success_rate"] == 1.0
+    herd = load_scenario(HERD)
+    for strategy in ("round_robin", "headroom"):
+        metrics = run_virtual(with_strategy(herd, strategy), "resilient")
+        assert (metrics["successes"], metrics["attempts"]) == (200, 200), strategy
+        assert metrics["providers"]["openai"]["failures"] == {}, strategy

@@ -492,7 +492,7 @@ def drive(headers: dict[str, dict[str, str]], served: list[str], wall: Any = Non
     keys = list(served)
 
     async def send(base_url: str, body: Any, *, api_key: Any, timeout_ms: int, stream: bool,
-                   now_epoch_ms: int) -> UpstreamReply:
+                   now_epoch_ms: int, **stream_bounds: int) -> UpstreamReply:
         return UpstreamReply(200, OK, headers[keys.pop(0)], b"{}")
 
     client = type("Client", (), {"send": staticmethod(send)})()
@@ -570,7 +570,8 @@ def test_weights_in_the_config() -> None:
      "      - {target: alpha/gpt-4o, weight: 10000000}\n", "got 10000000"),
     ("  fast:\n    targets:\n      - {target: alpha/gpt-4o, weight: 2}\n",
      "router.yaml:7: routes.fast.targets[0].weight: a weight is read only by strategy "
-     "weighted; this route's is priority"),
+     "weighted; this route's is round_robin (it names none) (write strategy: weighted, or "
+     "drop the weight)"),
     ("  fast:\n    strategy: weighted\n    targets:\n      - {target: alpha/gpt-4o, wieght: 2}\n",
      "router.yaml:8: routes.fast.targets[0].wieght: unknown field"),
     ("  fast:\n    strategy: weighted\n    targets:\n      - {weight: 2}\n",

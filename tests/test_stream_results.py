@@ -262,3 +262,21 @@ def test_the_console_says_how_a_stream_ended_and_what_it_relayed() -> None:
         "whole": ["answered 200 in 800ms, streamed 61 chunk(s), 9,000 bytes"]}
     assert any("failure alpha/a/m: stream_cut reset (200) for cut" in text
                for _, _, text in model.events)
+
+
+def test_the_metrics_count_a_cut_stream_and_hold_it_in_flight_until_it_ends() -> None:
+    from omniroute_tui.metrics import build_registry, exposition
+
+    from .metrics_helpers import parse, value
+
+    engine, clock, _ = make_engine({"alpha": ("a",), "beta": ("x",)})
+    router = make_router(engine)
+    registry = build_registry(router, clock=clock)
+    routing, _ = _stream(router, "r1")
+    samples = parse(exposition(registry))
+    assert value(samples, "omniroute_attempts_in_flight", provider="alpha") == 1
+    routing.end_stream(StreamCut.IDLE, relayed_bytes=10, relayed_chunks=1)
+    samples = parse(exposition(registry))
+    assert value(samples, "omniroute_attempts_in_flight", provider="alpha") == 0
+    assert value(samples, "omniroute_attempts_total", provider="alpha", connection="a",
+                 model="m", outcome="stream_cut") == 1

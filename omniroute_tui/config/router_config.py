@@ -18,7 +18,7 @@ from ..engine.jitter import Jitter
 from ..engine.reload import ReloadSummary
 from ..engine.settings import AuthKind, ResilienceSettings, default_settings
 from ..router.core import MAX_ROTATION, Router
-from ..router.routes import Route, Strategy, Target
+from ..router.routes import DEFAULT_STRATEGY, Route, Strategy, Target
 from .hidden import hidden_reason
 from .limits import (
     MAX_COUNTS,
@@ -345,7 +345,7 @@ def parse_routes(
                                             where + ("stream_resume",)))
         route_first_token = (read_first_token(src, body["first_token"], where + ("first_token",))
                              if "first_token" in body else None)
-        strategy: Strategy | None = Strategy.PRIORITY  # None: unreadable, said so
+        strategy: Strategy | None = DEFAULT_STRATEGY  # None: unreadable, said so
         if "strategy" in body:
             try:
                 strategy = Strategy(body["strategy"])
@@ -368,7 +368,8 @@ def parse_routes(
             if isinstance(item, dict):
                 reject_unknown(src, item, at, ("target", "weight", "first_token"))
                 if "weight" in item:
-                    weight = _weight(src, item["weight"], at + ("weight",), strategy)
+                    weight = _weight(src, item["weight"], at + ("weight",), strategy,
+                                     "strategy" in body)
                 if "first_token" in item:
                     first_token = read_first_token(src, item["first_token"],
                                                    at + ("first_token",))
@@ -381,7 +382,7 @@ def parse_routes(
             elif target is not None:
                 targets.append(target)
                 weights.append(weight)
-        routes[str(name)] = Route(str(name), tuple(targets), strategy or Strategy.PRIORITY,
+        routes[str(name)] = Route(str(name), tuple(targets), strategy or DEFAULT_STRATEGY,
                                   None if all(w == 1 for w in weights) else tuple(weights),
                                   fallback_wait, stream_resume)
     return routes
@@ -410,13 +411,15 @@ def _shown(value: Any) -> str:
     return repr(value)[:40] if isinstance(value, str | int | float) else type(value).__name__
 
 
-def _weight(src: Source, value: Any, path: Path, strategy: Strategy | None) -> int:
+def _weight(src: Source, value: Any, path: Path, strategy: Strategy | None, named: bool
+            ) -> int:
     """A target's `weight`: a whole number 1..MAX_WEIGHT, and only under `weighted` (a
     weight another strategy would ignore is refused: it would mislead the reader). Under
     a strategy that could not be read (None) only the number is checked."""
     if strategy is not Strategy.WEIGHTED and strategy is not None:
         src.problem(path, f"a weight is read only by strategy weighted; this route's is "
-                          f"{strategy.value} (write strategy: weighted, or drop the weight)")
+                          f"{strategy.value}{'' if named else ' (it names none)'} (write "
+                          "strategy: weighted, or drop the weight)")
         return 1
     return _whole_weight(src, value, path, MAX_WEIGHT)
 

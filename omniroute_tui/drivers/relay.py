@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from ..engine.kinds import StreamCut
 from .sse import MAX_EVENT_BYTES, SseDecoder, SseError, SseEvent
+from .usage import Usage, usage_of
 
 __all__ = ["BodyReader", "StreamBroken", "StreamRelay", "error_event"]
 
@@ -104,9 +105,9 @@ class StreamRelay:
     """One streamed answer: `first_content()` reads until it has begun, `relay()` passes
     it on; then `cut` (None: whole) and what was relayed say how it went."""
 
-    __slots__ = ("_backlog", "_body", "_chunks", "_decoder", "_held", "_idle_s", "_reading",
-                 "_since", "_stop", "_task", "_timer", "cut", "detail", "finished", "gone",
-                 "relayed_bytes", "relayed_chunks")
+    __slots__ = ("_backlog", "_body", "_chunks", "_decoder", "_held", "_held_chunks",
+                 "_idle_s", "_reading", "_since", "_stop", "_task", "_timer", "cut", "detail",
+                 "finished", "gone", "relayed_bytes", "relayed_chunks", "usage")
 
     def __init__(self, body: BodyReader, idle_ms: int) -> None:
         self._body = body
@@ -114,6 +115,7 @@ class StreamRelay:
         self._decoder = SseDecoder()
         self._idle_s = idle_ms / 1000
         self._held: list[bytes] = []  # events read before the first content
+        self._held_chunks = 0  # events with content among them (the first, or none)
         self._backlog: list[SseEvent] = []  # events read and not yet looked at
         self._reading = False
         self._since = 0.0
@@ -126,6 +128,8 @@ class StreamRelay:
         self.gone = False  # the client left
         self.relayed_bytes = 0
         self.relayed_chunks = 0  # events with content passed on
+        #: the tokens the stream's usage event says it took (the last one, if several)
+        self.usage: Usage | None = None
 
     async def first_content(self) -> None:
         """Read until the first event with content (or `[DONE]`), holding back what
@@ -142,9 +146,9 @@ class StreamRelay:
                                        "KiB of events before any content")
                 if seen >= _CONTENT:
                     if seen == _CONTENT:
-                        self.relayed_chunks += 1
-                    else:
-                        self.finished = True
+                        self._note_usage(event)
+                    self._held_chunks = int(seen == _CONTENT)
+                    self.finished = seen == _DONE
                     del self._backlog[:i + 1]
                     return
             self._backlog = await self._read()
@@ -181,6 +185,7 @@ class StreamRelay:
     async def _relay(self) -> AsyncIterator[bytes]:
         held = b"".join(self._held)
         self._held = []
+        self.relayed_chunks += self._held_chunks
         piece, broken = self._pass(self._backlog) if not self.finished else (b"", None)
         if held or piece:
             out = held + piece if piece else held
@@ -227,10 +232,17 @@ class StreamRelay:
             out.append(event.raw)
             if seen == _CONTENT:
                 self.relayed_chunks += 1
+                self._note_usage(event)
             elif seen == _DONE:
                 self.finished = True
                 break
         return b"".join(out), None
+
+    def _note_usage(self, event: SseEvent) -> None:
+        """Keep the usage of an event that has one (most have none: a byte search)."""
+        data = event.data
+        if data is not None and b'"usage"' in data:
+            self.usage = usage_of(data) or self.usage
 
     def _check_idle(self) -> None:
         """The idle timer: one handle, moved on while reads come in time."""

@@ -42,7 +42,7 @@ from .peer import SHARED_EVENTS, Shared
 __all__ = [
     "CONFIG_VERSION", "MAX_ENTRY_BYTES", "SKEW_MS", "STATE_VERSION", "Accepted",
     "ConfigVersion", "Known", "Rejected", "Throttle", "config_field", "deadline_horizon_ms",
-    "read_config_field", "read_entry", "read_state_field",
+    "read_config_field", "read_entry", "read_state_field", "rebased",
 ]
 
 #: how far another replica's clock may run ahead of this one's
@@ -476,3 +476,16 @@ class Throttle:
         stale = [r for r, c in self._seen.items() if now - c.logged_at >= self.every_ms]
         for reason in stale or list(self._seen)[: self._reasons // 2]:
             del self._seen[reason]
+
+
+def rebased(item: Shared, delta_ms: int) -> Shared:
+    """`item` with its times (`t`, and an absolute deadline `until`) moved by `delta_ms`:
+    from this replica's clock to Redis' on the way out, back on the way in. A duration
+    (`retry_after_ms`, a hint) stays as it is."""
+    if not delta_ms:
+        return item
+    moved: dict[str, int] = {"t": item.t + delta_ms}
+    until = getattr(item, "until", None)
+    if type(until) is int:
+        moved["until"] = until + delta_ms
+    return replace(item, **moved)  # type: ignore[arg-type]

@@ -35,7 +35,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis.asyncio as redis
@@ -66,6 +66,7 @@ from .entries import (
     read_config_field,
     read_entry,
     read_state_field,
+    rebased,
 )
 from .outbox import Change, ChangeKind, Outbox
 from .peer import FleetPeer, Shared
@@ -149,6 +150,12 @@ _SENTINEL_RETRY_MAX_S = 0.5
 #: later, and what it takes meanwhile is lost
 _MASTER_CHECK_S = 1.0
 #: behind Sentinel, each batch that goes out waits this long for a replica to have it
+#: how far this replica's clock may be from Redis' before times are moved between them
+#: (docs/fleet.md, "Clocks"): two replicas each this far off, in opposite directions, put
+#: a deadline off by twice it, within a second
+OFFSET_DEADBAND_MS = 250
+#: a `TIME` answer slower than this is not read for the offset (its error is up to half it)
+OFFSET_ROUND_TRIP_MS = 200
 #: (`WAIT 1 100`): an operator's action is `shared` once a failover cannot lose it
 REPLICA_WAIT_MS = 100
 #: a key of the wrong type is not cured by retrying: the operator must act
@@ -214,7 +221,8 @@ class RedisLink:
 
     def __init__(self, url: str, *, prefix: str = "omniroute", replica: str | None = None,
                  queue_limit: int = 10_000, queue_bytes: int = 8 << 20,
-                 stream_limit: int = 10_000, lease_max_ms: int = LEASE_MAX_MS) -> None:
+                 stream_limit: int = 10_000, lease_max_ms: int = LEASE_MAX_MS,
+                 clock: Callable[[], int] | None = None) -> None:
         self.url = url
         self.prefix = prefix
         # host and pid say where it runs; the suffix tells two links in one process apart
@@ -280,6 +288,12 @@ class RedisLink:
         #: told, for every other replica's event applied here, how late it was (ms from
         #: when it happened there to now): the metrics' propagation lag
         self._lag_listeners: list[Callable[[int], None]] = []
+        #: this replica's wall clock (epoch ms; the engine's), and how far Redis' `TIME`
+        #: is ahead of it: every time written to Redis is in Redis' time, and every time
+        #: read from it is taken back to this clock, so a replica's skew moves no deadline
+        #: of the others' (docs/fleet.md, "Clocks")
+        self._clock = clock or _now_ms
+        self.offset_ms = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -350,9 +364,9 @@ class RedisLink:
 
     def _publish(self, item: Shared) -> None:
         """The peer's `send`: queue what it shares, and say it if the full queue dropped."""
-        now = _now_ms()
+        now = self._clock()
         dropped = self._outbox.dropping
-        self._outbox.put(_change(item), now)
+        self._outbox.put(_change(rebased(item, self.offset_ms)), now)
         if self._outbox.dropping > dropped:
             self._say_dropped(now)
         self._drained.clear()
@@ -488,7 +502,7 @@ class RedisLink:
                 fault = self._loop_faults[name] = (
                     f"the fleet {name} loop ended: {type(exc).__name__}: {exc}"[:300])
                 key = f"loop {name} {type(exc).__name__}"
-                unlogged = self._throttle.admit(key, _now_ms())
+                unlogged = self._throttle.admit(key, self._clock())
                 if unlogged is not None:  # the first of its kind with its traceback
                     log.error("%s; running it again in %g s (%d more like it in the last "
                               "minute)", fault, delay, unlogged,
@@ -522,6 +536,7 @@ class RedisLink:
                     if self._sentinel is not None:
                         following = await self._redis.connection_pool.get_master_address()
                     await self._check_types()
+                    await self._measure_offset()
                     newest = await self._redis.xrevrange(self.stream, count=1)
                     at = newest[0][0].decode() if newest else "0-0"
                     for name, value in (await self._redis.hgetall(self.state)).items():
@@ -565,12 +580,26 @@ class RedisLink:
                 self._warn(f"config {type(exc).__name__}", "the fleet config versions: %s: %s",
                            type(exc).__name__, exc)
 
+    async def _measure_offset(self) -> None:
+        """How far Redis' clock (`TIME`) is ahead of this replica's, read at the middle of
+        the round trip."""
+        before = self._clock()
+        seconds, micros = await self._redis.time()
+        after = self._clock()
+        if after - before > OFFSET_ROUND_TRIP_MS:
+            return  # a slow answer says little of when Redis read its clock: the last stays
+        offset = int(seconds) * 1000 + int(micros) // 1000 - (before + after) // 2
+        # a clock kept by NTP is within a few ms: taken as Redis' own, so that times
+        # travel unchanged (a round trip's jitter would move them by a millisecond or two)
+        self.offset_ms = offset if abs(offset) >= OFFSET_DEADBAND_MS else 0
+
     async def _exchange_config(self) -> None:
-        now = _now_ms()
+        await self._measure_offset()
+        now = self._clock() + self.offset_ms  # the versions' times are in Redis' time
         if self._config is not None:
             version, loaded_at = self._config
             await self._redis.hset(self.configs, self.replica,
-                                   config_field(version, loaded_at, now))
+                                   config_field(version, loaded_at + self.offset_ms, now))
         versions: dict[str, str] = {}
         forget = []
         for name, value in (await self._redis.hgetall(self.configs)).items():
@@ -607,7 +636,7 @@ class RedisLink:
     def _wrong_type(self, reason: str) -> None:
         """Said on `/health` until fixed; logged once a minute, retried with a long backoff."""
         self._key_fault = reason
-        unlogged = self._throttle.admit(f"wrong type {reason}", _now_ms())
+        unlogged = self._throttle.admit(f"wrong type {reason}", self._clock())
         if unlogged is not None:
             log.error("%s; retrying every %g s at most%s", reason, _WRONG_TYPE_RETRY_S[-1],
                       f" ({unlogged} more like it in the last minute)" if unlogged else "")
@@ -615,13 +644,14 @@ class RedisLink:
     def _apply(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
         """One stream entry, checked, then merged; nothing it holds ends the loop."""
         assert self._known is not None
-        read = read_entry(fields, self._known, _now_ms(), own=self.replica)
+        read = read_entry(fields, self._known, self._clock() + self.offset_ms,
+                          own=self.replica)
         if read is not None:
             self._merge(f"stream entry {entry_id}", read, relay=True)
 
     def _apply_state(self, name: bytes, value: bytes) -> None:
         assert self._known is not None
-        read = read_state_field(name, value, self._known, _now_ms())
+        read = read_state_field(name, value, self._known, self._clock() + self.offset_ms)
         self._merge(f"state field {name[:80]!r}", read, relay=False)
 
     def _merge(self, where: str, read: Accepted | Rejected, *, relay: bool) -> None:
@@ -629,6 +659,7 @@ class RedisLink:
         if isinstance(read, Rejected):
             self._reject(where, read.reason, read.detail)
             return
+        read = replace(read, event=rebased(read.event, -self.offset_ms))  # to this clock
         if read.clamped is not None:
             what = read.event.TYPE if isinstance(read.event, Event) else read.event.WORD
             self._warn(f"clamped {what}", "clamped a deadline beyond what this "
@@ -648,7 +679,7 @@ class RedisLink:
             return
         if relay:
             self.applied += 1
-            lag = max(0, _now_ms() - read.event.t)
+            lag = max(0, self._clock() - read.event.t)
             for listener in self._lag_listeners:
                 try:
                     listener(lag)
@@ -657,7 +688,7 @@ class RedisLink:
                                "%s: %s", type(exc).__name__, str(exc)[:80])
 
     def _reject(self, where: str, reason: str, detail: str) -> None:
-        now = _now_ms()
+        now = self._clock()
         self.rejected += 1
         self._last_rejection = {"reason": reason, "detail": detail, "where": where, "at": now}
         self._warn(reason, "skipped a fleet %s: %s%s", where, reason,
@@ -665,7 +696,7 @@ class RedisLink:
 
     def _warn(self, reason: str, message: str, *args: object) -> None:
         """One line per reason per minute, saying how many went unsaid since."""
-        unlogged = self._throttle.admit(reason, _now_ms())
+        unlogged = self._throttle.admit(reason, self._clock())
         if unlogged is not None:
             log.warning(message + ("; %d more like it in the last minute" if unlogged else ""),
                         *args, *((unlogged,) if unlogged else ()))
@@ -685,7 +716,7 @@ class RedisLink:
     async def _ask(self, provider: str, probe_ms: int, lease_ms: int) -> None:
         assert self.peer is not None
         key = f"{self.prefix}:lease:{provider}"
-        asked = _now_ms()  # the key expires no sooner than this says
+        asked = self._clock()  # the key expires no sooner than this says
         until = None
         try:
             if await self._redis.set(key, self.replica, nx=True, px=lease_ms):
@@ -702,10 +733,10 @@ class RedisLink:
         the peer asked for): a replica that dies holding it blocks the others at most its
         lifetime (docs/design.md §10). A lease granted but not used by a probe lapses."""
         assert self.peer is not None
-        started = _now_ms()
+        started = self._clock()
         while True:
             await asyncio.sleep(max(lease.lifetime_ms / 4000, _RENEW_FLOOR_S))
-            now = _now_ms()
+            now = self._clock()
             if (self._leases.get(provider) is not lease or lease.until == 0
                     or now - started >= lease.probe_ms):
                 return  # handed over, granted again, or the probe has timed out
@@ -756,7 +787,7 @@ class RedisLink:
 
     def _failed(self, exc: BaseException) -> None:
         if self._failing_since is None:
-            self._failing_since = _now_ms()
+            self._failing_since = self._clock()
             log.error("the fleet's Redis at %s fails: %s (routing goes on, on this replica's "
                       "own state; changes queue)", self._where, exc)
         self._error = f"{type(exc).__name__}: {exc}"[:300]

@@ -28,10 +28,11 @@ from ..config.router_config import MetricsAccess, ProviderConfig, RouterConfig
 from ..config.status import ConfigStatus
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
+from ..drivers.usage import usage_of
 from ..engine.engine import UnknownTarget
 from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..fleet.redis_link import RedisLink
-from ..metrics import CONTENT_TYPE_LATEST, build_registry, exposition
+from ..metrics import CONTENT_TYPE_LATEST, AnswerCounters, build_registry, exposition
 from ..router.core import Router, UnknownRoute
 from ..state_document import state_document
 from ..store import SqliteStore
@@ -126,9 +127,12 @@ class Gateway:
         #: who may scrape `/metrics`: with the token (none: not served), anyone, or no one
         self.metrics_access = (MetricsAccess.OFF if metrics is MetricsAccess.TOKEN
                                and token is None else metrics)
-        self.metrics = None if self.metrics_access is MetricsAccess.OFF else build_registry(
+        #: what the metrics learn of the answers passed on (None: nothing counted)
+        self.answers = (None if self.metrics_access is MetricsAccess.OFF
+                        else AnswerCounters(router))
+        self.metrics = None if self.answers is None else build_registry(
             router, clock=router.engine.clock, store=store, fleet=fleet,
-            config_status=self.status)
+            config_status=self.status, answers=self.answers)
         self._scrape_failures = 0
 
     def _swap(self, config: RouterConfig) -> None:
@@ -242,9 +246,34 @@ class Gateway:
             _answered(request_id, 499, route=model)
             return Response(status_code=499)
         response = self._respond(completion, request_id, model)
+        if self.answers is not None:
+            self._count_answer(model, completion)
         if completion.relay is None:  # a stream's line is written when it ends
             _answered(request_id, response.status_code, route=model, completion=completion)
         return response
+
+    def _count_answer(self, route: str, completion: Completion) -> None:
+        """A successful answer's time to first token (a stream: its first content was
+        read before it was chosen) or its tokens (a whole body's `usage`; a stream's are
+        counted when it ends, `_stream_ended`)."""
+        assert self.answers is not None
+        reply, upstream = completion.reply, completion.response.upstream
+        if reply is None or upstream is None or not 200 <= reply.status < 300:
+            return
+        if reply.relay is not None:
+            self.answers.streamed(upstream.provider, upstream.model,
+                                  self.engine.now() - upstream.started_at)
+        elif (usage := usage_of(reply.content)) is not None:
+            self.answers.usage(upstream.provider, route, upstream.model, usage)
+
+    def _stream_ended(self, request_id: str, route: str, completion: Completion) -> None:
+        """A relayed stream is over: its access line, and the tokens its last usage
+        chunk said it took (a stream cut before it counts none)."""
+        relay, upstream = completion.relay, completion.response.upstream
+        if (self.answers is not None and relay is not None and relay.usage is not None
+                and upstream is not None):
+            self.answers.usage(upstream.provider, route, upstream.model, relay.usage)
+        _answered(request_id, completion.response.status, route=route, completion=completion)
 
     async def _complete_unless_disconnected(
         self, request: Request, body: dict[str, Any], stream: bool, request_id: str
@@ -282,7 +311,7 @@ class Gateway:
             headers[SERVED_BY_HEADER] = response.upstream.served_by
         if reply.relay is not None:
             return RelayResponse(completion, reply.status, headers, partial(
-                _stream_ended, request_id, model))
+                self._stream_ended, request_id, model))
         return Response(reply.content, reply.status, headers=headers)
 
     async def models(self, request: Request) -> Response:
@@ -570,10 +599,6 @@ def _answered(request_id: str, status: int, *, route: str | None = None,
                 fields.update(resume=resume.outcome, resumed_by=resume.resumed_by)
                 message += f" ({resume.cut} cut, {resume.outcome})"
     access_log.info(message, status, extra=fields)
-
-
-def _stream_ended(request_id: str, route: str, completion: Completion) -> None:
-    _answered(request_id, completion.response.status, route=route, completion=completion)
 
 
 async def _disconnected(request: Request) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
-__all__ = ["ATTEMPT_BUCKETS", "DURATION_BUCKETS_MS", "LAG_BUCKETS_MS", "Buckets"]
+__all__ = ["ATTEMPT_BUCKETS", "DURATION_BUCKETS_MS", "FIRST_TOKEN_BUCKETS_MS", "LAG_BUCKETS_MS",
+           "Buckets"]
 
 #: request durations: an LLM call takes from tens of milliseconds to minutes
 DURATION_BUCKETS_MS = (50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 20_000, 30_000,
                        60_000, 120_000)
+#: a stream's first bytes: from a few tens of milliseconds to a long prompt's prefill
+FIRST_TOKEN_BUCKETS_MS = (25, 50, 100, 250, 500, 1_000, 2_000, 5_000, 10_000, 30_000)
 #: attempts per request (`request.max_attempts` is at most 16)
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16)
 #: how long another replica's event took to be applied here

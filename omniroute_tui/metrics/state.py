@@ -27,6 +27,7 @@ from ..engine.cooldown import ConnectionSnapshot
 from ..engine.kinds import BreakerState
 from ..engine.lockout import LockoutSnapshot
 from ..router.core import Router
+from .answers import AnswerCounters
 from .buckets import Buckets
 from .labels import LabelBounds
 from .text_format import Labels, sample
@@ -62,7 +63,7 @@ class StateCollector:
     def __init__(self, router: Router, *, clock: Clock, traffic: TrafficCounters,
                  labels: LabelBounds, store: StoreSource | None, fleet: FleetSource | None,
                  fleet_lag: Buckets | None, config_status: ConfigStatus | None,
-                 build_version: str) -> None:
+                 build_version: str, answers: AnswerCounters | None = None) -> None:
         self._router = router
         self._engine = router.engine
         self._clock = clock
@@ -72,6 +73,7 @@ class StateCollector:
         self._fleet = fleet
         self._fleet_lag = fleet_lag
         self._config = config_status
+        self._answers = answers
         self._build = (build_version, platform.python_version())
         #: (provider, connection) -> its label dicts: both names, and with each reason
         self._connection_labels: dict[tuple[str, str], _ConnectionLabels] = {}
@@ -97,6 +99,8 @@ class StateCollector:
             tokens.add_metric((name,), self._engine.retry_budget_tokens(name))
         yield tokens
         yield from self._traffic.families()
+        if self._answers is not None:
+            yield from self._answers.families()
         if self._store is not None:
             yield from _store_families(self._store.health())
         if self._fleet is not None:

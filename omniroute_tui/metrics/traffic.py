@@ -28,6 +28,7 @@ from ..engine.events import (
     CooldownEvent,
     DedupEvent,
     Event,
+    ReloadEvent,
     RequestEvent,
     ResponseEvent,
     ResultEvent,
@@ -36,11 +37,13 @@ from ..engine.events import (
 )
 from ..engine.kinds import CooldownReason, DedupWindow, FailureKind, SkipReason
 from .buckets import ATTEMPT_BUCKETS, DURATION_BUCKETS_MS, Buckets
-from .labels import LabelBounds, status_class
+from .labels import OTHER, LabelBounds, status_class
 from .text_format import Labels, sample
 
 __all__ = ["COOLING_REASONS", "TrafficCounters", "cooling_reason"]
 
+#: an attempt's outcome label: `ok`, or its failure kind
+OUTCOMES = ("ok", *(kind.value for kind in FailureKind))
 #: what a cooling connection waits for: its backoff, a spent quota, or the server's hint
 COOLING_REASONS = ("backoff", "quota", "hinted")
 
@@ -71,6 +74,9 @@ class TrafficCounters:
         self.attempt_counts: dict[str, Buckets] = {}  # route -> attempts per request
         #: (provider, connection, model label, kind or None)
         self.attempts: dict[tuple[str, str, str, FailureKind | None], int] = {}
+        #: (provider, model label) -> an attempt's time to its answer, in ms
+        self.latency: dict[tuple[str, str], Buckets] = {
+            declared: Buckets(DURATION_BUCKETS_MS, 0.001) for declared in labels.declared}
         self.failures: dict[tuple[str, FailureKind], int] = {}
         self.skips: dict[tuple[str, str], int] = {}
         self.budget_exhausted: dict[str, int] = {}
@@ -92,6 +98,8 @@ class TrafficCounters:
         self._labels_of: dict[tuple[str, str, str, FailureKind | None], Labels] = {}
         #: (provider, connection) -> the reason of its latest cooldown
         self.cooling: dict[tuple[str, str], str] = {}
+        #: the providers whose series are there from 0, in order (a dict: a set keeps none)
+        self.providers: dict[str, None] = {}
         self._zeros(providers, routes)
         self._unsubscribe = [
             _subscribe(bus, RequestEvent, self._request),
@@ -104,33 +112,38 @@ class TrafficCounters:
             _subscribe(bus, BreakerEvent, self._breaker),
             _subscribe(bus, CooldownEvent, self._cooldown),
             _subscribe(bus, AttemptEvent, self._attempt),
+            _subscribe(bus, ReloadEvent, self._reload),
         ]
 
     def _zeros(self, providers: Sequence[str], routes: Sequence[str]) -> None:
-        """The series the config bounds, at 0 from the start: a counter that appears only
-        at its first increase hides that increase from `rate()` and `increase()`."""
+        """The series the config bounds, at 0 from the start (and, for a provider a reload
+        adds, from the reload): a counter that appears only at its first increase hides
+        that increase from `rate()` and `increase()`, and a ratio of two such counters
+        leaves [0, 1]. A series already counting keeps its count."""
         for route in routes:
             for status in ("2xx", "4xx", "5xx"):
-                self.requests[(route, status)] = 0
-            self.durations[route] = Buckets(DURATION_BUCKETS_MS, 0.001)
-            self.attempt_counts[route] = Buckets(ATTEMPT_BUCKETS)
+                self.requests.setdefault((route, status), 0)
+            if route not in self.durations:
+                self.durations[route] = Buckets(DURATION_BUCKETS_MS, 0.001)
+                self.attempt_counts[route] = Buckets(ATTEMPT_BUCKETS)
         for provider in providers:
+            self.providers.setdefault(provider, None)
             for kind in FailureKind:
-                self.failures[(provider, kind)] = 0
+                self.failures.setdefault((provider, kind), 0)
             for reason in SkipReason:
                 if reason is SkipReason.FALLBACK_WAIT:  # a wait's reason, never a skip's
                     continue
-                self.skips[(provider, reason.value)] = 0
+                self.skips.setdefault((provider, reason.value), 0)
             for window in DedupWindow:
-                self.dedup[(provider, window.value)] = 0
-            self.budget_exhausted[provider] = 0
-            self.waits[provider] = [0, 0]
-            self.fallback_waits[provider] = [0, 0]
-            self.cooling_probes[provider] = 0
-            self.freed_keys[provider] = 0
-            self.carried[provider] = 0
-            self.carrier_freed[provider] = 0
-            self.in_flight[provider] = 0
+                self.dedup.setdefault((provider, window.value), 0)
+            for per_provider in (self.budget_exhausted, self.cooling_probes, self.freed_keys,
+                                 self.carried, self.carrier_freed, self.in_flight):
+                per_provider.setdefault(provider, 0)
+            for waits in (self.waits, self.fallback_waits):
+                waits.setdefault(provider, [0, 0])
+
+    def _reload(self, event: ReloadEvent) -> None:
+        self._zeros(event.providers_added, ())
 
     def close(self) -> None:
         """Stop counting (the registry is dropped)."""
@@ -170,10 +183,20 @@ class TrafficCounters:
         key = (provider, event.connection, model, kind)
         attempts = self.attempts
         attempts[key] = attempts.get(key, 0) + 1
+        if kind is not FailureKind.CANCELLED:  # a hang-up says nothing of the upstream
+            # a histogram per model the config declares; the learned ones share `other`
+            latency = self.latency.get((provider, model)) or self._learned_latency(provider)
+            latency.observe(event.latency_ms)
         if kind is not None:
             failures = self.failures
             failure = (provider, kind)
             failures[failure] = failures.get(failure, 0) + 1
+
+    def _learned_latency(self, provider: str) -> Buckets:
+        latency = self.latency.get((provider, OTHER))
+        if latency is None:
+            latency = self.latency[(provider, OTHER)] = Buckets(DURATION_BUCKETS_MS, 0.001)
+        return latency
 
     def _skip(self, event: SkipEvent) -> None:
         key = (event.provider, event.reason.value)
@@ -252,6 +275,17 @@ class TrafficCounters:
                                               "model": model, "outcome": kind or "ok"})
             add(sample(name, pairs, count))
         yield attempts
+        latency = HistogramMetricFamily(
+            "omniroute_upstream_latency_seconds",
+            "Time from sending an attempt to its answer (a stream's: its first bytes), "
+            "failures included, cancelled attempts not.", labels=("provider", "model"))
+        for (provider, model), buckets in self.latency.items():
+            latency.add_metric((provider, model), list(buckets.cumulative()), buckets.sum / 1000)
+        yield latency
+        yield _counter("omniroute_upstream_attempts",
+                       "Upstream attempts by provider and outcome (ok, or the failure kind): "
+                       "every outcome of every provider from 0.", ("provider", "outcome"),
+                       self.provider_outcomes().items())
         failures = CounterMetricFamily(
             "omniroute_upstream_failures", "Failed upstream attempts, by failure kind.",
             labels=("provider", "kind"))
@@ -303,6 +337,17 @@ class TrafficCounters:
         for provider, count in self.in_flight.items():
             in_flight.add_metric((provider,), count)
         yield in_flight
+
+
+    def provider_outcomes(self) -> dict[tuple[str, str], int]:
+        """The attempts without their connection and model, read at the scrape (the
+        request path counts each attempt once): every provider's every outcome, 0 or not."""
+        totals = {(provider, outcome): 0 for provider in self.providers
+                  for outcome in OUTCOMES}
+        for (provider, _, _, kind), count in self.attempts.items():
+            key = (provider, kind or "ok")
+            totals[key] = totals.get(key, 0) + count
+        return totals
 
 
 def _subscribe(bus: EventBus, kind: type[E], handler: Callable[[E], None]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["ORDERING_STRATEGIES", "RESUME_WHY", "Route", "Strategy", "Target"]
+__all__ = ["DEFAULT_STRATEGY", "ORDERING_STRATEGIES", "RESUME_WHY", "Route", "Strategy",
+           "Target"]
 
 #: how the `why` of an attempt that continues a cut stream begins (`stream_resume`)
 RESUME_WHY = "resume: "
@@ -20,6 +21,11 @@ class Strategy(StrEnum):
     LEAST_BUSY = "least_busy"  # power of two choices by requests in flight
     HEADROOM = "headroom"  # the connection with the most rate limit left first
 
+
+#: a route's strategy when it names none (and a `provider/model` asked for directly): its
+#: targets in order, each provider's requests spread over its ready keys, so that a
+#: burst uses every key's rate limit, not the first key's alone (docs/design.md §7, §8)
+DEFAULT_STRATEGY = Strategy.ROUND_ROBIN
 
 #: the strategies that reorder per request and say why in the events
 ORDERING_STRATEGIES = frozenset({Strategy.WEIGHTED, Strategy.LEAST_BUSY, Strategy.HEADROOM})
@@ -41,7 +47,7 @@ class Target:
 class Route:
     name: str
     targets: tuple[Target, ...]
-    strategy: Strategy = Strategy.PRIORITY
+    strategy: Strategy = DEFAULT_STRATEGY
     #: one weight per target (read by `weighted` only); None: every target weighs 1
     weights: tuple[int, ...] | None = None
     #: the longest a request waits to try a target once more before it falls back to

@@ -1,0 +1,55 @@
+"""The tokens an upstream answer says it took: its `usage`, read without parsing the rest."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MAX_TOKENS", "Usage", "usage_of"]
+
+#: an answer that claims more tokens than this is not believed (nor counted)
+MAX_TOKENS = 100_000_000
+_DECODER = json.JSONDecoder()
+_KEY = b'"usage"'
+#: the names of the two counts: OpenAI's, then Anthropic's
+_NAMES = (("prompt_tokens", "completion_tokens"), ("input_tokens", "output_tokens"))
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def usage_of(content: bytes) -> Usage | None:
+    """The `usage` of an answer's JSON body, or of a stream's last chunk (its `data`): the
+    object after the body's last `"usage"` key, decoded alone (a body of megabytes is not
+    parsed for two numbers; the key inside a string would be escaped, `\\"usage\\"`, and
+    is not found). None when there is none or it does not hold two whole counts."""
+    at = content.rfind(_KEY)
+    if at < 0:
+        return None
+    start = content.find(b"{", at + len(_KEY))
+    if start < 0 or content[at + len(_KEY):start].strip() != b":":
+        return None
+    try:
+        value, _ = _DECODER.raw_decode(content[start:].decode("utf-8"))
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the stack
+        return None
+    return _counts(value)
+
+
+def _counts(value: Any) -> Usage | None:
+    if not isinstance(value, dict):
+        return None
+    for prompt_name, completion_name in _NAMES:
+        prompt, completion = _count(value.get(prompt_name)), _count(value.get(completion_name))
+        if prompt is not None and completion is not None:
+            return Usage(prompt, completion)
+    return None
+
+
+def _count(value: Any) -> int | None:
+    """A whole count in range (not a bool, a float or a string of digits), or None."""
+    return value if type(value) is int and 0 <= value <= MAX_TOKENS else None
