@@ -187,7 +187,7 @@ def test_the_tour_quotes_the_chaos_run(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_the_config_examples_load() -> None:
     page = DOCS / "configuration.md"
-    example, strategies, kinds, streams = blocks(page.read_text(), "yaml")
+    example, strategies, resume, kinds, streams = blocks(page.read_text(), "yaml")
     config = load_router_config(page, text=example, env={
         "OPENAI_API_KEY": "sk-docs-example-0001", "OPENAI_SPARE_KEY": "sk-docs-example-0002"})
     openai = config.providers["openai"]
@@ -200,6 +200,8 @@ def test_the_config_examples_load() -> None:
     assert (routes["fast"].strategy, routes["fast"].weights) == (Strategy.WEIGHTED, (2, 1))
     assert routes["steady"].strategy is Strategy.HEADROOM
     assert (routes["careful"].fallback_wait_ms, routes["fast"].fallback_wait_ms) == (3_000, 0)
+    assert not routes["fast"].stream_resume
+    assert load_router_config(page, text=resume).routes["chat"].stream_resume
     with_kinds = load_router_config(page, text=kinds + ROUTER_YAML)
     override = with_kinds.providers["openai"].settings.breaker.kinds[
         FailureKind.QUOTA_EXHAUSTED]

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from typing import Any
 
 import openai
 import pytest
@@ -48,6 +49,7 @@ class FakeUpstream:
 
     port: int = 0
     requests: list[str] = field(default_factory=list)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
     _release: asyncio.Event = field(default_factory=asyncio.Event)
     _server: asyncio.Server | None = None
 
@@ -67,8 +69,10 @@ class FakeUpstream:
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length"))
-                model = json.loads(await reader.readexactly(length))["model"]
+                body = json.loads(await reader.readexactly(length))
+                model = body["model"]
                 self.requests.append(model)
+                self.bodies.append(body)
                 if not await self._answer(model, writer):
                     return
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
@@ -146,10 +150,11 @@ class Setup:
 
 
 @asynccontextmanager
-async def gateway_and_upstream() -> AsyncIterator[Setup]:
-    upstream = FakeUpstream()
+async def gateway_and_upstream(config_text: str = CONFIG, upstream: FakeUpstream | None = None
+                               ) -> AsyncIterator[Setup]:
+    upstream = upstream or FakeUpstream()
     await upstream.start()
-    config = load_router_config("router.yaml", text=CONFIG.format(
+    config = load_router_config("router.yaml", text=config_text.format(
         url=f"http://127.0.0.1:{upstream.port}/v1"))
     gateway = Gateway(config.build(SystemClock()), config.providers, token=None)
     server = GatewayServer(gateway, "127.0.0.1", 0)

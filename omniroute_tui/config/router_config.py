@@ -336,12 +336,16 @@ def parse_routes(
         if body is None:
             continue
         reject_unknown(src, body, where,
-                       ("strategy", "targets", "fallback_wait", "first_token"))
+                       ("strategy", "targets", "fallback_wait", "first_token",
+                        "stream_resume"))
         fallback_wait = 0
         if "fallback_wait" in body:
             fallback_wait = read_duration(src, body["fallback_wait"],
                                           where + ("fallback_wait",),
                                           longest_ms=MAX_FALLBACK_WAIT_MS) or 0
+        stream_resume = ("stream_resume" in body
+                         and _stream_resume(src, body["stream_resume"],
+                                            where + ("stream_resume",)))
         route_first_token = (read_first_token(src, body["first_token"], where + ("first_token",))
                              if "first_token" in body else None)
         strategy: Strategy | None = DEFAULT_STRATEGY  # None: unreadable, said so
@@ -383,8 +387,18 @@ def parse_routes(
                 weights.append(weight)
         routes[str(name)] = Route(str(name), tuple(targets), strategy or DEFAULT_STRATEGY,
                                   None if all(w == 1 for w in weights) else tuple(weights),
-                                  fallback_wait)
+                                  fallback_wait, stream_resume)
     return routes
+
+
+def _stream_resume(src: Source, value: Any, path: Path) -> bool:
+    """A route's `stream_resume`: `continue`, or `off` (YAML's `off` is false)."""
+    if value == "continue":
+        return True
+    if value is False or value == "off":
+        return False
+    src.problem(path, f"expected continue or off, got {_shown(value)}")
+    return False
 
 
 STRATEGY_NAMES = ", ".join(s.value for s in Strategy)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..clock import Clock
@@ -15,6 +16,7 @@ from ..router.core import RequestRouting, Router
 from ..router.rate_limits import parse_rate_limits
 from ..router.steps import Attempt, Response, Wait
 from .relay import StreamRelay
+from .resume import StreamResume
 from .upstream import UpstreamClient, UpstreamReply
 
 __all__ = ["AsyncDriver", "Completion"]
@@ -30,10 +32,42 @@ class Completion:
     response: Response
     reply: UpstreamReply | None
     routing: RequestRouting | None = None
+    #: the route resumes a cut stream (`stream_resume`): the stream as the client gets it
+    resume: StreamResume | None = None
 
     @property
     def relay(self) -> StreamRelay | None:
-        return self.reply.relay if self.reply is not None else None
+        """The stream open now: the first attempt's, or the continuation's that took over."""
+        reply = self.resume.reply if self.resume is not None else self.reply
+        return reply.relay if reply is not None else None
+
+    def pieces(self) -> AsyncIterator[bytes]:
+        """The streamed body as the client gets it."""
+        if self.resume is not None:
+            return self.resume.relay()
+        relay = self.relay
+        assert relay is not None
+        return relay.relay()
+
+    def client_gone(self) -> None:
+        source = self.resume or self.relay
+        if source is not None:
+            source.client_gone()
+
+    @property
+    def gone(self) -> bool:
+        source = self.resume or self.relay
+        return source is not None and source.gone
+
+    def relayed(self) -> tuple[int, int]:
+        """The bytes and chunks with content relayed to the client, every attempt's."""
+        relay, resume = self.relay, self.resume
+        if relay is None:
+            return 0, 0
+        if resume is None:
+            return relay.relayed_bytes, relay.relayed_chunks
+        return (resume.before_bytes + relay.relayed_bytes,
+                resume.before_chunks + relay.relayed_chunks)
 
     async def finish(self) -> None:
         """The streamed answer is over: relayed whole, cut, or left by its client
@@ -98,7 +132,12 @@ class AsyncDriver:
                         if step.upstream is not None:
                             reply = (too_long[1] if too_long and too_long[0] is step.upstream
                                      else last_reply)
-                        return Completion(step, reply, routing)
+                        completion = Completion(step, reply, routing)
+                        if (reply is not None and reply.relay is not None
+                                and routing.route.stream_resume):
+                            completion.resume = self._resumable(routing, providers, body,
+                                                                reply)
+                        return completion
                     if isinstance(step, Wait):
                         await asyncio.sleep(step.delay_ms / 1000)
                         continue
@@ -107,16 +146,31 @@ class AsyncDriver:
                     if (too_long is None
                             and last_reply.classification.kind is FailureKind.CONTEXT_LENGTH):
                         too_long = (step, last_reply)
-                    limits = (parse_rate_limits(last_reply.headers, wall.now_ms())
-                              if last_reply.headers else None)
-                    routing.record(last_reply.status, last_reply.classification, limits,
-                                   stream=last_reply.relay is not None,
-                                   reason=last_reply.reason)
+                    self._record(routing, last_reply)
         except (Exception, asyncio.CancelledError):  # not GeneratorExit: no await then
             if last_reply is not None and last_reply.relay is not None:
                 routing.end_stream(cancelled=True)
                 await last_reply.relay.aclose()
             raise
+
+    def _record(self, routing: RequestRouting, reply: UpstreamReply) -> None:
+        """Report an attempt's reply to the router, with what its headers say of the
+        key's rate limits."""
+        limits = (parse_rate_limits(reply.headers, self.wall.now_ms())
+                  if reply.headers else None)
+        routing.record(reply.status, reply.classification, limits,
+                       stream=reply.relay is not None, reason=reply.reason)
+
+    def _resumable(self, routing: RequestRouting, providers: Mapping[str, ProviderConfig],
+                   body: dict[str, Any], reply: UpstreamReply) -> StreamResume:
+        """The stream of `reply`, to be continued on the route's next target if it is cut
+        (`stream_resume`, docs/design.md §7)."""
+
+        async def send(attempt: Attempt, continued: dict[str, Any]) -> UpstreamReply:
+            return await self._attempt(providers, attempt, continued, True,
+                                       self.wall.now_ms())
+
+        return StreamResume(reply, routing, body, send, partial(self._record, routing))
 
     async def _attempt(
         self, providers: Mapping[str, ProviderConfig], attempt: Attempt, body: dict[str, Any],

@@ -626,9 +626,14 @@ def _answered(request_id: str, status: int, *, route: str | None = None,
         if relay is not None:
             ended = ("stream_cut" if relay.cut is not None else "whole" if relay.finished
                      else "cancelled")
-            fields.update(stream=ended, reason=relay.cut, relayed_bytes=relay.relayed_bytes,
-                          relayed_chunks=relay.relayed_chunks)
+            relayed_bytes, relayed_chunks = completion.relayed()
+            fields.update(stream=ended, reason=relay.cut, relayed_bytes=relayed_bytes,
+                          relayed_chunks=relayed_chunks)
             message = f"chat completion answered %d, its stream {ended}"
+            resume = completion.resume
+            if resume is not None and resume.outcome is not None:
+                fields.update(resume=resume.outcome, resumed_by=resume.resumed_by)
+                message += f" ({resume.cut} cut, {resume.outcome})"
     access_log.info(message, status, extra=fields)
 
 

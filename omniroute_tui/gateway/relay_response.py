@@ -30,24 +30,23 @@ class RelayResponse(Response):
         self.on_end = on_end
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        relay = self.completion.relay
-        assert relay is not None
+        completion = self.completion
 
         async def watch() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
-            relay.client_gone()
+            completion.client_gone()
 
         watcher = asyncio.get_running_loop().create_task(watch())
         try:
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
-            async for piece in relay.relay():
+            async for piece in completion.pieces():
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
-            if not relay.gone:
+            if not completion.gone:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:  # a server that says so when the client has left
-            relay.client_gone()
+            completion.client_gone()
         finally:
             watcher.cancel()
             await self.completion.finish()

@@ -30,7 +30,7 @@ from ..engine.kinds import FailureKind, SkipReason, StreamCut
 from ..engine.reload import ReloadSummary
 from ..engine.settings import AdmissionSettings
 from .rate_limits import RateLimitInfo
-from .routes import Route, Strategy, Target
+from .routes import RESUME_WHY, Route, Strategy, Target
 from .steps import Attempt, AttemptRecord, Response, Skip, Step, Wait
 from .strategies import (
     Busy,
@@ -290,9 +290,10 @@ class RequestRouting:
 
     __slots__ = ("_admission", "_again", "_again_done", "_busy", "_candidates", "_carried",
                  "_chooser", "_inflight", "_label", "_layers", "_next", "_on_provider", "_pass",
-                 "_plan", "_round_robin", "_strategy", "_stream", "_target", "_target_index",
-                 "_too_long", "_wait", "_why", "engine", "records", "request_id", "response",
-                 "route", "router", "skips", "started_at", "waited_ms")
+                 "_plan", "_resumed", "_round_robin", "_strategy", "_stream", "_target",
+                 "_target_index", "_too_long", "_wait", "_why", "engine", "records",
+                 "request_id", "response", "route", "router", "skips", "started_at",
+                 "waited_ms")
 
     def __init__(self, router: Router, request_id: str, route: Route, plan: Plan,
                  chooser: Chooser | None = None) -> None:
@@ -331,6 +332,8 @@ class RequestRouting:
         self._again: str | None = None
         self._again_done = False
         self._wait: tuple[int, Skip] | None = None  # an admission wait's start, until it ends
+        #: a cut stream has been given to `resume` (once a request, docs/design.md §7)
+        self._resumed = False
         bus = self.engine.bus
         if bus.wants(RequestEvent):  # events are built only for someone (here and below)
             bus.emit(RequestEvent(self.started_at, request_id, route.name))
@@ -390,6 +393,15 @@ class RequestRouting:
             self.router.headroom.note(attempt.provider, attempt.connection, now, rate_limits)
         elif kind is None and self.router.headroom.out:
             self.router.headroom.served(attempt.provider, attempt.connection)
+        if self.response is not None:  # a resume's attempt: the request is answered
+            if stream and kind is None:
+                self.records.append(AttemptRecord(self._label, attempt.connection, status,
+                                                  None))
+                self._stream = (attempt, status)
+            else:
+                self._note_result(now, attempt, status, outcome, reason)
+            self._next = self.response
+            return
         if stream and kind is None:
             self.records.append(AttemptRecord(self._label, attempt.connection, status, None))
             self._stream = (attempt, status)
@@ -429,6 +441,28 @@ class RequestRouting:
         self._apply_result(self.engine.clock.now_ms(), attempt, status, outcome,
                            None if cancelled else cut, relayed_bytes, relayed_chunks)
 
+    def resume(self, cut: StreamCut, relayed_chunks: int) -> Attempt | None:
+        """After a stream cut after its first content (its `end_stream` called), the
+        attempt that continues its answer, under the route's `stream_resume`: on the
+        route's next target that can take it (its breaker admitting, a key ready), for a
+        token of that provider's retry budget (a resume is a retry), within
+        `request.max_attempts`; once a request. None: the cut stands (the skips say why,
+        as for any walk). The driver makes the attempt and reports it with `record()`:
+        a stream whose first content is in goes on to `end_stream` like the first; a
+        failure is recorded and the request stays answered (docs/design.md §7)."""
+        if (not self.route.stream_resume or self._resumed or self.response is None
+                or self._stream is not None or self.response.upstream is None):
+            return None
+        self._resumed = True
+        now = self.engine.clock.now_ms()
+        self._candidates, self._carried = None, False  # another target, not another key
+        self._why = (f"{RESUME_WHY}continues attempt {self.response.upstream.n}'s answer, cut "
+                     f"({cut}) after {relayed_chunks} chunk(s)")
+        attempt = self._walk(now)
+        self._why = None
+        self._inflight = attempt
+        return attempt
+
     @property
     def streaming(self) -> bool:
         """Whether a streamed answer is being relayed (`end_stream` not called yet)."""
@@ -438,27 +472,32 @@ class RequestRouting:
         """The request ends unanswered (its client gave up, or its driver stopped): the
         attempt in flight counts as `cancelled`, and so does one `record()` already
         prepared that the driver never asked for; the answer is 499."""
-        if self.response is not None:
-            return self.response
         now = self.engine.clock.now_ms()
+        if self.response is not None:
+            if self._inflight is not None:  # a resume's attempt: it counts `cancelled`
+                self._cancel_attempt(now, self._inflight)
+            return self.response
         if self._wait is not None:  # it gave up while waiting
             self._end_wait(now)
         attempt = self._inflight
         if attempt is None and isinstance(self._next, Attempt):
             attempt = self._next
         if attempt is not None:
-            self._inflight = None
-            busy = self._busy
-            if busy is not None:
-                self._busy = None
-                busy.finished(attempt.connection, now - attempt.started_at)
-            self._note_result(now, attempt, 0, _CANCELLED)
+            self._cancel_attempt(now, attempt)
         self._candidates = None
         self._next = self._respond(now, 499, None, {"error": {
             "type": "cancelled", "code": "client_closed_request",
             "message": "the client closed the request",
         }}, None)
         return self._next
+
+    def _cancel_attempt(self, now: int, attempt: Attempt) -> None:
+        self._inflight = None
+        busy = self._busy
+        if busy is not None:
+            self._busy = None
+            busy.finished(attempt.connection, now - attempt.started_at)
+        self._note_result(now, attempt, 0, _CANCELLED)
 
     # -- the algorithm -----------------------------------------------------------------
 
@@ -555,7 +594,7 @@ class RequestRouting:
                 self._candidates = None
                 self._carried = False
                 return None
-            if self._on_provider:
+            if self._on_provider or self._resumed:
                 if not self._spend(now, layers):
                     self._skip(now, target, SkipReason.RETRY_BUDGET, None)
                     self._candidates, self._carried = None, False

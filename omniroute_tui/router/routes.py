@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["DEFAULT_STRATEGY", "ORDERING_STRATEGIES", "Route", "Strategy", "Target"]
+__all__ = ["DEFAULT_STRATEGY", "ORDERING_STRATEGIES", "RESUME_WHY", "Route", "Strategy",
+           "Target"]
+
+#: how the `why` of an attempt that continues a cut stream begins (`stream_resume`)
+RESUME_WHY = "resume: "
 
 
 class Strategy(StrEnum):
@@ -50,3 +54,6 @@ class Route:
     #: another model (a short Retry-After, or one quick retry after a 5xx); 0: never
     #: (docs/design.md §7)
     fallback_wait_ms: int = 0
+    #: `stream_resume: continue`: a stream cut after its first content is continued by
+    #: the route's next target and spliced into the client's stream (docs/design.md §7)
+    stream_resume: bool = False

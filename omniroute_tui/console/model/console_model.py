@@ -42,7 +42,7 @@ from ...engine.kinds import (
     SkipReason,
 )
 from ...engine.reload import ReloadSummary
-from ...router.routes import Route
+from ...router.routes import RESUME_WHY, Route
 from .panes import Pane
 
 __all__ = [
@@ -443,8 +443,9 @@ class ConsoleModel:
             probe += (f", carried on a key cooling for backoff until "
                       f"{clock_text(event.cooling_until)} (every key it could use was cooling "
                       "and a breaker window had passed since the provider's last failure)")
-        if event.why is not None:  # an ordering strategy's reason for this choice
-            self._step(event.request, event.t, "strategy", event.why)
+        if event.why is not None:  # an ordering strategy's reason, or a resume's
+            self._step(event.request, event.t,
+                       "resume" if event.why.startswith(RESUME_WHY) else "strategy", event.why)
         trail = self._step(event.request, event.t, "router", f"attempt {event.n} on "
                            f"{event.provider}/{event.connection}/{event.model}{probe}")
         if trail is not None:
