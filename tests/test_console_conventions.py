@@ -17,7 +17,7 @@ from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import BreakerState, FailureKind
 from omniroute_tui.engine.events import CooldownEvent
 
-from .console_helpers import console_app, piloted
+from .console_helpers import console_app, piloted, say_yes
 from .test_console_keys import operator_events
 
 
@@ -120,7 +120,7 @@ async def test_restart_keeps_pause_and_a_finished_replay_says_so() -> None:
         await pilot.press("5")
         await pilot.pause()
         assert "finished: R replays it" in str(app.query_one("#timeline", Static).render())
-        await pilot.press("R", "y")
+        await say_yes(pilot, "R")
         await pilot.pause()
         assert app.backend.now_ms() == 0
         assert app.backend.replay is not None and app.backend.replay.paused
@@ -136,7 +136,7 @@ async def test_a_failed_action_names_the_action_target_and_reason() -> None:
 
     app.backend.operator = Unreachable()  # type: ignore[assignment]
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("r", "y")
+        await say_yes(pilot, "r")
         await app.workers.wait_for_complete()
         await pilot.pause()
         messages = [n.message for n in app._notifications]
@@ -147,7 +147,7 @@ async def test_a_failed_action_names_the_action_target_and_reason() -> None:
 async def test_forced_open_is_its_own_state_with_a_countdown_and_who() -> None:
     app, _ = console_app()
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("down", "o", "y")
+        await say_yes(pilot, "down", "o")
         await app.workers.wait_for_complete()
         await pilot.pause()
         row = app.model.provider_rows(app.backend.now_ms())["anthropic"]
@@ -158,7 +158,7 @@ async def test_forced_open_is_its_own_state_with_a_countdown_and_who() -> None:
         await pilot.press("n")  # a virtual second later
         row = app.model.provider_rows(app.backend.now_ms())["anthropic"]
         assert row[3] == "4m59s"
-        await pilot.press("r", "y")
+        await say_yes(pilot, "r")
         await app.workers.wait_for_complete()
         row = app.model.provider_rows(app.backend.now_ms())["anthropic"]
         assert row[1] == "● CLOSED"

@@ -24,7 +24,7 @@ from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.console.widgets.panels import EventLog
 from omniroute_tui.console.widgets.scrollbars import WholeCellScrollBar
 
-from .console_helpers import console_app, piloted, screen_lines, settle
+from .console_helpers import console_app, piloted, say_yes, screen_lines, settle
 from .gateway_helpers import TOKEN, free_port, running_gateway
 from .test_console_attach import attach_args
 
@@ -166,7 +166,7 @@ async def test_retry_in_keeps_its_width_when_a_breaker_is_forced() -> None:
             return table.columns[ColumnKey("retry in")].get_render_width(table)
 
         before = width()
-        await pilot.press("down", "o", "y")
+        await say_yes(pilot, "down", "o")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert table.get_row("anthropic")[3] == "5m" and width() == before

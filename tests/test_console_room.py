@@ -22,7 +22,7 @@ from omniroute_tui.console.room import RoomServer
 from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
 from omniroute_tui.console.widgets.panels import EventLog
 
-from .console_helpers import console_app, settle
+from .console_helpers import console_app, say_yes, settle
 from .waiting import eventually
 
 
@@ -115,7 +115,7 @@ async def test_viewers_cannot_drive_and_say_why() -> None:
 
 async def test_a_replay_from_the_start_reconnects_the_viewers_to_the_new_run() -> None:
     async with room() as (trainer, pilot, url), attached_viewer(url) as (viewer, _, backend):
-        await pilot.press("R", "y")
+        await say_yes(pilot, "R")
         await eventually(lambda: backend.connected and backend.room is not None
                          and backend.room["run"] == 1, timeout_s=15,
                          what="the viewer on the new run")
@@ -129,7 +129,7 @@ async def test_a_replay_from_the_start_is_marked_in_the_viewers_events() -> None
         await pilot.press("n", "n")  # the old run goes on a little: requests, attempts
         await eventually(lambda: model.total_requests > 0, what="the old run's traffic")
         await seen.press("4")
-        await pilot.press("R", "y")
+        await say_yes(pilot, "R")
         await eventually(lambda: backend.connected and backend.room is not None
                          and backend.room["run"] == 1, timeout_s=15,
                          what="the viewer on the new run")

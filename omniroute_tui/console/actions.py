@@ -21,6 +21,9 @@ class ConsoleAction:
     show: bool = True  # in the footer
     destructive: bool = False  # needs confirmation; refused in --read-only
     key_display: str | None = None
+    #: a key that opens a text box: taken before any key after it is passed on, so that
+    #: the rest of a burst (a paste, keys bunched by a laggy link) lands in the box
+    opens_box: bool = False
 
 
 #: the pane keys stay out of the footer: each tab's label starts with its key
@@ -42,7 +45,7 @@ ACTIONS: tuple[ConsoleAction, ...] = (
     ConsoleAction(f"pane('{Pane.AUDIT}')", "7", "Audit", "who did what and when (operator actions)",
                   show=False),
     ConsoleAction("filter", "slash", "Filter", "filter the rows of this pane by text",
-                  key_display="/"),
+                  key_display="/", opens_box=True),
     ConsoleAction("sort", "s", "Sort", "sort the rows: failures, cooldown left, level, ... "
                   "(▼ marks the column)", show=False),
     ConsoleAction("wide", "w", "Wide", "every column of the providers pane (80 columns show "
@@ -107,7 +110,7 @@ def bindings() -> list[Binding]:
     ordered = sorted(ACTIONS, key=lambda a: a.name not in FOOTER_FIRST)
     return [
         Binding(a.key, a.name, a.description, show=a.show, key_display=a.key_display,
-                tooltip=a.help, id=a.name.split("(")[0] + (
+                tooltip=a.help, priority=a.opens_box, id=a.name.split("(")[0] + (
                     "-" + a.name.split("'")[1] if "'" in a.name else ""))
         for a in ordered
     ] + [Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -103,6 +104,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self._frozen_at: float | None = None
         self._history: list[Pane] = []
         self._collections = PacedCollections()
+        self.clock: Callable[[], float] = time.monotonic  # the dialogs' guard time
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -238,7 +240,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
     def _store_problem(self, exc: StoreError) -> None:
         """A bad state database: say what is wrong and offer the way out, never a crash."""
         if exc.problem is not StoreProblem.CORRUPT:
-            self.push_screen(ConfirmScreen(f"{exc}\n\nQuit now?"),
+            self.push_screen(ConfirmScreen(f"{exc}\n\nQuit now?", clock=self.clock),
                              lambda _: self.exit(message=str(exc)))
             return
 
@@ -251,7 +253,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
 
         self.push_screen(ConfirmScreen(
             f"{exc.path}: {exc.detail}.\n\nStart with an empty store and keep the bad file "
-            "beside it (yes), or quit (no)?"), answered)
+            "beside it (yes), or quit (no)?", clock=self.clock), answered)
 
     async def on_unmount(self) -> None:
         self._collections.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 import time
 
+from textual.actions import SkipAction
 from textual.app import App
 from textual.widgets import Input, Static, TabbedContent
 
@@ -78,6 +79,11 @@ class PaneView(App[None]):
     _frozen_at: float | None  # `z`: since when (monotonic) the display is frozen
     _history: list[Pane]  # the panes shown before, for escape
     servers_down: list[str]  # what this console served and stopped on its own (`ROOM`)
+
+    @property
+    def behind_a_dialog(self) -> bool:
+        """A dialog (a confirmation, help, a detail, the palette) is over the panes."""
+        return len(self.screen_stack) > 1
 
     @property
     def active_pane(self) -> Pane:
@@ -342,6 +348,10 @@ class PaneView(App[None]):
              "bottom": log.scroll_end}[where](animate=False)
 
     def action_filter(self) -> None:
+        """`/` is taken before the focused widget sees it (see `ConsoleAction.opens_box`):
+        in a text box or a dialog it is passed on as the key it is."""
+        if self.behind_a_dialog or isinstance(self.focused, Input):
+            raise SkipAction()
         box = self.query_one("#filter", Input)
         box.value = self._pane_filters.get(self.active_pane, "")
         box.placeholder = ("a request id (x-request-id) or any text: enter opens the request"
@@ -349,7 +359,8 @@ class PaneView(App[None]):
                            "filter this pane's rows (enter applies, escape clears)")
         box.disabled = False
         box.add_class("-shown")
-        box.focus()
+        # now, not after the keys already queued: they are the filter's text
+        self.screen.set_focus(box)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self._apply_filter(event.value)
@@ -431,8 +442,10 @@ class PaneView(App[None]):
         return table.kind, table.selected_key
 
     def on_data_table_row_selected(self, event: KeyedTable.RowSelected) -> None:
-        """Enter on a table row (the table consumes the key itself) opens its detail."""
-        self.action_detail()
+        """Enter on a table row (the table consumes the key itself) opens its detail; not
+        when the key came with the one that opened a dialog (it is meant for the dialog)."""
+        if not self.behind_a_dialog:
+            self.action_detail()
 
     def action_detail(self) -> None:
         scenario = self.backend.scenario
