@@ -3,6 +3,7 @@ defaults, sentences instead of raw errors)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 from textual.widgets._footer import FooterKey
 
+from omniroute_tui.config.durations import format_ms
 from omniroute_tui.console.actions import ACTIONS
+from omniroute_tui.console.model.console_model import countdown_text
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.screens.modals import ConfirmScreen, HelpScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
@@ -223,3 +226,19 @@ async def test_names_that_look_like_markup_are_shown_as_written(tmp_path: Path) 
         await pilot.pause(0.2)
         assert "[/x] on alpha/*/[b]m" in str(app.query_one(FaultBanner).render())
         assert app.is_running
+
+
+def test_countdowns_round_up_to_whole_seconds() -> None:
+    """A 5 s rest reads `5s` from its start, as a lesson's text says (it read `4s` 0.1 s
+    in), and `1s` in its last second."""
+    assert [countdown_text(ms) for ms in (5000, 4900, 4001, 4000, 999, 1, 61_500)] == [
+        "5s", "5s", "5s", "4s", "1s", "1s", "1m02s"]
+    app, _ = console_app(at_ms=40_100)
+    model, now = app.model, app.backend.now_ms()
+    rows = model.connection_rows(now)
+    cooling = [(key, v) for key, v in model.connections.items() if v.cooling_until > now]
+    assert cooling
+    for (provider, conn), view in cooling:
+        left = view.cooling_until - now
+        assert rows[f"{provider}/{conn}"][2].startswith(f"◷ {countdown_text(left)} ")
+        assert countdown_text(left) == format_ms(math.ceil(left / 1000) * 1000)

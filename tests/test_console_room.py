@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from omniroute_tui.console.app import ConsoleApp
-from omniroute_tui.console.cli import build_app
+from omniroute_tui.console.cli import _parser, build_app
+from omniroute_tui.console.lesson_app import LessonApp
 from omniroute_tui.console.model.attach import AttachBackend, fetch_state
 from omniroute_tui.console.model.console_model import ConsoleModel
 from omniroute_tui.console.room import RoomServer
@@ -23,6 +24,7 @@ from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
 from omniroute_tui.console.widgets.panels import EventLog
 
 from .console_helpers import console_app, say_yes, settle
+from .gateway_helpers import free_port
 from .waiting import eventually
 
 
@@ -313,3 +315,24 @@ def test_serve_room_refuses_what_is_not_a_replay(capsys: Any) -> None:
             (["--scenario", "demo", "--serve-room", "4100"], "HOST:PORT")):
         assert main(argv) == 2
         assert said in capsys.readouterr().err
+
+
+async def test_a_lesson_is_served_to_a_room_and_viewers_follow_its_steps() -> None:
+    """`--lesson NAME --serve-room HOST:PORT`: the room starts with the lesson, and a
+    viewer's status says which step the trainer is at."""
+    port = free_port()
+    trainer = build_app(_parser().parse_args(
+        ["--lesson", "1-cooldown-ladder", "--speed", "100", "--serve-room", f"127.0.0.1:{port}"]))
+    assert isinstance(trainer, LessonApp) and trainer.room is not None
+    async with trainer.run_test() as pilot:
+        await settle(pilot, lambda: trainer.room is not None and trainer.room.server.started)
+        assert trainer.room is not None and trainer.room.server.started
+        state = await asyncio.to_thread(fetch_state, trainer.room.url, None)
+        assert state["replay"]["lesson"] == {"title": "The cooldown ladder", "step": 1,
+                                             "steps": 4}
+        async with attached_viewer(trainer.room.url) as (_, _, backend):
+            await eventually(lambda: backend.status().endswith("paused · step 1 of 4"),
+                             what="the viewer at the lesson's first step")
+            await pilot.press("space")  # the trainer goes on; step 3 holds the run again
+            await eventually(lambda: backend.status().endswith("paused · step 3 of 4"),
+                             what="the viewer at the lesson's third step")

@@ -134,7 +134,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
             raise ValueError("--serve-room serves this console's own replay: not with --attach")
         return _attach_app(args, attach_state, operator)
     scenario_name = getattr(args, "scenario", None)
-    room = _room(args) if getattr(args, "serve_room", None) else None
+    room = room_server(args) if getattr(args, "serve_room", None) else None
     if args.db and (args.config is None or scenario_name):
         raise ValueError("--db keeps a router's state: it goes with --config (a scenario "
                          "always starts fresh)")
@@ -181,7 +181,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
                       read_only=args.read_only, listen=listen, token=token, room=room)
 
 
-def _room(args: argparse.Namespace) -> Any:
+def room_server(args: argparse.Namespace) -> Any:
     """The room server for `--serve-room` (a replay in virtual time only)."""
     from ..config.token import load_token
     from ..gateway import parse_listen
