@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.widgets import Input, Static
 from textual.widgets._footer import FooterKey
 
 from omniroute_tui.config.durations import format_ms
@@ -242,3 +242,42 @@ def test_countdowns_round_up_to_whole_seconds() -> None:
         left = view.cooling_until - now
         assert rows[f"{provider}/{conn}"][2].startswith(f"◷ {countdown_text(left)} ")
         assert countdown_text(left) == format_ms(math.ceil(left / 1000) * 1000)
+
+
+async def test_the_requests_cursor_stays_on_its_request_as_rows_arrive() -> None:
+    """Enter opens the request the cursor was put on, not the one that slid under it."""
+    app, _ = console_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("6", "j", "j")
+        await pilot.pause()
+        table = app.query_one("#requests-table", KeyedTable)
+        chosen = table.selected_key
+        assert chosen is not None
+        for _ in range(3):
+            app.backend.step(100)
+            app.refresh_view()
+            await pilot.pause()
+        assert table.selected_key == chosen
+        assert table.get_row_index(chosen) != 2  # newer requests came above it
+
+
+async def test_the_filter_box_shows_the_current_panes_filter() -> None:
+    async with piloted("2", "slash", "p", "r", "o", "d", "enter", "3") as (app, pilot):
+        box = app.query_one("#filter", Input)
+        assert box.value == "" and not box.has_class("-shown")  # lockouts: no filter
+        await pilot.press("2")
+        await pilot.pause()
+        assert box.value == "prod" and box.has_class("-shown")
+
+
+async def test_f1_opens_help_and_f10_quits() -> None:
+    async with piloted("f1") as (app, pilot):
+        assert isinstance(app.screen, HelpScreen)
+        assert ("tab", "the next table of the dashboard (shift+tab: the one before)"
+                ) in app.screen.rows
+        await pilot.press("f1")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("f10")
+        await pilot.pause()
+        assert app.return_code == 0

@@ -66,6 +66,8 @@ async def test_after_filtering_the_events_the_keys_go_to_the_pane() -> None:
                                          f"/breaker {log.matched} of {log.seen}")
         await pilot.press("1")  # a pane key, not a letter typed into the filter
         assert app.query_one(TabbedContent).active == "providers"
+        assert app.query_one("#filter", Input).value == ""  # this pane's filter: none
+        await pilot.press("4")
         assert app.query_one("#filter", Input).value == "breaker"
 
 

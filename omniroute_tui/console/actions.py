@@ -24,6 +24,7 @@ class ConsoleAction:
     #: a key that opens a text box: taken before any key after it is passed on, so that
     #: the rest of a burst (a paste, keys bunched by a laggy link) lands in the box
     opens_box: bool = False
+    also: str | None = None  # the same action's conventional key (F1, F10), not in the footer
 
 
 #: the pane keys stay out of the footer: each tab's label starts with its key
@@ -83,8 +84,10 @@ ACTIONS: tuple[ConsoleAction, ...] = (
                   destructive=True),
     ConsoleAction("toggle_enabled", "e", "En/disable",
                   "enable or disable the selected connection", show=False, destructive=True),
-    ConsoleAction("help", "question_mark", "Help", "show every key", key_display="?"),
-    ConsoleAction("quit", "q", "Quit", "leave the console (ctrl+c too)"),
+    ConsoleAction("help", "question_mark", "Help", "show every key (F1 too)",
+                  key_display="?", also="f1"),
+    ConsoleAction("quit", "q", "Quit", "leave the console (F10 and ctrl+c too)",
+                  also="f10"),
 )
 
 #: the actions that matter most on each pane: the help screen lists them first
@@ -108,9 +111,14 @@ FOOTER_FIRST = ("help", "quit")
 
 def bindings() -> list[Binding]:
     ordered = sorted(ACTIONS, key=lambda a: a.name not in FOOTER_FIRST)
-    return [
-        Binding(a.key, a.name, a.description, show=a.show, key_display=a.key_display,
-                tooltip=a.help, priority=a.opens_box, id=a.name.split("(")[0] + (
-                    "-" + a.name.split("'")[1] if "'" in a.name else ""))
-        for a in ordered
-    ] + [Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c")]
+    made: list[Binding] = []
+    for a in ordered:
+        binding_id = a.name.split("(")[0] + ("-" + a.name.split("'")[1] if "'" in a.name else "")
+        made.append(Binding(a.key, a.name, a.description, show=a.show,
+                            key_display=a.key_display, tooltip=a.help, priority=a.opens_box,
+                            id=binding_id))
+        if a.also is not None:
+            made.append(Binding(a.also, a.name, a.description, show=False,
+                                id=f"{binding_id}-{a.also}"))
+    return made + [Binding("ctrl+c", "quit", "Quit", show=False, priority=True,
+                           id="quit-ctrl-c")]

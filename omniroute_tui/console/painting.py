@@ -308,6 +308,12 @@ class PaneView(App[None]):
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.active_pane == Pane.EVENTS:
             self.query_one("#events-log", EventLog).clear()
+        # the filter box shows this pane's filter, or nothing (it showed the last pane's)
+        text = self._pane_filters.get(self.active_pane, "")
+        box = self.query_one("#filter", Input)
+        box.value = text
+        box.set_class(bool(text), "-shown")
+        box.disabled = not text
         self.refresh_view()
         self._focus_pane()
 

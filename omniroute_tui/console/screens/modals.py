@@ -106,7 +106,7 @@ class HelpScreen(ModalScreen[None]):
     """Every key of the console, from the action table; it scrolls where it does not fit."""
 
     BINDINGS = [
-        Binding("escape,question_mark,q", "dismiss", "Close", id="help-close"),
+        Binding("escape,question_mark,q,f1", "dismiss", "Close", id="help-close"),
         Binding("j", "scroll('down')", "Down", show=False, id="help-down"),
         Binding("k", "scroll('up')", "Up", show=False, id="help-up"),
     ]
@@ -137,6 +137,7 @@ class HelpScreen(ModalScreen[None]):
                 (None, ""), (None, "Everywhere:"),
                 *(self._row(a) for a in ACTIONS if a.name not in first),
                 ("←↑↓→", "move the cursor; → and ← scroll a wide table's columns"),
+                ("tab", "the next table of the dashboard (shift+tab: the one before)"),
                 ("ctrl+p", "command palette: every action, jump to any entity")]
 
     def compose(self) -> ComposeResult:
