@@ -281,3 +281,24 @@ async def test_f1_opens_help_and_f10_quits() -> None:
         await pilot.press("f10")
         await pilot.pause()
         assert app.return_code == 0
+
+
+async def test_the_command_line_completes_and_runs_panes_and_actions() -> None:
+    """`:` (as k9s): `con` + tab completes to `connections`, enter shows it; an action's
+    name runs it, a destructive one asking first; an unknown word is said to be."""
+    async with piloted(":", "c", "o", "n", "tab") as (app, pilot):
+        box = app.query_one("#command", Input)
+        assert box.has_focus and box.value == "connections"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.active_pane == Pane.CONNECTIONS and not box.has_class("-shown")
+        await pilot.press(":", *"reset_breaker", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.press(":", *"nope", "enter")
+        await pilot.pause()
+        assert any("no pane or action called 'nope'" in n.message for n in app._notifications)
+        await pilot.press(":", "escape")
+        await pilot.pause()
+        assert not box.has_class("-shown") and app.active_pane == Pane.CONNECTIONS

@@ -64,7 +64,8 @@ def burst(app: Any, *keyed: events.Event) -> None:
 
 def key(name: str) -> events.Key:
     """A key as a terminal sends it: its name and the character it types."""
-    char = {"slash": "/", "space": " ", "enter": "\r"}.get(name, name)
+    char = {"slash": "/", "space": " ", "enter": "\r"}.get(
+        name, name if len(name) == 1 else None)
     return events.Key(_character_to_key(name) if len(name) == 1 else name, char)
 
 
@@ -164,3 +165,22 @@ async def test_slash_typed_in_the_filter_is_text() -> None:
         await pilot.press("2", "slash", "o", "p", "e", "n", "a", "i", "slash", "p")
         await pilot.pause()
         assert app.query_one("#filter", Input).value == "openai/p"
+
+
+async def test_a_burst_after_a_colon_lands_in_the_command_line() -> None:
+    app, seen = console_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("2")
+        await pilot.pause()
+        before = state_of(app)
+        burst(app, key(":"), *map(key, "eyrc"))
+        await pilot.pause()
+        assert app.query_one("#command", Input).value == "eyrc"
+        await pilot.press("escape")
+        await pilot.pause()
+        burst(app, key(":"), events.Paste("key"))
+        await pilot.pause()
+        assert app.query_one("#command", Input).value == "key"
+        assert state_of(app) == before
+    assert [e for e in seen if isinstance(e, OperatorEvent)] == []

@@ -9,7 +9,7 @@ from textual.binding import Binding
 
 from .model.panes import Pane
 
-__all__ = ["ACTIONS", "PANE_KEYS", "ConsoleAction", "bindings"]
+__all__ = ["ACTIONS", "PANE_KEYS", "ConsoleAction", "bindings", "command_words"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,9 @@ ACTIONS: tuple[ConsoleAction, ...] = (
                   show=False),
     ConsoleAction("filter", "slash", "Filter", "filter the rows of this pane by text",
                   key_display="/", opens_box=True),
+    ConsoleAction("command", "colon", "Command", "command line: a pane's name or an action "
+                  "(tab completes, enter runs, escape closes)", show=False, key_display=":",
+                  opens_box=True),
     ConsoleAction("sort", "s", "Sort", "sort the rows: failures, cooldown left, level, ... "
                   "(▼ marks the column)", show=False),
     ConsoleAction("wide", "w", "Wide", "every column of the providers pane (80 columns show "
@@ -103,6 +106,13 @@ PANE_KEYS: dict[Pane, tuple[str, ...]] = {
     Pane.REQUESTS: ("filter", "detail", "sort"),
     Pane.AUDIT: ("detail", "filter"),
 }
+
+
+def command_words() -> list[str]:
+    """What the `:` command line completes and runs: every pane's name, then every
+    action without parameters (its `action_` name)."""
+    return [*map(str, Pane), *(a.name for a in ACTIONS
+                               if "(" not in a.name and a.name != "command")]
 
 
 #: shown first in the footer, so that a narrow terminal still shows how to get help and out

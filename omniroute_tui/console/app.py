@@ -23,7 +23,7 @@ from ..config.router_config import MetricsAccess
 from ..config.status import ConfigStatus
 from ..state_document import state_document
 from ..store import StoreError, StoreProblem
-from .actions import bindings
+from .actions import bindings, command_words
 from .collector import PacedCollections
 from .commands import ConsoleCommands
 from .model.backends import Backend
@@ -33,6 +33,7 @@ from .operating import OperatorActions
 from .painting import DASHBOARD_PICKS, DASHBOARD_SIZE
 from .replay_controls import ReplayControls
 from .screens.modals import ConfirmScreen, DetailScreen, HelpScreen
+from .widgets.command_line import CommandLine
 from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable
 from .widgets.panels import EventLog, FaultBanner, PlainStatic, ScenarioTimeline, StatusBar
@@ -142,6 +143,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         yield PlainStatic(id="no-matches")
         yield Input(placeholder="filter rows (enter to apply, escape to clear)", id="filter",
                     disabled=True)
+        yield CommandLine(command_words(), id="command", disabled=True)
         yield Footer()
 
     def on_mount(self) -> None:

@@ -12,6 +12,7 @@ from textual.widgets import Input, Static, TabbedContent
 
 from ..config.durations import format_ms
 from ..config.hidden import visible
+from .actions import command_words
 from .model.backends import Backend
 from .model.console_model import (
     COLUMNS,
@@ -276,6 +277,9 @@ class PaneView(App[None]):
     def action_go_back(self) -> None:
         """Escape: the filter box closes (its text cleared), else this pane's filter is
         cleared, else the pane shown before comes back."""
+        if self.query_one("#command", Input).has_focus:
+            self._close_command()
+            return
         box = self.query_one("#filter", Input)
         if box.has_focus or self._pane_filters.get(self.active_pane):
             box.value = ""
@@ -368,7 +372,42 @@ class PaneView(App[None]):
         # now, not after the keys already queued: they are the filter's text
         self.screen.set_focus(box)
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    def action_command(self) -> None:
+        """`:`: the command line, taken before any key after it (as `/`)."""
+        if self.behind_a_dialog or isinstance(self.focused, Input):
+            raise SkipAction()
+        box = self.query_one("#command", Input)
+        box.value = ""
+        box.disabled = False
+        box.add_class("-shown")
+        self.screen.set_focus(box)
+
+    def _close_command(self) -> None:
+        box = self.query_one("#command", Input)
+        box.value = ""
+        box.remove_class("-shown")
+        box.disabled = True
+        self._focus_pane()
+
+    async def _run_command(self, text: str) -> None:
+        """A pane's name shows it; an action's name runs it (a destructive one asks
+        first, as its key does); anything else is said to be unknown."""
+        word = text.strip().lower()
+        if word in {str(p) for p in Pane}:
+            self.action_pane(word)  # first: the focus then goes into the pane shown
+        self._close_command()
+        if not word or word in {str(p) for p in Pane}:
+            return
+        if word in command_words():
+            await self.run_action(word)
+        else:
+            self.notify(f"no pane or action called {word!r} (tab completes)",
+                        severity="warning")
+
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "command":
+            await self._run_command(event.value)
+            return
         self._apply_filter(event.value)
         if self.active_pane == Pane.REQUESTS and event.value:
             self._open_request(event.value.strip())
