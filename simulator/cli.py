@@ -40,7 +40,7 @@ from .alerts import (
 )
 from .fault_traffic import silent_faults
 from .junit import ScenarioOutcome, write_junit
-from .report import build_report, evaluate, format_value, render
+from .report import build_report, evaluate, format_value, print_whole, render
 from .scenario import (
     POLICIES,
     SCENARIOS_DIR,
@@ -450,7 +450,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             _warn(silent_faults(outcome.scenario, outcome.results[Policy.RESILIENT]))
         render(console, outcome.scenario, outcome.results, outcome.checks)
         if outcome.alerts is not None:
-            console.print(alerts_table(outcome.alerts, outcome.scenario))
+            print_whole(console, alerts_table(outcome.alerts, outcome.scenario))
         if console.is_terminal and (chart := herd_chart(
                 outcome.scenario, timelines, width=min(console.width, 100))) is not None:
             console.print(chart)

@@ -24,6 +24,7 @@ __all__ = [
     "evaluate",
     "format_value",
     "metric_value",
+    "print_whole",
     "render",
     "summary_rows",
     "summary_table",
@@ -171,6 +172,21 @@ def summary_table(scenario: Scenario, results: dict[str, dict[str, Any]],
     return table
 
 
+def print_whole(console: Console, table: Table | Text) -> None:
+    """A table in a terminal fits its width; anywhere else (a pipe, a file, CI's log) it
+    is printed as wide as it needs, never a number or a name cut (`36.7…`)."""
+    if console.is_terminal:
+        console.print(table)
+    else:
+        wanted = console.measure(table, options=console.options.update_width(10_000))
+        width = console.width  # print(width=) is held to the console's: widen it
+        console.width = max(width, wanted.maximum)
+        try:
+            console.print(table)
+        finally:
+            console.width = width
+
+
 def render(console: Console, scenario: Scenario, results: dict[str, dict[str, Any]],
            checks: list[dict[str, Any]]) -> None:
     """The policies side by side (runs, providers, faults), the strategies side by side
@@ -179,10 +195,10 @@ def render(console: Console, scenario: Scenario, results: dict[str, dict[str, An
     policies = {k: v for k, v in results.items() if k in POLICIES}
     strategies = {k: v for k, v in results.items() if k not in POLICIES}
     if policies:
-        console.print(summary_table(scenario, policies))
+        print_whole(console, summary_table(scenario, policies))
     if strategies:
-        console.print(summary_table(scenario, strategies, f"{scenario.name} (seed "
-                                    f"{scenario.seed}), resilient, every route on"))
+        print_whole(console, summary_table(scenario, strategies, f"{scenario.name} (seed "
+                                           f"{scenario.seed}), resilient, every route on"))
     for check in checks:
         expect = escape(visible(check["expect"]))
         if check["ok"] is None:

@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.model.backends import SimulationBackend
 from omniroute_tui.console.model.console_model import ConsoleModel
+from omniroute_tui.console.screens.modals import CONFIRM_GUARD_S, ConfirmScreen
 from omniroute_tui.engine import Event
 from simulator.scenario import SCENARIOS_DIR, load_scenario
 
@@ -95,3 +96,17 @@ def screen_lines(app: Any) -> list[str]:
     return ["".join(rows.get(r, {}).get(c, " ") for c in range(max(rows.get(r, {0: ""}))
                                                                + 1)).rstrip()
             for r in range(max(rows, default=-1) + 1)]
+
+
+async def say_yes(pilot: Pilot[Any], *keys: str) -> None:
+    """Press `keys` (the last one asks a question, or one is up already) and answer Yes
+    as an operator does: once the dialog has been shown for its guard time."""
+    app = pilot.app
+    if keys:
+        await pilot.press(*keys)
+    await settle(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                 and app.screen.shown_at is not None)
+    dialog = app.screen
+    assert isinstance(dialog, ConfirmScreen) and dialog.shown_at is not None
+    dialog.shown_at -= CONFIRM_GUARD_S  # as if it had been on screen that long
+    await pilot.press("y")

@@ -16,7 +16,7 @@ from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine.events import RequestEvent
 
-from .console_helpers import settle
+from .console_helpers import say_yes, settle
 from .gateway_helpers import SCENARIO, TOKEN, running_gateway
 
 ATTACH_SCENARIO = SCENARIO.replace(
@@ -66,7 +66,7 @@ async def test_attached_console_sees_breakers_and_clears_lockouts(tmp_path: Path
             assert table.get_row("broken")[1] == "○ OPEN"
             assert ("forbidden", "f1", "m") in app.model.lockouts  # type: ignore[attr-defined]
             await pilot.press("3")
-            await pilot.press("c", "y")
+            await say_yes(pilot, "c")
             await settle(pilot, lambda: not gw.gateway.engine.lockout_snapshots("forbidden"))
             assert gw.gateway.engine.lockout_snapshots("forbidden") == ()
             audit = (await http.get("/api/resilience/audit",

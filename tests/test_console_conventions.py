@@ -3,21 +3,24 @@ defaults, sentences instead of raw errors)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.widgets import Input, Static
 from textual.widgets._footer import FooterKey
 
+from omniroute_tui.config.durations import format_ms
 from omniroute_tui.console.actions import ACTIONS
+from omniroute_tui.console.model.console_model import countdown_text
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.screens.modals import ConfirmScreen, HelpScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import BreakerState, FailureKind
 from omniroute_tui.engine.events import CooldownEvent
 
-from .console_helpers import console_app, piloted
+from .console_helpers import console_app, piloted, say_yes
 from .test_console_keys import operator_events
 
 
@@ -120,7 +123,7 @@ async def test_restart_keeps_pause_and_a_finished_replay_says_so() -> None:
         await pilot.press("5")
         await pilot.pause()
         assert "finished: R replays it" in str(app.query_one("#timeline", Static).render())
-        await pilot.press("R", "y")
+        await say_yes(pilot, "R")
         await pilot.pause()
         assert app.backend.now_ms() == 0
         assert app.backend.replay is not None and app.backend.replay.paused
@@ -136,7 +139,7 @@ async def test_a_failed_action_names_the_action_target_and_reason() -> None:
 
     app.backend.operator = Unreachable()  # type: ignore[assignment]
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("r", "y")
+        await say_yes(pilot, "r")
         await app.workers.wait_for_complete()
         await pilot.pause()
         messages = [n.message for n in app._notifications]
@@ -147,7 +150,7 @@ async def test_a_failed_action_names_the_action_target_and_reason() -> None:
 async def test_forced_open_is_its_own_state_with_a_countdown_and_who() -> None:
     app, _ = console_app()
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("down", "o", "y")
+        await say_yes(pilot, "down", "o")
         await app.workers.wait_for_complete()
         await pilot.pause()
         row = app.model.provider_rows(app.backend.now_ms())["anthropic"]
@@ -158,7 +161,7 @@ async def test_forced_open_is_its_own_state_with_a_countdown_and_who() -> None:
         await pilot.press("n")  # a virtual second later
         row = app.model.provider_rows(app.backend.now_ms())["anthropic"]
         assert row[3] == "4m59s"
-        await pilot.press("r", "y")
+        await say_yes(pilot, "r")
         await app.workers.wait_for_complete()
         row = app.model.provider_rows(app.backend.now_ms())["anthropic"]
         assert row[1] == "● CLOSED"
@@ -223,3 +226,79 @@ async def test_names_that_look_like_markup_are_shown_as_written(tmp_path: Path) 
         await pilot.pause(0.2)
         assert "[/x] on alpha/*/[b]m" in str(app.query_one(FaultBanner).render())
         assert app.is_running
+
+
+def test_countdowns_round_up_to_whole_seconds() -> None:
+    """A 5 s rest reads `5s` from its start, as a lesson's text says (it read `4s` 0.1 s
+    in), and `1s` in its last second."""
+    assert [countdown_text(ms) for ms in (5000, 4900, 4001, 4000, 999, 1, 61_500)] == [
+        "5s", "5s", "5s", "4s", "1s", "1s", "1m02s"]
+    app, _ = console_app(at_ms=40_100)
+    model, now = app.model, app.backend.now_ms()
+    rows = model.connection_rows(now)
+    cooling = [(key, v) for key, v in model.connections.items() if v.cooling_until > now]
+    assert cooling
+    for (provider, conn), view in cooling:
+        left = view.cooling_until - now
+        assert rows[f"{provider}/{conn}"][2].startswith(f"◷ {countdown_text(left)} ")
+        assert countdown_text(left) == format_ms(math.ceil(left / 1000) * 1000)
+
+
+async def test_the_requests_cursor_stays_on_its_request_as_rows_arrive() -> None:
+    """Enter opens the request the cursor was put on, not the one that slid under it."""
+    app, _ = console_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("6", "j", "j")
+        await pilot.pause()
+        table = app.query_one("#requests-table", KeyedTable)
+        chosen = table.selected_key
+        assert chosen is not None
+        for _ in range(3):
+            app.backend.step(100)
+            app.refresh_view()
+            await pilot.pause()
+        assert table.selected_key == chosen
+        assert table.get_row_index(chosen) != 2  # newer requests came above it
+
+
+async def test_the_filter_box_shows_the_current_panes_filter() -> None:
+    async with piloted("2", "slash", "p", "r", "o", "d", "enter", "3") as (app, pilot):
+        box = app.query_one("#filter", Input)
+        assert box.value == "" and not box.has_class("-shown")  # lockouts: no filter
+        await pilot.press("2")
+        await pilot.pause()
+        assert box.value == "prod" and box.has_class("-shown")
+
+
+async def test_f1_opens_help_and_f10_quits() -> None:
+    async with piloted("f1") as (app, pilot):
+        assert isinstance(app.screen, HelpScreen)
+        assert ("tab", "the next table of the dashboard (shift+tab: the one before)"
+                ) in app.screen.rows
+        await pilot.press("f1")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("f10")
+        await pilot.pause()
+        assert app.return_code == 0
+
+
+async def test_the_command_line_completes_and_runs_panes_and_actions() -> None:
+    """`:` (as k9s): `con` + tab completes to `connections`, enter shows it; an action's
+    name runs it, a destructive one asking first; an unknown word is said to be."""
+    async with piloted(":", "c", "o", "n", "tab") as (app, pilot):
+        box = app.query_one("#command", Input)
+        assert box.has_focus and box.value == "connections"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.active_pane == Pane.CONNECTIONS and not box.has_class("-shown")
+        await pilot.press(":", *"reset_breaker", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.press(":", *"nope", "enter")
+        await pilot.pause()
+        assert any("no pane or action called 'nope'" in n.message for n in app._notifications)
+        await pilot.press(":", "escape")
+        await pilot.pause()
+        assert not box.has_class("-shown") and app.active_pane == Pane.CONNECTIONS

@@ -10,7 +10,7 @@ from textual.widgets import Static, TabbedContent
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import BreakerState
 
-from .console_helpers import console_app, piloted
+from .console_helpers import console_app, piloted, say_yes
 from .test_console_keys import operator_events
 
 DASHBOARD = ("#dash-providers", "#dash-connections", "#dash-lockouts", "#dash-events")
@@ -65,11 +65,11 @@ async def test_keys_act_on_the_dashboard_table_in_focus() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         assert app.focused is app.query_one("#dash-providers")
-        await pilot.press("r", "y")
+        await say_yes(pilot, "r")
         await app.workers.wait_for_complete()
         assert engine.breaker_snapshot("openai").state is BreakerState.CLOSED
         app.query_one("#dash-connections", KeyedTable).focus()
-        await pilot.press("j", "e", "y")
+        await say_yes(pilot, "j", "e")
         await app.workers.wait_for_complete()
         assert engine.connection_snapshot("openai", "prod-2").disabled
     assert operator_events(seen) == [("reset_breaker", "openai", "tester"),

@@ -9,7 +9,7 @@ from omniroute_tui.console.screens.modals import ConfirmScreen, DetailScreen, He
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import BreakerState, OperatorEvent
 
-from .console_helpers import console_app
+from .console_helpers import console_app, say_yes
 
 
 def operator_events(seen):  # type: ignore[no-untyped-def]
@@ -51,7 +51,7 @@ async def test_reset_breaker_confirmed_is_audited() -> None:
         await pilot.press("r")
         assert isinstance(app.screen, ConfirmScreen)
         assert "openai" in app.screen.question
-        await pilot.press("y")
+        await say_yes(pilot)
         await pilot.pause()
         assert engine.breaker_snapshot("openai").state is BreakerState.CLOSED
     assert operator_events(seen) == [("reset_breaker", "openai", "tester")]
@@ -83,7 +83,7 @@ async def test_read_only_refuses_with_a_reason() -> None:
 async def test_force_open_the_selected_provider() -> None:
     app, seen = console_app()
     async with app.run_test() as pilot:
-        await pilot.press("down", "o", "y")
+        await say_yes(pilot, "down", "o")
         await pilot.pause()
     assert app.backend.engine.breaker_snapshot("anthropic").state is BreakerState.OPEN
     assert operator_events(seen) == [("force_open", "anthropic", "tester")]
@@ -98,13 +98,13 @@ async def test_clear_cooldown_and_toggle_connection() -> None:
         table.focus()
         assert table.selected_key == "openai/prod-1"
         assert engine.connection_snapshot("openai", "prod-1").cooling_until > 24_500
-        await pilot.press("c", "y")
+        await say_yes(pilot, "c")
         await pilot.pause()
         assert engine.connection_snapshot("openai", "prod-1").cooling_until <= 24_500
-        await pilot.press("e", "y")
+        await say_yes(pilot, "e")
         await pilot.pause()
         assert engine.connection_snapshot("openai", "prod-1").disabled
-        await pilot.press("e", "y")
+        await say_yes(pilot, "e")
         await pilot.pause()
         assert not engine.connection_snapshot("openai", "prod-1").disabled
     assert [a for a, _, _ in operator_events(seen)] == ["clear_cooldown", "disable", "enable"]
@@ -120,11 +120,11 @@ async def test_clear_one_lockout_then_all_of_a_provider() -> None:
         table = app.query_one("#lockouts-table", KeyedTable)
         table.focus()
         first = table.selected_key
-        await pilot.press("c", "y")
+        await say_yes(pilot, "c")
         await pilot.pause()
         left = {(s.connection, s.model) for s in engine.lockout_snapshots("mistral")}
         assert len(left) == 1 and first is not None and tuple(first.split("/")[1:]) not in left
-        await pilot.press("C", "y")
+        await say_yes(pilot, "C")
         await pilot.pause()
         assert engine.lockout_snapshots("mistral") == ()
     assert [a for a, _, _ in operator_events(seen)] == ["clear_lockouts", "clear_lockouts"]
@@ -166,7 +166,7 @@ async def test_help_detail_and_palette() -> None:
 async def test_restart_replays_from_the_start() -> None:
     app, _ = console_app()
     async with app.run_test() as pilot:
-        await pilot.press("R", "y")
+        await say_yes(pilot, "R")
         await pilot.pause()
         assert app.backend.now_ms() == 0
         assert app.model.total_requests == 0

@@ -16,7 +16,7 @@ from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import BreakerAdmission, Classification, FailureKind
 from omniroute_tui.store import SqliteStore
 
-from .console_helpers import settle
+from .console_helpers import say_yes, settle
 
 CONFIG = """\
 providers:
@@ -62,7 +62,7 @@ async def test_router_mode_restores_and_persists_operator_actions(tmp_path: Path
         await pilot.press("3")
         lockouts = app.query_one("#lockouts-table", KeyedTable)  # type: ignore[attr-defined]
         assert "alpha/b/m" in lockouts._shown
-        await pilot.press("2", "e", "y")
+        await say_yes(pilot, "2", "e")
         await pilot.pause()
     store = await SqliteStore.open(db)
     try:
@@ -82,7 +82,7 @@ async def test_corrupt_database_offers_to_start_empty(tmp_path: Path) -> None:
     async with app.run_test() as pilot:  # type: ignore[attr-defined]
         await settle(pilot, lambda: isinstance(app.screen, ConfirmScreen), 50)  # type: ignore[attr-defined]
         assert "Start with an empty store" in app.screen.question  # type: ignore[attr-defined]
-        await pilot.press("y")
+        await say_yes(pilot)
         await settle(pilot, lambda: app.backend.store is not None, 50)  # type: ignore[attr-defined]
         assert app.backend.store is not None  # type: ignore[attr-defined]
     assert any(p.name.startswith("state.db.bad-") for p in tmp_path.iterdir())

@@ -24,7 +24,7 @@ from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.console.widgets.panels import EventLog
 from omniroute_tui.console.widgets.scrollbars import WholeCellScrollBar
 
-from .console_helpers import console_app, piloted, screen_lines, settle
+from .console_helpers import console_app, piloted, say_yes, screen_lines, settle
 from .gateway_helpers import TOKEN, free_port, running_gateway
 from .test_console_attach import attach_args
 
@@ -66,6 +66,8 @@ async def test_after_filtering_the_events_the_keys_go_to_the_pane() -> None:
                                          f"/breaker {log.matched} of {log.seen}")
         await pilot.press("1")  # a pane key, not a letter typed into the filter
         assert app.query_one(TabbedContent).active == "providers"
+        assert app.query_one("#filter", Input).value == ""  # this pane's filter: none
+        await pilot.press("4")
         assert app.query_one("#filter", Input).value == "breaker"
 
 
@@ -166,7 +168,7 @@ async def test_retry_in_keeps_its_width_when_a_breaker_is_forced() -> None:
             return table.columns[ColumnKey("retry in")].get_render_width(table)
 
         before = width()
-        await pilot.press("down", "o", "y")
+        await say_yes(pilot, "down", "o")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert table.get_row("anthropic")[3] == "5m" and width() == before

@@ -15,14 +15,16 @@ import httpx
 import pytest
 
 from omniroute_tui.console.app import ConsoleApp
-from omniroute_tui.console.cli import build_app
+from omniroute_tui.console.cli import _parser, build_app
+from omniroute_tui.console.lesson_app import LessonApp
 from omniroute_tui.console.model.attach import AttachBackend, fetch_state
 from omniroute_tui.console.model.console_model import ConsoleModel
 from omniroute_tui.console.room import RoomServer
 from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
 from omniroute_tui.console.widgets.panels import EventLog
 
-from .console_helpers import console_app, settle
+from .console_helpers import console_app, say_yes, settle
+from .gateway_helpers import free_port
 from .waiting import eventually
 
 
@@ -115,7 +117,7 @@ async def test_viewers_cannot_drive_and_say_why() -> None:
 
 async def test_a_replay_from_the_start_reconnects_the_viewers_to_the_new_run() -> None:
     async with room() as (trainer, pilot, url), attached_viewer(url) as (viewer, _, backend):
-        await pilot.press("R", "y")
+        await say_yes(pilot, "R")
         await eventually(lambda: backend.connected and backend.room is not None
                          and backend.room["run"] == 1, timeout_s=15,
                          what="the viewer on the new run")
@@ -129,7 +131,7 @@ async def test_a_replay_from_the_start_is_marked_in_the_viewers_events() -> None
         await pilot.press("n", "n")  # the old run goes on a little: requests, attempts
         await eventually(lambda: model.total_requests > 0, what="the old run's traffic")
         await seen.press("4")
-        await pilot.press("R", "y")
+        await say_yes(pilot, "R")
         await eventually(lambda: backend.connected and backend.room is not None
                          and backend.room["run"] == 1, timeout_s=15,
                          what="the viewer on the new run")
@@ -313,3 +315,24 @@ def test_serve_room_refuses_what_is_not_a_replay(capsys: Any) -> None:
             (["--scenario", "demo", "--serve-room", "4100"], "HOST:PORT")):
         assert main(argv) == 2
         assert said in capsys.readouterr().err
+
+
+async def test_a_lesson_is_served_to_a_room_and_viewers_follow_its_steps() -> None:
+    """`--lesson NAME --serve-room HOST:PORT`: the room starts with the lesson, and a
+    viewer's status says which step the trainer is at."""
+    port = free_port()
+    trainer = build_app(_parser().parse_args(
+        ["--lesson", "1-cooldown-ladder", "--speed", "100", "--serve-room", f"127.0.0.1:{port}"]))
+    assert isinstance(trainer, LessonApp) and trainer.room is not None
+    async with trainer.run_test() as pilot:
+        await settle(pilot, lambda: trainer.room is not None and trainer.room.server.started)
+        assert trainer.room is not None and trainer.room.server.started
+        state = await asyncio.to_thread(fetch_state, trainer.room.url, None)
+        assert state["replay"]["lesson"] == {"title": "The cooldown ladder", "step": 1,
+                                             "steps": 4}
+        async with attached_viewer(trainer.room.url) as (_, _, backend):
+            await eventually(lambda: backend.status().endswith("paused · step 1 of 4"),
+                             what="the viewer at the lesson's first step")
+            await pilot.press("space")  # the trainer goes on; step 3 holds the run again
+            await eventually(lambda: backend.status().endswith("paused · step 3 of 4"),
+                             what="the viewer at the lesson's third step")

@@ -38,7 +38,7 @@ from simulator.lesson import (
 )
 from simulator.lesson_claims import check_lesson, run_lesson, unchecked_numbers
 
-from .console_helpers import settle
+from .console_helpers import say_yes, settle
 
 LESSONS = shipped_lessons()
 
@@ -434,8 +434,7 @@ async def test_a_fleet_lesson_runs_in_the_console_and_r_starts_it_again() -> Non
         await pilot.press("space")
         await settle(pilot, lambda: "step 2 of 3" in _panel(app), tries=400)
         assert app.query_one("#providers-table", KeyedTable).selected_key == "alpha"
-        await pilot.press("R")
-        await pilot.press("y")
+        await say_yes(pilot, "R")
         await settle(pilot, lambda: "step 1 of 3" in _panel(app))
         backend = app.backend
         assert isinstance(backend, LessonBackend)

@@ -254,3 +254,13 @@ def test_an_unknown_strategy_is_refused_with_the_names_to_use(
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         "invalid choice: 'bogus' (choose from 'priority', 'round_robin', 'weighted', "
         "'least_busy', 'headroom')")
+
+
+def test_run_without_a_terminal_prints_whole_numbers_and_names(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A pipe or a CI log gets the tables as wide as they need: nothing cut with `…`
+    (the no-dedup column's name and a 5-digit rate were, at 80 columns)."""
+    assert main(["run", "demo"]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out
+    assert "no-dedup" in out.splitlines()[2]

@@ -9,7 +9,7 @@ from textual.binding import Binding
 
 from .model.panes import Pane
 
-__all__ = ["ACTIONS", "PANE_KEYS", "ConsoleAction", "bindings"]
+__all__ = ["ACTIONS", "PANE_KEYS", "ConsoleAction", "bindings", "command_words"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,10 @@ class ConsoleAction:
     show: bool = True  # in the footer
     destructive: bool = False  # needs confirmation; refused in --read-only
     key_display: str | None = None
+    #: a key that opens a text box: taken before any key after it is passed on, so that
+    #: the rest of a burst (a paste, keys bunched by a laggy link) lands in the box
+    opens_box: bool = False
+    also: str | None = None  # the same action's conventional key (F1, F10), not in the footer
 
 
 #: the pane keys stay out of the footer: each tab's label starts with its key
@@ -42,7 +46,10 @@ ACTIONS: tuple[ConsoleAction, ...] = (
     ConsoleAction(f"pane('{Pane.AUDIT}')", "7", "Audit", "who did what and when (operator actions)",
                   show=False),
     ConsoleAction("filter", "slash", "Filter", "filter the rows of this pane by text",
-                  key_display="/"),
+                  key_display="/", opens_box=True),
+    ConsoleAction("command", "colon", "Command", "command line: a pane's name or an action "
+                  "(tab completes, enter runs, escape closes)", show=False, key_display=":",
+                  opens_box=True),
     ConsoleAction("sort", "s", "Sort", "sort the rows: failures, cooldown left, level, ... "
                   "(▼ marks the column)", show=False),
     ConsoleAction("wide", "w", "Wide", "every column of the providers pane (80 columns show "
@@ -80,8 +87,10 @@ ACTIONS: tuple[ConsoleAction, ...] = (
                   destructive=True),
     ConsoleAction("toggle_enabled", "e", "En/disable",
                   "enable or disable the selected connection", show=False, destructive=True),
-    ConsoleAction("help", "question_mark", "Help", "show every key", key_display="?"),
-    ConsoleAction("quit", "q", "Quit", "leave the console (ctrl+c too)"),
+    ConsoleAction("help", "question_mark", "Help", "show every key (F1 too)",
+                  key_display="?", also="f1"),
+    ConsoleAction("quit", "q", "Quit", "leave the console (F10 and ctrl+c too)",
+                  also="f10"),
 )
 
 #: the actions that matter most on each pane: the help screen lists them first
@@ -99,15 +108,27 @@ PANE_KEYS: dict[Pane, tuple[str, ...]] = {
 }
 
 
+def command_words() -> list[str]:
+    """What the `:` command line completes and runs: every pane's name, then every
+    action without parameters (its `action_` name)."""
+    return [*map(str, Pane), *(a.name for a in ACTIONS
+                               if "(" not in a.name and a.name != "command")]
+
+
 #: shown first in the footer, so that a narrow terminal still shows how to get help and out
 FOOTER_FIRST = ("help", "quit")
 
 
 def bindings() -> list[Binding]:
     ordered = sorted(ACTIONS, key=lambda a: a.name not in FOOTER_FIRST)
-    return [
-        Binding(a.key, a.name, a.description, show=a.show, key_display=a.key_display,
-                tooltip=a.help, id=a.name.split("(")[0] + (
-                    "-" + a.name.split("'")[1] if "'" in a.name else ""))
-        for a in ordered
-    ] + [Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c")]
+    made: list[Binding] = []
+    for a in ordered:
+        binding_id = a.name.split("(")[0] + ("-" + a.name.split("'")[1] if "'" in a.name else "")
+        made.append(Binding(a.key, a.name, a.description, show=a.show,
+                            key_display=a.key_display, tooltip=a.help, priority=a.opens_box,
+                            id=binding_id))
+        if a.also is not None:
+            made.append(Binding(a.also, a.name, a.description, show=False,
+                                id=f"{binding_id}-{a.also}"))
+    return made + [Binding("ctrl+c", "quit", "Quit", show=False, priority=True,
+                           id="quit-ctrl-c")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,7 +24,7 @@ from ..config.router_config import MetricsAccess
 from ..config.status import ConfigStatus
 from ..state_document import state_document
 from ..store import StoreError, StoreProblem
-from .actions import bindings
+from .actions import bindings, command_words
 from .collector import PacedCollections
 from .commands import ConsoleCommands
 from .model.backends import Backend
@@ -33,6 +34,7 @@ from .operating import OperatorActions
 from .painting import DASHBOARD_PICKS, DASHBOARD_SIZE
 from .replay_controls import ReplayControls
 from .screens.modals import ConfirmScreen, DetailScreen, HelpScreen
+from .widgets.command_line import CommandLine
 from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable
 from .widgets.panels import EventLog, FaultBanner, PlainStatic, ScenarioTimeline, StatusBar
@@ -111,6 +113,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self._frozen_at: float | None = None
         self._history: list[Pane] = []
         self._collections = PacedCollections()
+        self.clock: Callable[[], float] = time.monotonic  # the dialogs' guard time
 
     def token_role(self, name: str, role: str) -> None:
         """Attached to a gateway: the token used is `name`'s, of `role`. A `read` token
@@ -161,6 +164,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         yield PlainStatic(id="no-matches")
         yield Input(placeholder="filter rows (enter to apply, escape to clear)", id="filter",
                     disabled=True)
+        yield CommandLine(command_words(), id="command", disabled=True)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -260,7 +264,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
     def _store_problem(self, exc: StoreError) -> None:
         """A bad state database: say what is wrong and offer the way out, never a crash."""
         if exc.problem is not StoreProblem.CORRUPT:
-            self.push_screen(ConfirmScreen(f"{exc}\n\nQuit now?"),
+            self.push_screen(ConfirmScreen(f"{exc}\n\nQuit now?", clock=self.clock),
                              lambda _: self.exit(message=str(exc)))
             return
 
@@ -273,7 +277,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
 
         self.push_screen(ConfirmScreen(
             f"{exc.path}: {exc.detail}.\n\nStart with an empty store and keep the bad file "
-            "beside it (yes), or quit (no)?"), answered)
+            "beside it (yes), or quit (no)?", clock=self.clock), answered)
 
     async def on_unmount(self) -> None:
         self._collections.stop()

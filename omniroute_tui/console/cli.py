@@ -136,7 +136,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
         return _attach_app(args, attach_state, operator)
     scenario_name = getattr(args, "scenario", None)
     if getattr(args, "serve_room", None):
-        _check_room(args)
+        check_room(args)
     if args.db and (args.config is None or scenario_name):
         raise ValueError("--db keeps a router's state: it goes with --config (a scenario "
                          "always starts fresh)")
@@ -174,8 +174,8 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
     from simulator.scenario import load_scenario, resolve_scenario
 
     scenario = load_scenario(resolve_scenario(scenario_name or "demo"), config=args.config)
-    room = _room(args, scenario.config.gateway_limits) if getattr(args, "serve_room", None) \
-        else None
+    room = (room_server(args, scenario.config.gateway_limits)
+            if getattr(args, "serve_room", None) else None)
     model = ConsoleModel(scenario.providers, lambda: 0, routes=scenario.config.routes)
     backend: LiveBackend | SimulationBackend
     if args.live or scenario.live:
@@ -187,7 +187,7 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
                       read_only=args.read_only, listen=listen, token=token, room=room)
 
 
-def _check_room(args: argparse.Namespace) -> None:
+def check_room(args: argparse.Namespace) -> None:
     """`--serve-room` serves a replay in virtual time only, at an address that reads."""
     from ..gateway import parse_listen
 
@@ -198,7 +198,7 @@ def _check_room(args: argparse.Namespace) -> None:
     parse_listen(args.serve_room)
 
 
-def _room(args: argparse.Namespace, limits: GatewayLimits) -> Any:
+def room_server(args: argparse.Namespace, limits: GatewayLimits) -> Any:
     """The room server for `--serve-room`, with the scenario's `gateway.limits`."""
     from ..config.token import load_token
     from ..gateway import parse_listen

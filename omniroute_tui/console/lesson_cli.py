@@ -12,9 +12,11 @@ __all__ = ["lesson_app", "write_lesson_page"]
 
 
 def lesson_app(args: argparse.Namespace, operator: str) -> object:
-    """The console on the lesson's scenario, paced at `--speed`, with its steps."""
+    """The console on the lesson's scenario, paced at `--speed`, with its steps; with
+    `--serve-room`, served to a room whose viewers follow its steps."""
     from simulator.lesson import load_lesson, resolve_lesson
 
+    from .cli import check_room, room_server
     from .lesson_app import LessonApp
     from .model.console_model import ConsoleModel
     from .model.lesson_progress import LessonBackend
@@ -23,12 +25,16 @@ def lesson_app(args: argparse.Namespace, operator: str) -> object:
         if getattr(args, option, None):
             raise ValueError(f"--lesson replays a shipped scenario in virtual time: it takes "
                              f"no --{option}")
+    if getattr(args, "serve_room", None):
+        check_room(args)
     lesson = load_lesson(resolve_lesson(args.lesson))
+    room = (room_server(args, lesson.scenario.config.gateway_limits)
+            if getattr(args, "serve_room", None) else None)
     model = ConsoleModel(lesson.scenario.providers, lambda: 0,
                          routes=lesson.scenario.config.routes)
     backend = LessonBackend(lesson, speed=args.speed, subscribers=(model.on_event,))
     model.now = backend.now_ms
-    return LessonApp(backend, model, operator=operator, read_only=args.read_only)
+    return LessonApp(backend, model, operator=operator, read_only=args.read_only, room=room)
 
 
 def write_lesson_page(args: argparse.Namespace) -> int:

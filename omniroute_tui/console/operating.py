@@ -25,6 +25,7 @@ class OperatorActions(PaneView):
     """The keys that change engine state, on the selected row's provider or connection."""
 
     operator: str
+    clock: Callable[[], float]  # monotonic seconds, for the dialogs' guard time
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Read-only: the operator actions are out of the footer (their keys still
@@ -55,7 +56,7 @@ class OperatorActions(PaneView):
                 if answer:
                     self.call_later(super(OperatorActions, self).run_action, action)
 
-            self.push_screen(ConfirmScreen(question), confirmed)
+            self.push_screen(ConfirmScreen(question, clock=self.clock), confirmed)
             return True
         return await super().run_action(action, default_namespace, namespaces)
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import textwrap
 import time
 
+from textual.actions import SkipAction
 from textual.app import App
 from textual.widgets import Input, Static, TabbedContent
 
 from ..config.durations import format_ms
 from ..config.hidden import visible
+from .actions import command_words
 from .model.backends import Backend
 from .model.console_model import (
     COLUMNS,
@@ -79,6 +81,11 @@ class PaneView(App[None]):
     _frozen_at: float | None  # `z`: since when (monotonic) the display is frozen
     _history: list[Pane]  # the panes shown before, for escape
     servers_down: list[str]  # what this console served and stopped on its own (`ROOM`)
+
+    @property
+    def behind_a_dialog(self) -> bool:
+        """A dialog (a confirmation, help, a detail, the palette) is over the panes."""
+        return len(self.screen_stack) > 1
 
     @property
     def active_pane(self) -> Pane:
@@ -272,6 +279,9 @@ class PaneView(App[None]):
     def action_go_back(self) -> None:
         """Escape: the filter box closes (its text cleared), else this pane's filter is
         cleared, else the pane shown before comes back."""
+        if self.query_one("#command", Input).has_focus:
+            self._close_command()
+            return
         box = self.query_one("#filter", Input)
         if box.has_focus or self._pane_filters.get(self.active_pane):
             box.value = ""
@@ -304,6 +314,12 @@ class PaneView(App[None]):
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.active_pane == Pane.EVENTS:
             self.query_one("#events-log", EventLog).clear()
+        # the filter box shows this pane's filter, or nothing (it showed the last pane's)
+        text = self._pane_filters.get(self.active_pane, "")
+        box = self.query_one("#filter", Input)
+        box.value = text
+        box.set_class(bool(text), "-shown")
+        box.disabled = not text
         self.refresh_view()
         self._focus_pane()
 
@@ -344,6 +360,10 @@ class PaneView(App[None]):
              "bottom": log.scroll_end}[where](animate=False)
 
     def action_filter(self) -> None:
+        """`/` is taken before the focused widget sees it (see `ConsoleAction.opens_box`):
+        in a text box or a dialog it is passed on as the key it is."""
+        if self.behind_a_dialog or isinstance(self.focused, Input):
+            raise SkipAction()
         box = self.query_one("#filter", Input)
         box.value = self._pane_filters.get(self.active_pane, "")
         box.placeholder = ("a request id (x-request-id) or any text: enter opens the request"
@@ -351,9 +371,45 @@ class PaneView(App[None]):
                            "filter this pane's rows (enter applies, escape clears)")
         box.disabled = False
         box.add_class("-shown")
-        box.focus()
+        # now, not after the keys already queued: they are the filter's text
+        self.screen.set_focus(box)
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    def action_command(self) -> None:
+        """`:`: the command line, taken before any key after it (as `/`)."""
+        if self.behind_a_dialog or isinstance(self.focused, Input):
+            raise SkipAction()
+        box = self.query_one("#command", Input)
+        box.value = ""
+        box.disabled = False
+        box.add_class("-shown")
+        self.screen.set_focus(box)
+
+    def _close_command(self) -> None:
+        box = self.query_one("#command", Input)
+        box.value = ""
+        box.remove_class("-shown")
+        box.disabled = True
+        self._focus_pane()
+
+    async def _run_command(self, text: str) -> None:
+        """A pane's name shows it; an action's name runs it (a destructive one asks
+        first, as its key does); anything else is said to be unknown."""
+        word = text.strip().lower()
+        if word in {str(p) for p in Pane}:
+            self.action_pane(word)  # first: the focus then goes into the pane shown
+        self._close_command()
+        if not word or word in {str(p) for p in Pane}:
+            return
+        if word in command_words():
+            await self.run_action(word)
+        else:
+            self.notify(f"no pane or action called {word!r} (tab completes)",
+                        severity="warning")
+
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "command":
+            await self._run_command(event.value)
+            return
         self._apply_filter(event.value)
         if self.active_pane == Pane.REQUESTS and event.value:
             self._open_request(event.value.strip())
@@ -433,8 +489,10 @@ class PaneView(App[None]):
         return table.kind, table.selected_key
 
     def on_data_table_row_selected(self, event: KeyedTable.RowSelected) -> None:
-        """Enter on a table row (the table consumes the key itself) opens its detail."""
-        self.action_detail()
+        """Enter on a table row (the table consumes the key itself) opens its detail; not
+        when the key came with the one that opened a dialog (it is meant for the dialog)."""
+        if not self.behind_a_dialog:
+            self.action_detail()
 
     def action_detail(self) -> None:
         scenario = self.backend.scenario

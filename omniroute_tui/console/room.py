@@ -33,6 +33,7 @@ from ..gateway.server import Listener
 from ..state_document import state_document
 from .model.backends import SimulationBackend
 from .model.console_model import LIVE_CHART_S, AttemptSeries
+from .model.lesson_progress import LessonBackend
 
 __all__ = ["RoomServer", "attempts_document", "replay_document"]
 
@@ -44,10 +45,17 @@ RESYNC_S = 1.0
 
 
 def replay_document(replay: SimulationBackend, run: int) -> dict[str, Any]:
-    """Where the trainer's replay is: what viewers need to show its clock and state."""
-    return {"scenario": replay.title, "now": replay.now_ms(), "speed": replay.speed,
-            "paused": replay.paused, "finished": replay.finished,
-            "duration_ms": replay.duration_ms, "run": run}
+    """Where the trainer's replay is: what viewers need to show its clock and state; a
+    lesson's also which of its steps is shown (0 before the first), of how many."""
+    doc: dict[str, Any] = {
+        "scenario": replay.title, "now": replay.now_ms(), "speed": replay.speed,
+        "paused": replay.paused, "finished": replay.finished,
+        "duration_ms": replay.duration_ms, "run": run}
+    if isinstance(replay, LessonBackend):
+        progress = replay.progress
+        doc["lesson"] = {"title": progress.lesson.title, "step": progress.index + 1,
+                         "steps": len(progress.lesson.steps)}
+    return doc
 
 
 def attempts_document(series: AttemptSeries, now_ms: int) -> dict[str, list[list[int]]]:
@@ -123,7 +131,7 @@ class RoomServer:
             replay.run.bus.subscribe(self._relay(replay))
         doc = replay_document(replay, self._run)
         # while paused, a step moves the clock: that is news too
-        changed = (doc["paused"], doc["speed"], doc["finished"], doc["run"],
+        changed = (doc["paused"], doc["speed"], doc["finished"], doc["run"], str(doc.get("lesson")),
                    doc["now"] if doc["paused"] else None)
         now = time.monotonic()
         if changed != self._last or (not doc["paused"] and now - self._last_sent >= RESYNC_S):

@@ -193,10 +193,13 @@ class AttachBackend(RealTimeBackend):
         if self.connected and self.room is not None:
             from .console_model import clock_text
 
+            lesson = self.room.get("lesson")
+            step = (f" · step {lesson['step']} of {lesson['steps']}"
+                    if isinstance(lesson, dict) and lesson.get("step") else "")
             if self.room.get("finished"):
-                return f"room sim {clock_text(self.now_ms())} finished"
+                return f"room sim {clock_text(self.now_ms())} finished{step}"
             state = "paused" if self.room.get("paused") else f"×{self.room['speed']:g}"
-            return f"room sim {clock_text(self.now_ms())} {state}"
+            return f"room sim {clock_text(self.now_ms())} {state}{step}"
         if self.connected:
             return "attached"
         if not self.ever_connected:  # --attach before the gateway is up: it waits

@@ -59,6 +59,7 @@ __all__ = [
     "ProviderView",
     "RequestTrail",
     "age_text",
+    "countdown_text",
     "event_age",
     "level_gauge",
     "plural",
@@ -156,6 +157,13 @@ def sparkline(values: Iterable[int]) -> str:
     if top <= 0:
         return SPARK[0] * len(data)
     return "".join(SPARK[min(8, -(-v * 8 // top))] for v in data)
+
+
+def countdown_text(ms: int) -> str:
+    """Time left, in whole seconds rounded up (as format_ms): a 5 s rest reads `5s` from
+    its start, as a lesson's text says, and `1s` in its last second, never `0s` or `4s`
+    while 4.9 s remain."""
+    return format_ms(-(-ms // 1000) * 1000)
 
 
 def precise_ms(ms: int) -> str:
@@ -763,7 +771,7 @@ class ConsoleModel:
             share = f"{round(100 * sum(v.minute.counts) / total)}%" if total else "–"
             if v.open_until is not None:
                 left = v.open_until - now
-                retry = format_ms(left) if left > 0 else "probe due"
+                retry = countdown_text(left) if left > 0 else "probe due"
             else:
                 retry = "–"
             state = v.state
@@ -914,7 +922,7 @@ class ConsoleModel:
             if v.disabled:
                 state = "✗ disabled"
             elif v.cooling_until > now:
-                state = f"◷ {format_ms(v.cooling_until - now)} {v.cooling_kind}"
+                state = f"◷ {countdown_text(v.cooling_until - now)} {v.cooling_kind}"
             else:
                 state = "✓ ready"
             rows[f"{provider}/{conn}"] = (
@@ -929,7 +937,7 @@ class ConsoleModel:
             if v.until <= now:
                 continue
             rows[f"{provider}/{conn}/{model}"] = (
-                provider, conn, model, v.kind, str(v.failures), format_ms(v.until - now))
+                provider, conn, model, v.kind, str(v.failures), countdown_text(v.until - now))
         return rows
 
 

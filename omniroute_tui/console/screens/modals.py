@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 
 from rich.console import Group
 from rich.table import Table
@@ -18,10 +19,14 @@ from ..actions import ACTIONS, PANE_KEYS, ConsoleAction
 from ..model.panes import Pane
 from ..widgets.scrollbars import whole_cell_scrollbars
 
-__all__ = ["HINT", "ConfirmScreen", "DetailScreen", "HelpScreen"]
+__all__ = ["CONFIRM_GUARD_S", "HINT", "ConfirmScreen", "DetailScreen", "HelpScreen"]
 
 #: the detail's keys, on its bottom border
 HINT = "j k scroll · escape closes"
+#: a dialog's Yes counts only once the dialog has been on screen this long (seconds): keys
+#: that arrive together with the one that opened it (a paste, keys bunched by a laggy SSH
+#: link) are not answers
+CONFIRM_GUARD_S = 0.5
 
 
 def _key_table(rows: Sequence[tuple[str | None, str]]) -> Group:
@@ -52,7 +57,9 @@ def field_lines(fields: Sequence[tuple[str, str]]) -> str:
 
 class ConfirmScreen(ModalScreen[bool]):
     """Asks before a destructive action; `y` confirms, `n` or escape cancels. **No** has
-    the focus, so a stray Enter cancels."""
+    the focus, so a stray Enter cancels. Yes (the key or the button) counts only once the
+    dialog has been painted and shown for CONFIRM_GUARD_S on `clock` (monotonic seconds):
+    a `y` that came in the same burst as the key that asked is ignored, with a word."""
 
     AUTO_FOCUS = "#no"
 
@@ -62,9 +69,12 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("escape", "answer(False)", "Cancel", id="confirm-cancel"),
     ]
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str, *, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
         super().__init__()
         self.question = question
+        self.clock = clock
+        self.shown_at: float | None = None  # when it was first painted
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -73,10 +83,22 @@ class ConfirmScreen(ModalScreen[bool]):
                 yield Button("Yes (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")
 
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._painted)
+
+    def _painted(self) -> None:
+        self.shown_at = self.clock()
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
+        self.action_answer(event.button.id == "yes")
 
     def action_answer(self, answer: bool) -> None:
+        if answer and (self.shown_at is None
+                       or self.clock() - self.shown_at < CONFIRM_GUARD_S):
+            self.notify(f"Yes ignored: it came before this question had been shown for "
+                        f"{CONFIRM_GUARD_S:g} s; press y again to confirm",
+                        severity="warning", timeout=4)
+            return
         self.dismiss(answer)
 
 
@@ -84,7 +106,7 @@ class HelpScreen(ModalScreen[None]):
     """Every key of the console, from the action table; it scrolls where it does not fit."""
 
     BINDINGS = [
-        Binding("escape,question_mark,q", "dismiss", "Close", id="help-close"),
+        Binding("escape,question_mark,q,f1", "dismiss", "Close", id="help-close"),
         Binding("j", "scroll('down')", "Down", show=False, id="help-down"),
         Binding("k", "scroll('up')", "Up", show=False, id="help-up"),
     ]
@@ -115,6 +137,7 @@ class HelpScreen(ModalScreen[None]):
                 (None, ""), (None, "Everywhere:"),
                 *(self._row(a) for a in ACTIONS if a.name not in first),
                 ("←↑↓→", "move the cursor; → and ← scroll a wide table's columns"),
+                ("tab", "the next table of the dashboard (shift+tab: the one before)"),
                 ("ctrl+p", "command palette: every action, jump to any entity")]
 
     def compose(self) -> ComposeResult:

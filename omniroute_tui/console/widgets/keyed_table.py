@@ -140,7 +140,10 @@ class KeyedTable(StylePerPaint, DataTable[str]):
         `order` (row keys) when given; returns how many rows pass the filter. Cells are
         text: a model or route named like markup (`[/x]`) is shown as it is written, and
         a hidden character in a name (an attached gateway's are not ours to check) as
-        its escape (`\\x1b`), never sent to the terminal."""
+        its escape (`\\x1b`), never sent to the terminal. The cursor stays on its row as
+        rows come, go and move (a new request on top used to slide the next one under
+        it); where its row is gone, it keeps its place."""
+        held = self.selected_key
         if self._pick is not None:
             pick = self._pick
             rows = {k: tuple(v[i] for i in pick) for k, v in rows.items()}
@@ -172,6 +175,8 @@ class KeyedTable(StylePerPaint, DataTable[str]):
         if self._reselect is not None:
             self.select_key(self._reselect)
             self._reselect = None
+        elif held is not None and held in shown and self.selected_key != held:
+            self.select_key(held)
         self.total = total
         return len(rows)
 
