@@ -698,13 +698,15 @@ def run(strategy: Strategy, steps: list[Any], seed: int, check: bool) -> list[st
 
 def refused(engine: Any, attempt: Attempt, rec: Any, now: int) -> None:
     """Fail when the layers would refuse the attempt: breaker OPEN, key cooling (unless
-    the breaker's probe on a backoff key, as announced) or disabled, model locked."""
+    the breaker's probe, or the one request a provider with every key cooling lets ride
+    one (docs/design.md §4), on a backoff key, as announced) or disabled, model locked."""
     assert engine.breaker_snapshot(attempt.provider).state is not BreakerState.OPEN
     conn = engine.connection_snapshot(attempt.provider, attempt.connection)
     assert not conn.disabled
     announced = rec.events[-1]
     if conn.cooling(now):
-        assert attempt.probe and announced.cooling_until == conn.cooling_until
+        assert announced.cooling_until == conn.cooling_until
+        assert attempt.probe or engine.layers(attempt.provider).carried_until > now
     for lock in engine.lockout_snapshots(attempt.provider):
         assert not (lock.connection == attempt.connection and lock.model == attempt.model
                     and lock.until > now)
