@@ -239,6 +239,16 @@ class _Body:
         return None
 
 
+#: alpha's stream is continued on beta's other model when it breaks
+RESUMING = """\
+providers:
+  alpha: {base_url: "http://alpha/v1", models: [m], connections: [a]}
+  beta: {base_url: "http://beta/v1", models: [n], connections: [x]}
+routes:
+  r: {stream_resume: continue, targets: [alpha/m, beta/n]}
+"""
+
+
 class _Pool:
     """The primary streams 3 tokens and breaks; the continuation never answers."""
 
@@ -259,13 +269,7 @@ class _Pool:
 
 
 async def test_a_client_gone_while_the_continuation_is_asked_for_ends_it_at_once() -> None:
-    config = load_router_config("r.yaml", text="""\
-providers:
-  alpha: {base_url: "http://alpha/v1", models: [m], connections: [a]}
-  beta: {base_url: "http://beta/v1", models: [n], connections: [x]}
-routes:
-  r: {stream_resume: continue, targets: [alpha/m, beta/n]}
-""")
+    config = load_router_config("r.yaml", text=RESUMING)
     router = config.build(ManualClock())
     seen = Recorder(router.engine.bus)
     pool = _Pool()
@@ -354,13 +358,7 @@ def test_any_cut_resumed_gives_the_whole_answer_once(cut: int, splits: list[int]
     """Wherever the primary breaks after its first token, and however the network splits
     either stream, the client reads the 60 tokens once, then one `[DONE]`, and the
     results say a cut after `cut` chunks and a continuation of the rest."""
-    config = load_router_config("r.yaml", text="""\
-providers:
-  alpha: {base_url: "http://alpha/v1", models: [m], connections: [a]}
-  beta: {base_url: "http://beta/v1", models: [n], connections: [x]}
-routes:
-  r: {stream_resume: continue, targets: [alpha/m, beta/n]}
-""")
+    config = load_router_config("r.yaml", text=RESUMING)
     router = config.build(ManualClock())
     seen = Recorder(router.engine.bus)
     driver = AsyncDriver(router, config.providers,
