@@ -454,9 +454,9 @@ def _read_target(
         src.problem(path, f"provider {parts[0]!r}{origin} has no connection {connection!r} "
                           f"(connections: {', '.join(connections)})")
         return None
-    if model is not None and model not in provider.models:
+    if model is not None and model not in provider.all_models:
         src.problem(path, f"provider {parts[0]!r}{origin} has no model {model!r} "
-                          f"(models: {', '.join(provider.models)})")
+                          f"(models: {', '.join(provider.all_models)})")
         return None
     return FaultTarget(parts[0], connection, model)
 
@@ -595,7 +595,7 @@ def _read_traffic(
     route = read_str(src, body.get("route"), path + ("route",))
     if route is not None and route not in routes:
         provider, _, model = route.partition("/")
-        if provider not in providers or model not in providers[provider].models:
+        if provider not in providers or model not in providers[provider].all_models:
             src.problem(path + ("route",), f"unknown route {route!r}{origin} (routes: "
                                            f"{', '.join(sorted(routes)) or 'none'})")
             route = None

@@ -187,7 +187,7 @@ def test_the_tour_quotes_the_chaos_run(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_the_config_examples_load() -> None:
     page = DOCS / "configuration.md"
-    example, strategies, resume, kinds, streams = blocks(page.read_text(), "yaml")
+    example, strategies, resume, kinds, streams, families = blocks(page.read_text(), "yaml")
     config = load_router_config(page, text=example, env={
         "OPENAI_API_KEY": "sk-docs-example-0001", "OPENAI_SPARE_KEY": "sk-docs-example-0002"})
     openai = config.providers["openai"]
@@ -209,6 +209,11 @@ def test_the_config_examples_load() -> None:
     chat = load_router_config(page, text=streams).routes["chat"]
     assert [(str(t), t.first_token_ms) for t in chat.targets] == [
         ("openai/gpt-4o-mini", 8_000), ("openai/o3", 180_000), ("local/llama", 0)]
+    mixed = load_router_config(page, text=families, env={
+        "OPENAI_API_KEY": "sk-1", "AZURE_OPENAI_KEY": "az-1", "ANTHROPIC_API_KEY": "sk-ant-1"})
+    assert [p.api.family.value for p in mixed.providers.values()] == [
+        "openai", "azure", "anthropic"]
+    assert mixed.providers["azure"].api.deployment("gpt-4o") == "prod-gpt-4o"
 
 
 def test_the_documented_gateway_limits_are_the_defaults() -> None:
@@ -411,7 +416,7 @@ def repository_texts() -> Iterator[tuple[Path, str]]:
 
 def test_the_design_has_every_section_the_code_cites() -> None:
     numbers = [int(n) for n in re.findall(r"^## §(\d+) ", DESIGN.read_text(), re.MULTILINE)]
-    assert numbers == list(range(14))
+    assert numbers == list(range(15))
     cite = re.compile(r"docs/design\.md (§\d+(?:(?:, | and )§\d+)*)")
     for path, text in repository_texts():
         for cited in cite.findall(text):

@@ -29,6 +29,8 @@ _CAPPED: dict[tuple[str, ...], str] = {
     ("providers",): "providers",
     ("providers", "*", "connections"): "connections per provider",
     ("providers", "*", "models"): "models per provider",
+    ("providers", "*", "embedding_models"): "models per provider",
+    ("providers", "*", "deployments"): "models per provider",
     ("routes",): "routes",
     ("routes", "*", "targets"): "targets per route",
 }

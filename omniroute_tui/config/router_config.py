@@ -19,6 +19,7 @@ from ..engine.reload import ReloadSummary
 from ..engine.settings import AuthKind, ResilienceSettings, default_settings
 from ..router.core import MAX_ROTATION, Router
 from ..router.routes import DEFAULT_STRATEGY, Route, Strategy, Target
+from .api_family import API_FIELDS, ApiSettings, parse_api
 from .hidden import hidden_reason
 from .limits import (
     MAX_COUNTS,
@@ -57,7 +58,8 @@ __all__ = [
 
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
-PROVIDER_FIELDS = ("auth", "per_model_quota", "base_url", "models", "resilience", "connections")
+PROVIDER_FIELDS = ("auth", "per_model_quota", "base_url", "models", "embedding_models",
+                   "resilience", "connections", *API_FIELDS)
 
 
 class MetricsAccess(StrEnum):
@@ -86,6 +88,14 @@ class ProviderConfig:
     per_model_quota: bool = False
     base_url: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # fields a caller asked to keep
+    #: the API the provider speaks (`api:`) and that family's settings
+    api: ApiSettings = field(default_factory=ApiSettings)
+    #: the models that serve `/v1/embeddings` only (`models` serve the text endpoints)
+    embedding_models: tuple[str, ...] = ()
+
+    @property
+    def all_models(self) -> tuple[str, ...]:
+        return self.models + self.embedding_models
 
     def spec(self) -> ProviderSpec:
         weights = tuple(c.weight for c in self.connections)
@@ -142,7 +152,7 @@ class RouterConfig:
             if name in previous.providers and previous.providers[name].base_url != p.base_url)
         return router.reconfigure(
             self.provider_specs(), self.routes,
-            models={name: frozenset(p.models) for name, p in self.providers.items()},
+            models={name: frozenset(p.all_models) for name, p in self.providers.items()},
             max_attempts=self.settings.request.max_attempts,
             admission=self.settings.admission,
             jitter=Jitter(self.settings.jitter, random.Random(seed ^ 0x5EED)),
@@ -156,7 +166,7 @@ class RouterConfig:
             max_attempts=self.settings.request.max_attempts,
             admission=self.settings.admission,
             jitter=Jitter(self.settings.jitter, random.Random(seed ^ 0x5EED)),
-            models={name: frozenset(p.models) for name, p in self.providers.items()},
+            models={name: frozenset(p.all_models) for name, p in self.providers.items()},
             seed=seed,
         )
 
@@ -287,7 +297,18 @@ def parse_providers(
                 settings
             )
         validate_settings(src, settings, where + ("resilience",))
-        models = _models(src, body.get("models"), where + ("models",))
+        embedding_models: tuple[str, ...] = ()
+        if "embedding_models" in body:
+            embedding_models = _models(src, body["embedding_models"],
+                                       where + ("embedding_models",))
+        models = (_models(src, body["models"], where + ("models",))
+                  if "models" in body or not embedding_models else ())
+        for index, name in enumerate(embedding_models):
+            if name in models:
+                src.problem(where + ("embedding_models", index),
+                            f"model {name!r} is in models too: a model serves the text "
+                            "endpoints or embeddings, not both")
+        api = parse_api(src, body, where)
         per_model = (read_bool(src, body["per_model_quota"], where + ("per_model_quota",))
                      if "per_model_quota" in body else False)
         base_url = (read_str(src, body["base_url"], where + ("base_url",))
@@ -299,6 +320,7 @@ def parse_providers(
         providers[provider_id] = ProviderConfig(
             name=provider_id, auth=auth, models=models, connections=connections,
             settings=settings, per_model_quota=bool(per_model), base_url=base_url, extra=extra,
+            api=api, embedding_models=embedding_models,
         )
     _within(src, sum(len(p.connections) for p in providers.values()), path,
             "connections in all")
@@ -450,9 +472,9 @@ def _target(
         known = ", ".join(providers) or "none"
         src.problem(path, f"unknown provider {provider!r} (providers: {known})")
         return None
-    if model not in config.models:
+    if model not in config.all_models:
         src.problem(path, f"provider {provider!r} has no model {model!r} "
-                          f"(models: {', '.join(config.models)})")
+                          f"(models: {', '.join(config.all_models)})")
         return None
     return Target(provider, model, first_token_ms)
 

@@ -118,6 +118,9 @@ class SkipReason(StrEnum):
     ALL_DISABLED = "all_disabled"
     RETRY_BUDGET = "retry_budget"
     UNKNOWN_TARGET = "unknown_target"
+    #: the target's API family does not serve the request's endpoint, or its request cannot
+    #: be translated to it (docs/design.md §14)
+    NOT_SERVED = "not_served"
     #: not a skip: the route waits for its target's short Retry-After, or one quick retry
     #: after a 5xx, before it falls back to another model (`fallback_wait`, §7)
     FALLBACK_WAIT = "fallback_wait"

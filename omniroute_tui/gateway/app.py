@@ -341,7 +341,7 @@ class Gateway:
 
     async def models(self, request: Request) -> Response:
         names = list(self.router.routes)
-        names += [f"{p}/{m}" for p, config in self.providers.items() for m in config.models]
+        names += [f"{p}/{m}" for p, config in self.providers.items() for m in config.all_models]
         return JSONResponse({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "omniroute"}
             for name in names]})

@@ -7,7 +7,7 @@ with `record()`. The core reads time only from the engine's clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -43,7 +43,11 @@ from .strategies import (
     WeightedChooser,
 )
 
-__all__ = ["MAX_ROTATION", "QUICK_RETRY_MS", "RequestRouting", "Router", "UnknownRoute"]
+__all__ = ["MAX_ROTATION", "QUICK_RETRY_MS", "RequestRouting", "Router", "Serves",
+           "UnknownRoute"]
+
+#: which targets can serve a request (its endpoint, its translation: docs/design.md §14)
+Serves = Callable[[Target], bool]
 
 #: where a request goes after an attempt of each kind (the consequences table)
 _THEN = {kind: row.then for kind, row in CONSEQUENCES.items()}
@@ -235,14 +239,19 @@ class Router:
         self._direct[model] = route
         return route
 
-    def start(self, request_id: str, model: str) -> RequestRouting:
-        """Begin routing one request; raises UnknownRoute for an unknown `model`."""
+    def start(self, request_id: str, model: str, serves: Serves | None = None
+              ) -> RequestRouting:
+        """Begin routing one request; raises UnknownRoute for an unknown `model`.
+        `serves` says which targets can serve it (its endpoint, its translation); the
+        others are skipped `not_served` before their breaker is asked (None: all can)."""
         known = self._starts.get(model)
         if known is None:  # the route's providers are looked up once per name asked for
             route = self.resolve(model)
             plan = tuple((t, self.engine.layers(t.provider), str(t)) for t in route.targets)
             known = self._starts[model] = (route, plan, self._chooser(route, plan))
-        return RequestRouting(self, request_id, *known)
+        routing = RequestRouting(self, request_id, *known)
+        routing.serves = serves
+        return routing
 
     def _chooser(self, route: Route, plan: Plan) -> Chooser | None:
         """The route's ordering strategy, with the counters it shares with the router."""
@@ -288,12 +297,41 @@ class RequestRouting:
     (its count in flight, a probe slot) outlives it.
     """
 
-    __slots__ = ("_admission", "_again", "_again_done", "_busy", "_candidates", "_carried",
-                 "_chooser", "_inflight", "_label", "_layers", "_next", "_on_provider", "_pass",
-                 "_plan", "_resumed", "_round_robin", "_strategy", "_stream", "_target",
-                 "_target_index", "_too_long", "_wait", "_why", "engine", "records",
-                 "request_id", "response", "route", "router", "skips", "started_at",
-                 "waited_ms")
+    __slots__ = (
+        "_admission",
+        "_again",
+        "_again_done",
+        "_busy",
+        "_candidates",
+        "_carried",
+        "_chooser",
+        "_inflight",
+        "_label",
+        "_layers",
+        "_next",
+        "_on_provider",
+        "_pass",
+        "_plan",
+        "_resumed",
+        "_round_robin",
+        "_strategy",
+        "_stream",
+        "_target",
+        "_target_index",
+        "_too_long",
+        "_wait",
+        "_why",
+        "engine",
+        "records",
+        "request_id",
+        "response",
+        "route",
+        "router",
+        "serves",
+        "skips",
+        "started_at",
+        "waited_ms",
+    )
 
     def __init__(self, router: Router, request_id: str, route: Route, plan: Plan,
                  chooser: Chooser | None = None) -> None:
@@ -334,6 +372,7 @@ class RequestRouting:
         self._wait: tuple[int, Skip] | None = None  # an admission wait's start, until it ends
         #: a cut stream has been given to `resume` (once a request, docs/design.md §7)
         self._resumed = False
+        self.serves: Serves | None = None
         bus = self.engine.bus
         if bus.wants(RequestEvent):  # events are built only for someone (here and below)
             bus.emit(RequestEvent(self.started_at, request_id, route.name))
@@ -549,6 +588,9 @@ class RequestRouting:
                     return None
                 next_target, next_layers, label = self._plan[self._target_index]
                 self._target_index += 1
+                if self.serves is not None and not self.serves(next_target):
+                    self._skip(now, next_target, SkipReason.NOT_SERVED, None)
+                    continue
                 granted = next_layers.breaker.admit(now)
                 if not granted.allowed:
                     assert granted.skip is not None
@@ -792,9 +834,10 @@ class RequestRouting:
         return min(known) if known else None
 
     def _unavailable_response(self, now: int) -> Response:
-        temporary = bool(self.skips) and all(
-            skip.reason.is_temporary_unavailability for skip in self.skips
-        )
+        # a target that does not serve the request says nothing of when to retry
+        skips = [skip for skip in self.skips if skip.reason is not SkipReason.NOT_SERVED]
+        temporary = bool(skips) and all(
+            skip.reason.is_temporary_unavailability for skip in skips)
         status = 429 if temporary else 503
         retry = self._earliest_retry()
         reasons = ", ".join(f"{s.target}: {s.reason}" for s in self.skips) or "no targets"

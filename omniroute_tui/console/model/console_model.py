@@ -142,7 +142,7 @@ SKIP_LAYERS = {
     SkipReason.CIRCUIT_OPEN: "breaker", SkipReason.HALF_OPEN_BUSY: "breaker",
     SkipReason.ALL_COOLING: "cooldown", SkipReason.ALL_DISABLED: "cooldown",
     SkipReason.ALL_LOCKED: "lockout", SkipReason.RETRY_BUDGET: "retry budget",
-    SkipReason.UNKNOWN_TARGET: "router",
+    SkipReason.UNKNOWN_TARGET: "router", SkipReason.NOT_SERVED: "router",
 }
 _SEVERITY = {BreakerState.OPEN: 0, BreakerState.HALF_OPEN: 1, BreakerState.DEGRADED: 2,
              BreakerState.CLOSED: 3}
