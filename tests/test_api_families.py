@@ -154,3 +154,10 @@ def test_not_served_has_no_part_in_the_429_of_a_cooling_route() -> None:
     assert routing.response is not None
     assert routing.response.status == 429
     assert [s.reason for s in routing.skips] == [SkipReason.NOT_SERVED, SkipReason.ALL_COOLING]
+
+
+def test_a_provider_with_no_models_of_either_kind_is_refused() -> None:
+    text = MIXED.replace("    models: [claude-sonnet-4-5]\n", "").replace(
+        "anthropic/claude-sonnet-4-5", "openai/gpt-4o-mini")
+    assert any("providers.anthropic.models: expected a non-empty list" in p
+               for p in problems(text))

@@ -301,7 +301,7 @@ def parse_providers(
         if "embedding_models" in body:
             embedding_models = _models(src, body["embedding_models"],
                                        where + ("embedding_models",))
-        models = (_models(src, body["models"], where + ("models",))
+        models = (_models(src, body.get("models"), where + ("models",))
                   if "models" in body or not embedding_models else ())
         for index, name in enumerate(embedding_models):
             if name in models:
