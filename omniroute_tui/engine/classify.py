@@ -3,12 +3,12 @@ retry hint out."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .error_body import ErrorBody, read_error_body
 from .kinds import FailureKind
 from .retry_hints import retry_hint_ms
 
@@ -40,6 +40,19 @@ _LONG_RESET = re.compile(
 _CONTEXT_TEXT = re.compile(
     r"context[ _-]length|context[ _-]window|prompt is too long"
     r"|input token count.{0,80}?exceeds the maximum", re.IGNORECASE | re.DOTALL)
+#: "Please retry after 86400 seconds": Azure's word on a 429 whose limit lifts in a day
+_RETRY_AFTER_SECONDS = re.compile(r"retry after ([0-9]{1,12}) seconds?\b", re.IGNORECASE)
+_LONG_RETRY_S = 3600
+#: Google's `QuotaFailure` quota ids name their window: `...PerDay...` lifts in a day,
+#: `...PerMinute...` in seconds
+_DAY_QUOTA_ID = re.compile(r"PerDay")
+_SHORT_QUOTA_ID = re.compile(r"Per(?:Minute|Second)")
+#: Anthropic's 400 for an account out of prepaid credit: a quota, it must cool the key
+_CREDIT_BALANCE = re.compile(r"credit balance is too low", re.IGNORECASE)
+#: Google's `ErrorInfo` reason for a key it does not know (sent with 400)
+_BAD_KEY_REASON = "API_KEY_INVALID"
+#: `error.code`s that name a missing model: OpenAI's, and Azure's missing deployment
+_MODEL_CODES = frozenset({"model_not_found", "DeploymentNotFound"})
 _BODY_SCAN_LIMIT = 64 * 1024
 
 
@@ -90,27 +103,24 @@ def _body_text(body: str | bytes | None) -> str:
     return body[:_BODY_SCAN_LIMIT]
 
 
-def _error_code(text: str) -> str | None:
-    """The OpenAI-style `error.code` (or top-level `code`) of a JSON body, if any."""
-    if not text.lstrip().startswith("{"):
-        return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    error = data.get("error")
-    code = error.get("code") if isinstance(error, dict) else data.get("code")
-    return code if isinstance(code, str) else None
+def _long_retry(text: str) -> bool:
+    """Whether the body tells the client to come back an hour or more from now."""
+    return any(int(seconds) >= _LONG_RETRY_S
+               for seconds in _RETRY_AFTER_SECONDS.findall(text))
 
 
-def _is_quota(text: str) -> bool:
+def _is_quota(text: str, error: ErrorBody | None) -> bool:
     """Whether a 429's body says a quota ran out (hours away), not a rate limit (seconds)."""
+    if error is not None and error.quota_ids:
+        # Google named the quotas it refused on: their windows decide, whatever the text
+        if any(_DAY_QUOTA_ID.search(quota_id) for quota_id in error.quota_ids):
+            return True
+        if all(_SHORT_QUOTA_ID.search(quota_id) for quota_id in error.quota_ids):
+            return False
     # Google's status word names no quota: "check quota).", "status": "RESOURCE_EXHAUSTED"
     # must not read as "quota ... exhausted"
     text = _GOOGLE_STATUS.sub(" ", text)
-    if _QUOTA_WORDS.search(text):
+    if _QUOTA_WORDS.search(text) or _long_retry(text):
         return True
     exceeded = _QUOTA_EXCEEDED.search(text) is not None
     if _LONG_RESET.search(text):
@@ -144,12 +154,20 @@ def classify(
     if not 400 <= status < 500:
         return Classification(FailureKind.SERVER_ERROR, hint)
     text = _body_text(body)
-    if status == 404 or _error_code(text) == "model_not_found":
+    error = read_error_body(text)
+    if error is not None and _BAD_KEY_REASON in error.reasons:
+        return Classification(FailureKind.AUTH_FAILED, hint)
+    if status == 404 or (error is not None and error.code in _MODEL_CODES):
         return Classification(FailureKind.MODEL_NOT_FOUND, hint)
     if status == 429:
-        kind = FailureKind.QUOTA_EXHAUSTED if _is_quota(text) else FailureKind.RATE_LIMITED
-        return Classification(kind, hint)
-    if status in (400, 413) and (_error_code(text) == "context_length_exceeded"
+        if _is_quota(text, error):
+            return Classification(FailureKind.QUOTA_EXHAUSTED, hint)
+        if hint is None and error is not None:
+            hint = error.retry_delay_ms  # Google's RetryInfo, when no header said
+        return Classification(FailureKind.RATE_LIMITED, hint)
+    if status == 400 and _CREDIT_BALANCE.search(text):
+        return Classification(FailureKind.QUOTA_EXHAUSTED, hint)
+    if status in (400, 413) and ((error is not None and error.code == "context_length_exceeded")
                                  or _CONTEXT_TEXT.search(text)):
         return Classification(FailureKind.CONTEXT_LENGTH, hint)
     return Classification(FailureKind.CLIENT_ERROR, hint)

@@ -1,6 +1,7 @@
-"""Retry hints read from upstream response headers (docs/design.md §2).
+"""Retry hints read from upstream response headers, and the duration Google's error
+bodies carry (docs/design.md §2).
 
-A bad header never raises: garbage, negative or missing values are ignored, and every
+A bad value never raises: garbage, negative or missing values are ignored, and every
 value is capped at 30 days.
 """
 
@@ -11,10 +12,12 @@ import re
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 
-__all__ = ["MAX_HINT_MS", "parse_go_duration_ms", "retry_hint_ms"]
+__all__ = ["MAX_HINT_MS", "parse_go_duration_ms", "parse_proto_duration_ms", "retry_hint_ms"]
 
 MAX_HINT_MS = 30 * 24 * 3600 * 1000
 _GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+#: a protobuf Duration as JSON writes it: decimal seconds, `s` (ASCII digits only)
+_PROTO_DURATION = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?s")
 _GO_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}
 
 
@@ -49,6 +52,17 @@ def parse_go_duration_ms(text: str) -> int | None:
     if pos != len(text):
         return None
     return _finite_ms(total)
+
+
+def parse_proto_duration_ms(value: object) -> int | None:
+    """Google's `RetryInfo.retryDelay` (`37s`, `0.5s`, `1.000340s`) in ms, or None for
+    anything else (a negative, an exponent, a missing `s`, not a string)."""
+    if not isinstance(value, str) or len(value) > 32:
+        return None
+    text = value.strip()
+    if _PROTO_DURATION.fullmatch(text) is None:
+        return None
+    return _finite_ms(float(text[:-1]) * 1000)
 
 
 def _retry_after_ms(value: str, now_epoch_ms: int | None) -> int | None:

@@ -5,6 +5,10 @@ Providers say how much of a key's rate limit is left with every answer
 driver parses them here and hands the value to the core with the attempt's outcome; the
 `headroom` strategy orders a provider's keys by it (docs/design.md §7). The parser never
 raises: a value it cannot read, a negative count or an absurdly large one is ignored.
+
+Anthropic counts input and output tokens apart (`anthropic-ratelimit-input-tokens-*`,
+`-output-tokens-*`); without its plain `-tokens-*` headers, the tokens dimension is the
+one of the two that runs out first.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ _HEADERS = (
     ("tokens", "limit", ("x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit")),
     ("tokens", "reset", ("x-ratelimit-reset-tokens", "anthropic-ratelimit-tokens-reset")),
 )
+#: Anthropic's split token limits, read when no plain tokens header was
+_SPLIT_TOKENS = ("anthropic-ratelimit-input-tokens", "anthropic-ratelimit-output-tokens")
 # ASCII digits only: `\d` and float() also read "١٢" or "１２" as 12, which no provider
 # writes (a count with them was already refused)
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")
@@ -92,6 +98,35 @@ def _reset_ms(text: str, now_epoch_ms: int | None) -> int | None:
     return math.ceil(ms)
 
 
+def _scarcer_tokens(lowered: Mapping[str, str], now_epoch_ms: int | None
+                    ) -> dict[str, int]:
+    """The input or the output tokens' (remaining, limit, reset), whichever has the smaller
+    share of its limit left (the smaller count when a limit is unknown)."""
+    split: list[tuple[int, int | None, int | None]] = []
+    for prefix in _SPLIT_TOKENS:
+        text = lowered.get(f"{prefix}-remaining")
+        remaining = _count(text) if text is not None else None
+        if remaining is None:
+            continue
+        text = lowered.get(f"{prefix}-limit")
+        limit = _count(text) if text is not None else None
+        text = lowered.get(f"{prefix}-reset")
+        split.append((remaining, limit or None,
+                      _reset_ms(text, now_epoch_ms) if text is not None else None))
+    if not split:
+        return {}
+    if all(limit is not None for _, limit, _ in split):
+        remaining, limit, reset = min(split, key=lambda t: t[0] / (t[1] or 1))
+    else:
+        remaining, limit, reset = min(split, key=lambda t: t[0])
+    found = {"tokens_remaining": remaining}
+    if limit is not None:
+        found["tokens_limit"] = limit
+    if reset is not None:
+        found["tokens_reset_ms"] = reset
+    return found
+
+
 def parse_rate_limits(headers: Mapping[str, Any], now_epoch_ms: int | None = None
                       ) -> RateLimitInfo | None:
     """The rate-limit headers of an answer, or None when it has none usable. Header names
@@ -111,5 +146,7 @@ def parse_rate_limits(headers: Mapping[str, Any], now_epoch_ms: int | None = Non
             if number is not None:
                 found[f"{dimension}_{what}{'_ms' if what == 'reset' else ''}"] = number
                 break
+    if not any(field.startswith("tokens_") for field in found):
+        found.update(_scarcer_tokens(lowered, now_epoch_ms))
     info = RateLimitInfo(**found)
     return None if info.empty else info
