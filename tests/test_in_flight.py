@@ -36,8 +36,8 @@ class Upstream:
         self.release = asyncio.Event()
         self.sent = 0
 
-    async def send(self, base_url: str, body: Any, *, api_key: Any, timeout_ms: int,
-                   stream: bool, now_epoch_ms: int, **stream_bounds: int) -> UpstreamReply:
+    async def post(self, url: str, headers: Any, payload: bytes, *, timeout_ms: int,
+                   stream: bool, now_epoch_ms: int, **stream_options: Any) -> UpstreamReply:
         self.sent += 1
         await self.release.wait()
         if self.error is not None:
@@ -79,7 +79,7 @@ async def test_a_cancelled_task_gives_its_attempt_back() -> None:
 
 
 async def test_an_exception_between_attempt_and_record_gives_it_back() -> None:
-    # a connection that breaks while the client closes the answer: it raises out of send
+    # a connection that breaks while the client closes the answer: it raises out of post
     upstream = Upstream(error=ConnectionResetError("reset while closing the answer"))
     upstream.release.set()
     router, driver, rec = driven(upstream)

@@ -491,11 +491,11 @@ def drive(headers: dict[str, dict[str, str]], served: list[str], wall: Any = Non
                               default_settings(), base_url="http://127.0.0.1:9")
     keys = list(served)
 
-    async def send(base_url: str, body: Any, *, api_key: Any, timeout_ms: int, stream: bool,
-                   now_epoch_ms: int, **stream_bounds: int) -> UpstreamReply:
+    async def post(url: str, request_headers: Any, payload: bytes, *, timeout_ms: int,
+                   stream: bool, now_epoch_ms: int, **options: Any) -> UpstreamReply:
         return UpstreamReply(200, OK, headers[keys.pop(0)], b"{}")
 
-    client = type("Client", (), {"send": staticmethod(send)})()
+    client = type("Client", (), {"post": staticmethod(post)})()
     driver = AsyncDriver(router, {"alpha": provider}, client,  # type: ignore[arg-type]
                          wall=wall)
     order = [asyncio.run(driver.complete({"model": "r"})).response.upstream for _ in served]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from ..apis import ApiFamily, Endpoint
 from ..clock import Clock
 from ..config.router_config import ProviderConfig
 from ..engine.classify import Classification
@@ -15,8 +17,12 @@ from ..engine.kinds import FailureKind
 from ..router.core import RequestRouting, Router
 from ..router.rate_limits import parse_rate_limits
 from ..router.steps import Attempt, Response, Wait
+from .client_request import ClientRequest, NotServed
+from .dialects import examine_for
+from .outbound import upstream_headers, upstream_url
 from .relay import StreamRelay
 from .resume import StreamResume
+from .translated import answer_in_client_api, stream_translator
 from .upstream import UpstreamClient, UpstreamReply
 
 __all__ = ["AsyncDriver", "Completion"]
@@ -102,22 +108,39 @@ class AsyncDriver:
         self.client = client
         self.wall = wall or router.engine.clock
         self._ids = 0
+        self._native: tuple[Mapping[str, ProviderConfig], bool] | None = None
+
+    def why_not(self, request: ClientRequest) -> NotServed | None:
+        """Why no target of the request's route serves it (a 400 before any upstream
+        call), or None; UnknownRoute for an unknown model."""
+        providers = self.providers
+        if request.endpoint is Endpoint.CHAT and self._native_chat(providers):
+            return None
+        return request.why_not(self.router.resolve(str(request.body["model"])), providers)
 
     def next_request_id(self) -> str:
         self._ids += 1
         return f"r{self._ids}"
 
     async def complete(
-        self, body: dict[str, Any], *, request_id: str | None = None, stream: bool = False
+        self, body: dict[str, Any], *, request_id: str | None = None, stream: bool = False,
+        request: ClientRequest | None = None,
     ) -> Completion:
-        """Route one chat-completions request; raises UnknownRoute for an unknown model.
+        """Route one request (`request`; by default a chat completion of `body`); raises
+        UnknownRoute for an unknown model. A target that does not serve the request's
+        endpoint, or cannot take its translation, is skipped `not_served`.
 
         A request that ends without its answer (the task cancelled, an exception on the
         way) cancels its routing before anything else: the attempt in flight counts as
         `cancelled`, and what it held (its count in flight, a probe slot) is given back.
         """
-        routing = self.router.start(request_id or self.next_request_id(), str(body["model"]))
         providers = self.providers  # a reload swaps them: this request keeps its own
+        if request is None:
+            request = ClientRequest(Endpoint.CHAT, body, stream)
+        serves = (None if request.endpoint is Endpoint.CHAT and self._native_chat(providers)
+                  else partial(request.serves, providers))
+        routing = self.router.start(request_id or self.next_request_id(), str(body["model"]),
+                                    serves)
         wall = self.wall
         last_reply: UpstreamReply | None = None
         #: a "prompt too long" answer, kept: the client's answer if no later target takes
@@ -132,16 +155,22 @@ class AsyncDriver:
                         if step.upstream is not None:
                             reply = (too_long[1] if too_long and too_long[0] is step.upstream
                                      else last_reply)
+                        if reply is not None and reply.translation is not None \
+                                and reply.relay is None and step.upstream is not None:
+                            reply.content = answer_in_client_api(
+                                reply.translation, reply.status, reply.content,
+                                step.upstream.model, wall.now_ms() // 1000)
                         completion = Completion(step, reply, routing)
                         if (reply is not None and reply.relay is not None
-                                and routing.route.stream_resume):
+                                and routing.route.stream_resume
+                                and request.endpoint is Endpoint.CHAT):
                             completion.resume = self._resumable(routing, providers, body,
                                                                 reply)
                         return completion
                     if isinstance(step, Wait):
                         await asyncio.sleep(step.delay_ms / 1000)
                         continue
-                    last_reply = await self._attempt(providers, step, body, stream,
+                    last_reply = await self._attempt(providers, step, request,
                                                      wall.now_ms())
                     if (too_long is None
                             and last_reply.classification.kind is FailureKind.CONTEXT_LENGTH):
@@ -167,25 +196,50 @@ class AsyncDriver:
         (`stream_resume`, docs/design.md §7)."""
 
         async def send(attempt: Attempt, continued: dict[str, Any]) -> UpstreamReply:
-            return await self._attempt(providers, attempt, continued, True,
+            return await self._attempt(providers, attempt,
+                                       ClientRequest(Endpoint.CHAT, continued, True),
                                        self.wall.now_ms())
 
         return StreamResume(reply, routing, body, send, partial(self._record, routing))
 
     async def _attempt(
-        self, providers: Mapping[str, ProviderConfig], attempt: Attempt, body: dict[str, Any],
-        stream: bool, now_epoch_ms: int
+        self, providers: Mapping[str, ProviderConfig], attempt: Attempt,
+        request: ClientRequest, now_epoch_ms: int
     ) -> UpstreamReply:
         provider = providers[attempt.provider]
-        if provider.base_url is None:
+        how = request.serving(provider, attempt.model)
+        if provider.base_url is None or how is None:  # (a reload took the model's kind)
             return UpstreamReply(
                 0, Classification(FailureKind.NETWORK),
-                error=f"provider {attempt.provider!r} has no base_url",
+                error=f"provider {attempt.provider!r} has no base_url" if how is not None
+                else f"{attempt.provider}/{attempt.model} no longer serves the request",
             )
         connection = next(c for c in provider.connections if c.id == attempt.connection)
-        upstream_body = dict(body, model=attempt.model)
-        return await self.client.send(
-            provider.base_url, upstream_body, api_key=connection.api_key,
+        upstream_body = request.upstream_body(how, attempt.model)
+        stream = request.stream and request.endpoint.streams
+        translate = None
+        if stream and how.translation is not None:
+            translate = stream_translator(how.translation, request.body, attempt.model,
+                                          now_epoch_ms // 1000)
+        reply = await self.client.post(
+            upstream_url(provider.base_url, provider.api, how.upstream, attempt.model),
+            upstream_headers(provider.api, connection.api_key, request.headers),
+            json.dumps(upstream_body, separators=(",", ":")).encode(),
             timeout_ms=attempt.timeout_ms, stream=stream, now_epoch_ms=now_epoch_ms,
             first_token_ms=attempt.first_token_ms, stream_idle_ms=attempt.stream_idle_ms,
+            examine=examine_for(how.upstream) if stream else examine_for(Endpoint.CHAT),
+            client=request.endpoint, translate=translate,
         )
+        reply.translation = how.translation
+        return reply
+
+    def _native_chat(self, providers: Mapping[str, ProviderConfig]) -> bool:
+        """Whether every provider serves chat completions natively with every model: the
+        router then needs no `serves` (today's configs, and the hot path). Known once per
+        providers mapping (a reload swaps in a new one)."""
+        known = self._native
+        if known is None or known[0] is not providers:
+            known = self._native = (providers, all(
+                p.api.family is not ApiFamily.ANTHROPIC and not p.embedding_models
+                for p in providers.values()))
+        return known[1]

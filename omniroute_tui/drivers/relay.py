@@ -1,33 +1,34 @@
 """Relaying an upstream's streamed answer (SSE) to the client (docs/design.md §7).
 
 The relay reads the upstream's body through one `SseDecoder` and looks at every event
-before it passes it on. Until the first event with content (a token, a reasoning or a
-tool-call part, a finish) the events are held back: the attempt can still fail without
-the client knowing, and the request go to the next target. From then on each whole event
-is passed on as the upstream sent it, and the stream ends in one of two ways: whole, at
-`data: [DONE]`, or cut, when the connection breaks, the upstream sends an error event or
-an event that is not a JSON object, the body ends without `[DONE]` (an OpenAI-shaped
-stream always sends it), or nothing comes for `stream_idle`. A cut stream's client gets
-one last event, `data: {"error": {...}}` saying what happened, and a body that ends
+before it passes it on, as the upstream's API streams (`dialects.py`). Until the first
+event with content (a token, a reasoning or a tool-call part, a finish) the events are
+held back: the attempt can still fail without the client knowing, and the request go to
+the next target. From then on each whole event is passed on as the upstream sent it (or
+translated, for a client of another API: docs/design.md §14), and the stream ends in one
+of two ways: whole, at its API's end (`data: [DONE]`, `response.completed`,
+`message_stop`), or cut, when the connection breaks, the upstream sends an error event or
+an event that is not a JSON object, the body ends before its end event, or nothing comes
+for `stream_idle`. A cut stream's client gets one last event in its own API's error shape
+(`data: {"error": {...}}` for OpenAI's chat) saying what happened, and a body that ends
 cleanly: never a short answer that looks whole.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
+from ..apis import Endpoint
 from ..engine.kinds import StreamCut
+from .dialects import Examine, Seen, StreamBroken, examine_openai
+from .dialects import error_event as dialect_error_event
 from .sse import MAX_EVENT_BYTES, SseDecoder, SseError, SseEvent
 from .usage import Usage, usage_of
 
-__all__ = ["BodyReader", "StreamBroken", "StreamRelay", "error_event"]
+__all__ = ["BodyReader", "StreamBroken", "StreamRelay", "Translate", "error_event"]
 
-# what an event is to the relay
-_OTHER, _PREAMBLE, _CONTENT, _DONE = range(4)
-_DONE_DATA = b"[DONE]"
 #: the most of an upstream's error message passed on in ours
 _MESSAGE_CHARS = 300
 
@@ -39,78 +40,34 @@ class BodyReader(Protocol):
     async def aclose(self) -> None: ...
 
 
-class StreamBroken(Exception):
-    """The stream broke: `cut` says how, `detail` in words."""
-
-    def __init__(self, cut: StreamCut, detail: str) -> None:
-        super().__init__(detail)
-        self.cut = cut
-        self.detail = detail
-
-
-def _has_content(chunk: dict[str, Any]) -> bool:
-    """Whether a chunk carries more than the role: a delta's text, reasoning or tool
-    call, a finish reason, or the usage."""
-    choices = chunk.get("choices")
-    if type(choices) is list:
-        for choice in choices:
-            if type(choice) is dict:
-                if choice.get("finish_reason"):
-                    return True
-                delta = choice.get("delta")
-                if type(delta) is dict:
-                    for key, part in delta.items():
-                        if part and key != "role":
-                            return True
-    return bool(chunk.get("usage"))
-
-
-def _upstream_message(chunk: dict[str, Any]) -> str:
-    error = chunk.get("error")
-    message = error.get("message") if isinstance(error, dict) else error
-    text = message if isinstance(message, str) else json.dumps(error)[:_MESSAGE_CHARS]
-    return text[:_MESSAGE_CHARS]
-
-
-def _examine(event: SseEvent) -> int:
-    """What an event is; StreamBroken for one that is an error or not a JSON object."""
-    if event.strange:
-        raise StreamBroken(StreamCut.BAD_EVENT, "a line that is not SSE")
-    data = event.data
-    if data is None:
-        return _OTHER  # a comment (a keep-alive) or an event without data
-    if data == _DONE_DATA:
-        return _DONE
-    try:
-        chunk = json.loads(data)
-    except (ValueError, RecursionError):
-        raise StreamBroken(StreamCut.BAD_EVENT, "an event that is not JSON") from None
-    if type(chunk) is not dict:
-        raise StreamBroken(StreamCut.BAD_EVENT, "an event that is not a JSON object")
-    if "error" in chunk or event.name == b"error":
-        raise StreamBroken(StreamCut.UPSTREAM_ERROR,
-                           f"the upstream sent an error: {_upstream_message(chunk)}")
-    return _CONTENT if _has_content(chunk) else _PREAMBLE
+#: turns one upstream event (and what it is) into the bytes the client gets: a stream
+#: carried across API families (docs/design.md §14)
+Translate = Callable[[SseEvent, Seen], bytes]
 
 
 def error_event(cut: StreamCut, detail: str, relayed_chunks: int) -> bytes:
-    """The event a cut stream ends with: OpenAI's error shape, which its SDKs raise."""
-    body = {"error": {
-        "message": f"the stream broke after {relayed_chunks} chunk(s) of the answer: {detail}",
-        "type": "upstream_error", "param": None, "code": "stream_cut", "reason": cut.value}}
-    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+    """The event a cut chat stream ends with: OpenAI's error shape, which its SDKs raise."""
+    return dialect_error_event(Endpoint.CHAT, cut, detail, relayed_chunks)
 
 
 class StreamRelay:
     """One streamed answer: `first_content()` reads until it has begun, `relay()` passes
     it on; then `cut` (None: whole) and what was relayed say how it went."""
 
-    __slots__ = ("_backlog", "_body", "_chunks", "_decoder", "_held", "_held_chunks",
-                 "_idle_s", "_reading", "_since", "_stop", "_task", "_timer", "cut", "detail",
-                 "finished", "gone", "relayed_bytes", "relayed_chunks", "usage")
+    __slots__ = ("_backlog", "_body", "_chunks", "_client", "_decoder", "_examine", "_held",
+                 "_held_chunks", "_idle_s", "_reading", "_since", "_stop", "_task", "_timer",
+                 "_translate", "cut", "detail", "finished", "gone", "relayed_bytes",
+                 "relayed_chunks", "usage")
 
-    def __init__(self, body: BodyReader, idle_ms: int) -> None:
+    def __init__(self, body: BodyReader, idle_ms: int, *, examine: Examine = examine_openai,
+                 client: Endpoint = Endpoint.CHAT, translate: Translate | None = None) -> None:
+        """`examine` reads the upstream's dialect, `client` is the endpoint whose shape a
+        cut's event takes, `translate` (None: passed on as they came) makes each event
+        the client's."""
         self._body = body
+        self._examine = examine
+        self._client = client
+        self._translate = translate
         self._chunks = body.aiter_raw()
         self._decoder = SseDecoder()
         self._idle_s = idle_ms / 1000
@@ -138,17 +95,17 @@ class StreamRelay:
         held = 0
         while True:
             for i, event in enumerate(self._backlog):
-                seen = _examine(event)
-                self._held.append(event.raw)
+                seen = self._examine(event)
+                self._held.append(self._out(event, seen))
                 held += len(event.raw)
                 if held > MAX_EVENT_BYTES:  # keep-alives without end hold no memory
                     raise StreamBroken(StreamCut.BAD_EVENT, f"over {MAX_EVENT_BYTES >> 10} "
                                        "KiB of events before any content")
-                if seen >= _CONTENT:
-                    if seen == _CONTENT:
+                if seen >= Seen.CONTENT:
+                    if seen == Seen.CONTENT:
                         self._note_usage(event)
-                    self._held_chunks = int(seen == _CONTENT)
-                    self.finished = seen == _DONE
+                    self._held_chunks = int(seen == Seen.CONTENT)
+                    self.finished = seen == Seen.DONE
                     del self._backlog[:i + 1]
                     return
             self._backlog = await self._read()
@@ -178,7 +135,8 @@ class StreamRelay:
                 yield piece
         except StreamBroken as broken:
             self.cut, self.detail = broken.cut, broken.detail
-            yield error_event(broken.cut, broken.detail, self.relayed_chunks)
+            yield dialect_error_event(self._client, broken.cut, broken.detail,
+                                      self.relayed_chunks)
         finally:
             self._stop_timer()
 
@@ -226,23 +184,29 @@ class StreamRelay:
         out: list[bytes] = []
         for event in events:
             try:
-                seen = _examine(event)
+                seen = self._examine(event)
             except StreamBroken as broken:
                 return b"".join(out), broken
-            out.append(event.raw)
-            if seen == _CONTENT:
+            out.append(self._out(event, seen))
+            if seen == Seen.CONTENT:
                 self.relayed_chunks += 1
                 self._note_usage(event)
-            elif seen == _DONE:
+            elif seen == Seen.DONE:
                 self.finished = True
                 break
         return b"".join(out), None
 
+    def _out(self, event: SseEvent, seen: Seen) -> bytes:
+        """The bytes the client gets for an event: as it came, or translated."""
+        translate = self._translate
+        return event.raw if translate is None else translate(event, seen)
+
     def _note_usage(self, event: SseEvent) -> None:
-        """Keep the usage of an event that has one (most have none: a byte search)."""
+        """Keep the usage of an event that has one (most have none: a byte search); an
+        Anthropic stream says its output tokens last, its input tokens first."""
         data = event.data
         if data is not None and b'"usage"' in data:
-            self.usage = usage_of(data) or self.usage
+            self.usage = usage_of(data, self.usage) or self.usage
 
     def _check_idle(self) -> None:
         """The idle timer: one handle, moved on while reads come in time."""

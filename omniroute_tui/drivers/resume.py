@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from ..engine.kinds import StreamCut
 from ..engine.values import value
 from ..router.steps import Attempt
-from .relay import StreamRelay, _has_content, error_event
+from .dialects import has_content
+from .relay import StreamRelay, error_event
 from .sse import SseDecoder
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ class _Splice:
                 out.append(event.raw)
                 continue
             chunk = json.loads(event.data)
-            if not _has_content(chunk):
+            if not has_content(chunk):
                 continue
             choices = chunk.get("choices")
             for choice in choices if type(choices) is list else ():

@@ -11,12 +11,14 @@ from typing import Any, Protocol
 
 import httpx
 
+from ..apis import Endpoint, Translation
 from ..config.secrets import Secret
 from ..engine.classify import Classification, TransportFailure, classify, classify_transport
 from ..engine.kinds import FailureKind, StreamCut
 from ..engine.settings import STREAM_IDLE_MS
+from .dialects import Examine, examine_openai
 from .http1 import ConnectTimeout, Http1Pool, ProtocolError
-from .relay import StreamBroken, StreamRelay
+from .relay import StreamBroken, StreamRelay, Translate
 
 __all__ = ["UpstreamClient", "UpstreamReply", "transport_failure_of"]
 
@@ -49,6 +51,9 @@ class UpstreamReply:
     error: str | None = None
     relay: StreamRelay | None = None
     reason: StreamCut | None = None
+    #: the attempt's request was translated for its upstream: its answer is translated
+    #: back for the client (docs/design.md §14)
+    translation: Translation | None = None
 
     async def aclose(self) -> None:
         if self.relay is not None:
@@ -159,14 +164,35 @@ class UpstreamClient:
         first_token_ms: int = 0,
         stream_idle_ms: int = STREAM_IDLE_MS,
     ) -> UpstreamReply:
-        """POST `body` to `{base_url}/chat/completions` within `timeout_ms` in all; a
-        stream's answer once its first content is in, within `first_token_ms` of the
-        start when that is set (docs/design.md §7)."""
+        """POST `body` to `{base_url}/chat/completions` of an OpenAI-shaped upstream."""
         headers = {"content-type": "application/json"}
         if api_key is not None:
             headers["authorization"] = f"Bearer {api_key.reveal()}"
-        url = base_url.rstrip("/") + "/chat/completions"
-        payload = json.dumps(body, separators=(",", ":")).encode()
+        return await self.post(
+            base_url.rstrip("/") + "/chat/completions", headers,
+            json.dumps(body, separators=(",", ":")).encode(), timeout_ms=timeout_ms,
+            stream=stream, now_epoch_ms=now_epoch_ms, first_token_ms=first_token_ms,
+            stream_idle_ms=stream_idle_ms)
+
+    async def post(
+        self,
+        url: str,
+        headers: dict[str, str],
+        payload: bytes,
+        *,
+        timeout_ms: int,
+        stream: bool = False,
+        now_epoch_ms: int | None = None,
+        first_token_ms: int = 0,
+        stream_idle_ms: int = STREAM_IDLE_MS,
+        examine: Examine = examine_openai,
+        client: Endpoint = Endpoint.CHAT,
+        translate: Translate | None = None,
+    ) -> UpstreamReply:
+        """POST `payload` to `url` within `timeout_ms` in all; a stream's answer once its
+        first content is in, within `first_token_ms` of the start when that is set
+        (docs/design.md §7). A stream is read as `examine` says its API streams, and
+        relayed to a client of `client`'s API, through `translate` if given (§14)."""
         seconds = timeout_ms / 1000
         response: ResponseBody | None = None
         first_token = False  # waiting for a stream's first content within first_token_ms
@@ -182,7 +208,8 @@ class UpstreamClient:
                     if first_token_ms:
                         first_token = True
                         deadline.reschedule(started + first_token_ms / 1000)
-                    relay = StreamRelay(response, stream_idle_ms)
+                    relay = StreamRelay(response, stream_idle_ms, examine=examine,
+                                        client=client, translate=translate)
                     try:
                         await relay.first_content()
                     except StreamBroken as broken:

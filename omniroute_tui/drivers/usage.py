@@ -22,11 +22,13 @@ class Usage:
     completion_tokens: int
 
 
-def usage_of(content: bytes) -> Usage | None:
+def usage_of(content: bytes, previous: Usage | None = None) -> Usage | None:
     """The `usage` of an answer's JSON body, or of a stream's last chunk (its `data`): the
     object after the body's last `"usage"` key, decoded alone (a body of megabytes is not
     parsed for two numbers; the key inside a string would be escaped, `\\"usage\\"`, and
-    is not found). None when there is none or it does not hold two whole counts."""
+    is not found). None when there is none or it does not hold two whole counts; an
+    Anthropic stream's `message_delta` holds only its output tokens, taken with the
+    input tokens of `previous` (its `message_start`'s)."""
     at = content.rfind(_KEY)
     if at < 0:
         return None
@@ -37,16 +39,19 @@ def usage_of(content: bytes) -> Usage | None:
         value, _ = _DECODER.raw_decode(content[start:].decode("utf-8"))
     except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the stack
         return None
-    return _counts(value)
+    return _counts(value, previous)
 
 
-def _counts(value: Any) -> Usage | None:
+def _counts(value: Any, previous: Usage | None = None) -> Usage | None:
     if not isinstance(value, dict):
         return None
     for prompt_name, completion_name in _NAMES:
         prompt, completion = _count(value.get(prompt_name)), _count(value.get(completion_name))
         if prompt is not None and completion is not None:
             return Usage(prompt, completion)
+    output = _count(value.get("output_tokens"))
+    if output is not None and previous is not None:
+        return Usage(previous.prompt_tokens, output)
     return None
 
 

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..apis import ClientApi, Endpoint
 from ..config.durations import parse_duration_ms
 from ..config.hidden import visible
 from ..config.limits import GatewayLimits
@@ -29,6 +30,8 @@ from ..config.status import ConfigStatus
 from ..config.token import TokenError, load_token
 from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
+from ..drivers.client_request import ClientRequest
+from ..drivers.outbound import FORWARDED_ANTHROPIC_HEADERS
 from ..drivers.usage import usage_of
 from ..engine.engine import UnknownTarget
 from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
@@ -43,7 +46,7 @@ from .protocol import client_log
 from .relay_response import RelayResponse
 from .reload import ConfigReloader
 from .request_ids import REQUEST_ID_HEADER, RequestIds
-from .validation import BadRequest, ClientGone, check_chat_body, json_object, read_body
+from .validation import BadRequest, ClientGone, check_body, json_object, read_body
 
 __all__ = ["Gateway", "error_response"]
 
@@ -53,7 +56,8 @@ HISTORY_LIMIT = 1000
 #: an upstream answer's headers passed on, and their names to the client: the upstream's own
 #: request id is `x-upstream-request-id` (for its support), `x-request-id` is ours
 _FORWARDED_HEADERS = {"content-type": "content-type", "openai-processing-ms":
-                      "openai-processing-ms", "x-request-id": "x-upstream-request-id"}
+                      "openai-processing-ms", "x-request-id": "x-upstream-request-id",
+                      "request-id": "x-upstream-request-id"}  # the last: Anthropic's
 #: why an operator acts, for the audit (who acts is the name of the token)
 REASON_HEADER = "x-omniroute-reason"
 SERVED_BY_HEADER = "x-omniroute-served-by"
@@ -72,9 +76,38 @@ def error_response(status: int, message: str, *, type_: str = "invalid_request_e
                                    "code": code}}, status, headers=dict(headers or {}))
 
 
-def _bad_request(exc: BadRequest) -> JSONResponse:
+def _bad_request(exc: BadRequest, endpoint: Endpoint = Endpoint.CHAT) -> JSONResponse:
     code = {413: "request_too_large"}.get(exc.status)
-    return error_response(exc.status, str(exc), param=exc.param, code=code)
+    return client_error(endpoint, exc.status, str(exc), param=exc.param, code=code)
+
+
+#: Anthropic's error type for a status of ours
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 501: "api_error", 503: "overloaded_error",
+                    529: "overloaded_error"}
+
+
+def in_client_api(endpoint: Endpoint, status: int, body: dict[str, Any]) -> dict[str, Any]:
+    """An error body of ours (OpenAI's shape) in the client's API: Anthropic's
+    `{"type": "error", "error": {"type", "message"}}` for its endpoints, the rest of
+    ours (`code`, `attempts`, `skipped`) kept beside."""
+    if endpoint.api is not ClientApi.ANTHROPIC:
+        return body
+    error = body.get("error")
+    error = dict(error) if isinstance(error, dict) else {"message": str(error)}
+    error["type"] = _ANTHROPIC_TYPES.get(status, "api_error")
+    return {"type": "error", "error": error}
+
+
+def client_error(endpoint: Endpoint, status: int, message: str, *,
+                 code: str | None = None, param: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """An error of ours, in the shape of the client's API."""
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": param,
+                      "code": code}}
+    return JSONResponse(in_client_api(endpoint, status, body), status,
+                        headers=dict(headers or {}))
 
 
 class Gateway:
@@ -195,6 +228,10 @@ class Gateway:
     def asgi(self) -> ASGIApp:
         routes = [
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            *(Route(endpoint.path, partial(self.proxy, endpoint=endpoint), methods=["POST"])
+              for endpoint in Endpoint if endpoint is not Endpoint.CHAT),
+            Route("/v1/responses/{rest:path}", self.stored_response,
+                  methods=["GET", "POST", "DELETE"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/ready", self.ready, methods=["GET"]),
@@ -243,38 +280,61 @@ class Gateway:
     # -- the proxy ------------------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
+        return await self.proxy(request, Endpoint.CHAT)
+
+    async def proxy(self, request: Request, endpoint: Endpoint) -> Response:
         """A proxied request; every answer says the request's id in `x-request-id`."""
         request_id = self.request_ids.for_headers(request.scope["headers"])
-        response = await self._chat_completion(request, request_id)
+        response = await self._proxied(request, request_id, endpoint)
         response.raw_headers.append((REQUEST_ID_HEADER, request_id.encode("ascii")))
         return response
 
-    async def _chat_completion(self, request: Request, request_id: str) -> Response:
+    async def stored_response(self, request: Request) -> Response:
+        """`/v1/responses/{id}` and its kin read or change a response an upstream stored:
+        which one is not known here (the router may have sent its creation to any
+        target), so they are refused plainly rather than sent somewhere at random."""
+        return error_response(
+            501, "stored responses are not served through the gateway: the response lives "
+                 "with the provider that made it; create responses with store: false, or "
+                 "call that provider directly", type_="not_implemented",
+            code="stored_responses_unsupported")
+
+    async def _proxied(self, request: Request, request_id: str, endpoint: Endpoint
+                       ) -> Response:
         try:
             raw = await read_body(request, self.limits.max_body_bytes)
             body = json_object(raw, self.limits.max_json_depth)
-            model, stream = check_chat_body(body)
+            model, stream = check_body(endpoint, body)
         except BadRequest as exc:
-            _answered(request_id, exc.status)
-            return _bad_request(exc)
+            _answered(request_id, exc.status, endpoint=endpoint)
+            return _bad_request(exc, endpoint)
         except ClientGone:
             return _client_gone(request, request_id)
+        client_request = ClientRequest(endpoint, body, stream, _client_headers(request,
+                                                                              endpoint))
         try:
-            completion = await self._complete_unless_disconnected(request, body, stream,
-                                                                  request_id)
+            not_served = self.driver.why_not(client_request)
+            if not_served is not None:
+                _answered(request_id, 400, route=model, endpoint=endpoint)
+                return client_error(endpoint, 400, not_served.reason, param=not_served.param,
+                                    code="unsupported_parameter" if not_served.param
+                                    else "unsupported_endpoint")
+            completion = await self._complete_unless_disconnected(
+                request, client_request, request_id)
         except UnknownRoute:  # a name of the client's: its hidden characters escaped
-            _answered(request_id, 404, route=visible(model))
-            return error_response(404, f"the model {model!r} does not exist here: ask for a "
-                                       "route or provider/model (GET /v1/models lists them)",
-                                  code="model_not_found")
+            _answered(request_id, 404, route=visible(model), endpoint=endpoint)
+            return client_error(endpoint, 404, f"the model {model!r} does not exist here: ask "
+                                "for a route or provider/model (GET /v1/models lists them)",
+                                code="model_not_found")
         if completion is None:  # the client went away; the attempt was cancelled
-            _answered(request_id, 499, route=model)
+            _answered(request_id, 499, route=model, endpoint=endpoint)
             return Response(status_code=499)
-        response = self._respond(completion, request_id, model)
+        response = self._respond(completion, request_id, model, endpoint)
         if self.answers is not None:
             self._count_answer(model, completion)
         if completion.relay is None:  # a stream's line is written when it ends
-            _answered(request_id, response.status_code, route=model, completion=completion)
+            _answered(request_id, response.status_code, route=model, completion=completion,
+                      endpoint=endpoint)
         return response
 
     def _count_answer(self, route: str, completion: Completion) -> None:
@@ -291,17 +351,19 @@ class Gateway:
         elif (usage := usage_of(reply.content)) is not None:
             self.answers.usage(upstream.provider, route, upstream.model, usage)
 
-    def _stream_ended(self, request_id: str, route: str, completion: Completion) -> None:
+    def _stream_ended(self, request_id: str, route: str, endpoint: Endpoint,
+                      completion: Completion) -> None:
         """A relayed stream is over: its access line, and the tokens its last usage
         chunk said it took (a stream cut before it counts none)."""
         relay, upstream = completion.relay, completion.response.upstream
         if (self.answers is not None and relay is not None and relay.usage is not None
                 and upstream is not None):
             self.answers.usage(upstream.provider, route, upstream.model, relay.usage)
-        _answered(request_id, completion.response.status, route=route, completion=completion)
+        _answered(request_id, completion.response.status, route=route, completion=completion,
+                  endpoint=endpoint)
 
     async def _complete_unless_disconnected(
-        self, request: Request, body: dict[str, Any], stream: bool, request_id: str
+        self, request: Request, client_request: ClientRequest, request_id: str
     ) -> Completion | None:
         """The completion, routed in this task; a watcher cancels it if the client goes
         away (one extra task per request, not two and an `asyncio.wait`)."""
@@ -317,7 +379,9 @@ class Gateway:
 
         watcher = asyncio.get_running_loop().create_task(watch())
         try:
-            return await self.driver.complete(body, request_id=request_id, stream=stream)
+            return await self.driver.complete(client_request.body, request_id=request_id,
+                                              stream=client_request.stream,
+                                              request=client_request)
         except asyncio.CancelledError:
             if not gone:
                 raise
@@ -326,17 +390,19 @@ class Gateway:
         finally:
             watcher.cancel()
 
-    def _respond(self, completion: Completion, request_id: str, model: str) -> Response:
+    def _respond(self, completion: Completion, request_id: str, model: str,
+                 endpoint: Endpoint) -> Response:
         response, reply = completion.response, completion.reply
         if reply is None:
-            return JSONResponse(response.body, response.status, headers=response.headers)
+            return JSONResponse(in_client_api(endpoint, response.status, response.body or {}),
+                                response.status, headers=response.headers)
         headers = {_FORWARDED_HEADERS[k.lower()]: v for k, v in reply.headers.items()
                    if k.lower() in _FORWARDED_HEADERS}
         if self.served_by_header and response.upstream is not None:
             headers[SERVED_BY_HEADER] = response.upstream.served_by
         if reply.relay is not None:
             return RelayResponse(completion, reply.status, headers, partial(
-                self._stream_ended, request_id, model))
+                self._stream_ended, request_id, model, endpoint))
         return Response(reply.content, reply.status, headers=headers)
 
     async def models(self, request: Request) -> Response:
@@ -591,7 +657,8 @@ MANAGEMENT_JSON_DEPTH = 4  # the deepest management body is {"for": "5m"}: one l
 async def _http_error(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     message = (f"no {request.method} {request.url.path} here" if status == 405 else
-               f"nothing at {request.url.path}: the API is /v1/chat/completions, /v1/models, "
+               f"nothing at {request.url.path}: the API is /v1/chat/completions, "
+               "/v1/completions, /v1/embeddings, /v1/responses, /v1/messages, /v1/models, "
                "/health, /ready and /api/resilience/...")
     return error_response(status, message, code="not_found" if status == 404 else None,
                           headers=getattr(exc, "headers", None))
@@ -606,15 +673,25 @@ def _client_gone(request: Request, request_id: str | None = None) -> Response:
     return Response(status_code=499)
 
 
+def _client_headers(request: Request, endpoint: Endpoint) -> dict[str, str]:
+    """The client's headers a native upstream of its own API is given: Anthropic's."""
+    if endpoint.api is not ClientApi.ANTHROPIC:
+        return {}
+    headers = request.headers
+    return {name: headers[name] for name in FORWARDED_ANTHROPIC_HEADERS if name in headers}
+
+
 def _answered(request_id: str, status: int, *, route: str | None = None,
-              completion: Completion | None = None) -> None:
+              completion: Completion | None = None,
+              endpoint: Endpoint = Endpoint.CHAT) -> None:
     """The access line of a proxied request: its id, route and status, and the target
     that served it; a stream's, how it ended and what it relayed; never its body
     (docs/gateway.md, "Logs")."""
     if not access_log.isEnabledFor(logging.INFO):
         return
-    fields: dict[str, Any] = {"request_id": request_id, "route": route, "status": status}
-    message = "chat completion answered %d"
+    fields: dict[str, Any] = {"request_id": request_id, "route": route, "status": status,
+                              "endpoint": endpoint.value}
+    message = f"{endpoint.noun} answered %d"
     if completion is not None:
         response = completion.response
         upstream = response.upstream
@@ -629,7 +706,7 @@ def _answered(request_id: str, status: int, *, route: str | None = None,
             relayed_bytes, relayed_chunks = completion.relayed()
             fields.update(stream=ended, reason=relay.cut, relayed_bytes=relayed_bytes,
                           relayed_chunks=relayed_chunks)
-            message = f"chat completion answered %d, its stream {ended}"
+            message = f"{endpoint.noun} answered %d, its stream {ended}"
             resume = completion.resume
             if resume is not None and resume.outcome is not None:
                 fields.update(resume=resume.outcome, resumed_by=resume.resumed_by)

@@ -12,7 +12,10 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
-__all__ = ["BadRequest", "ClientGone", "check_chat_body", "json_object", "parse_json", "read_body"]
+from ..apis import Endpoint
+
+__all__ = ["BadRequest", "ClientGone", "check_body", "check_chat_body", "json_object",
+           "parse_json", "read_body"]
 
 MAX_MODEL_CHARS = 256
 
@@ -104,13 +107,59 @@ _NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 _COUNTS = ("max_tokens", "max_completion_tokens", "n", "seed")
 
 
-def check_chat_body(body: dict[str, Any]) -> tuple[str, bool]:
-    """The `model` and `stream` of a chat-completions body whose fields have their types."""
+def _model(body: dict[str, Any]) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise BadRequest("missing `model`: a route or provider/model name", param="model")
     if len(model) > MAX_MODEL_CHARS:
         raise BadRequest(f"`model` is longer than {MAX_MODEL_CHARS} characters", param="model")
+    return model
+
+
+def _stream(body: dict[str, Any]) -> bool:
+    stream = body.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequest("`stream` must be true or false", param="stream")
+    return bool(stream)
+
+
+def _text_or_list(body: dict[str, Any], name: str, what: str) -> None:
+    value = body.get(name)
+    if not isinstance(value, str | list) or not value:
+        raise BadRequest(f"missing `{name}`: {what}", param=name)
+
+
+def check_body(endpoint: Endpoint, body: dict[str, Any]) -> tuple[str, bool]:
+    """The `model` and `stream` of a body of `endpoint` whose main fields have their
+    types; the upstream checks the rest (a 400 of its own is passed on)."""
+    if endpoint is Endpoint.CHAT:
+        return check_chat_body(body)
+    model = _model(body)
+    if endpoint is Endpoint.COMPLETIONS:
+        _text_or_list(body, "prompt", "a string or a list of prompts")
+    elif endpoint is Endpoint.EMBEDDINGS:
+        _text_or_list(body, "input", "a string or a list of inputs to embed")
+        if body.get("stream"):
+            raise BadRequest("embeddings do not stream", param="stream")
+    elif endpoint is Endpoint.RESPONSES:
+        value = body.get("input")
+        if value is not None and not isinstance(value, str | list):
+            raise BadRequest("`input` must be a string or a list of items", param="input")
+    else:  # Anthropic's messages and count_tokens
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("missing `messages`: a list of messages", param="messages")
+        if endpoint is Endpoint.MESSAGES:
+            limit = body.get("max_tokens")
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise BadRequest("`max_tokens` must be a whole number of at least 1",
+                                 param="max_tokens")
+    return model, _stream(body) if endpoint.streams else False
+
+
+def check_chat_body(body: dict[str, Any]) -> tuple[str, bool]:
+    """The `model` and `stream` of a chat-completions body whose fields have their types."""
+    model = _model(body)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise BadRequest("missing `messages`: a list of chat messages", param="messages")
