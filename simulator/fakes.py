@@ -1,4 +1,4 @@
-"""Fake OpenAI-compatible providers: what each attempt gets, as a pure function.
+"""Fake providers of every API family: what each attempt gets, as a pure function.
 
 `FakeProviders.answer()` decides an attempt's fate from the time, the target, the
 scenario's faults and a seeded RNG. The virtual runner schedules that answer after its
@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import field
+from typing import Any
 
+from omniroute_tui.apis import ApiFamily
 from omniroute_tui.engine.classify import (
     Classification,
     TransportFailure,
@@ -29,9 +31,45 @@ __all__ = ["FakeAnswer", "FakeProviders", "error_body"]
 _OK = Classification(None)
 
 
-def error_body(status: int, *, quota: bool = False) -> str:
-    """The OpenAI-style error body a real provider sends with `status`."""
-    error: dict[str, str | None]
+#: Anthropic's error type of each status (its API's "Errors" page)
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+#: Google's status word of each HTTP status (google.rpc.Code)
+_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+                  404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
+                  503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def error_body(status: int, *, quota: bool = False,
+               family: ApiFamily = ApiFamily.OPENAI) -> str:
+    """The error body a real provider of `family` sends with `status`: OpenAI's shape
+    (Azure's too), Anthropic's, or Google's list-wrapped one (Gemini's)."""
+    if family is ApiFamily.ANTHROPIC:
+        message = ("Your credit balance is too low to access the Anthropic API. Please go to "
+                   "Plans & Billing to upgrade or purchase credits." if quota else
+                   {429: "Number of requests has exceeded your rate limit", 529: "Overloaded",
+                    401: "invalid x-api-key"}.get(status, "Internal server error"
+                                                  if status >= 500 else "Invalid request"))
+        kind = "invalid_request_error" if quota else _ANTHROPIC_TYPES.get(
+            status, "api_error" if status >= 500 else "invalid_request_error")
+        return json.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    if family is ApiFamily.GEMINI:
+        quota_id = ("GenerateRequestsPerDayPerProjectPerModel-FreeTier" if quota
+                    else "GenerateRequestsPerMinutePerProjectPerModel-FreeTier")
+        error: dict[str, Any] = {
+            "code": status, "status": _GOOGLE_STATUS.get(status, "UNKNOWN"),
+            "message": ("You exceeded your current quota, please check your plan and billing "
+                        "details." if status == 429 else "The model is overloaded. Please "
+                        "try again later." if status == 503 else "Request failed")}
+        if status == 429:
+            error["details"] = [{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                                 "violations": [{"quotaId": quota_id}]}]
+        return json.dumps([{"error": error}])
+    if family is ApiFamily.AZURE and status == 404:
+        return json.dumps({"error": {"code": "DeploymentNotFound", "message": (
+            "The API deployment for this resource does not exist.")}})
+    error = {}
     if quota:
         error = {"message": "You exceeded your current quota, please check your plan and "
                             "billing details.", "type": "insufficient_quota",
@@ -93,8 +131,10 @@ class FakeProviders:
         self.latencies = dict(scenario.latencies)
         self.faults = scenario.faults
         self._served = {(name, model) for name, p in scenario.providers.items()
-                        for model in p.models}
-        self._rendered: dict[tuple[str | None, int, bool],
+                        for model in p.all_models}
+        #: the API each provider speaks: its error bodies are that API's
+        self.families = {name: p.api.family for name, p in scenario.providers.items()}
+        self._rendered: dict[tuple[str | None, int, bool, ApiFamily],
                              tuple[dict[str, str], str, Classification]] = {}
         #: the faults a streamed answer may meet on each provider, and the others
         self._streamed: dict[str, tuple[Fault, ...]] = {
@@ -106,7 +146,7 @@ class FakeProviders:
                              for name, faults in self._streamed.items()}
         #: the keys with `limits:`, each with its window's counts
         self.windows = {key: KeyWindow(limits) for key, limits in scenario.limits.items()}
-        self._limited: dict[int, Classification] = {}
+        self._limited: dict[tuple[int, ApiFamily], Classification] = {}
 
     def fault_for(
         self, t: int, provider: str, connection: str | None, model: str | None,
@@ -149,29 +189,32 @@ class FakeProviders:
         latency: int, fault: Fault | None,
     ) -> FakeAnswer:
         if (provider, model) not in self._served:
-            return self._status(404, latency, None, timeout_ms)
+            return self._status(404, latency, None, timeout_ms,
+                                family=self.families[provider])
         window = self.windows.get((provider, connection)) if self.windows else None
         if window is not None:
-            return self._limited_answer(window, t, latency, fault, timeout_ms)
+            return self._limited_answer(window, t, latency, fault, timeout_ms,
+                                        self.families[provider])
         if fault is None:
             if latency >= timeout_ms:
                 return _timed_out(timeout_ms)
             return FakeAnswer(latency, 200, _OK)
-        return self._fault_answer(fault, latency, timeout_ms)
+        return self._fault_answer(fault, latency, timeout_ms, self.families[provider])
 
     def _limited_answer(
-        self, window: KeyWindow, t: int, latency: int, fault: Fault | None, timeout_ms: int
+        self, window: KeyWindow, t: int, latency: int, fault: Fault | None, timeout_ms: int,
+        family: ApiFamily,
     ) -> FakeAnswer:
         """A key with limits: a fault's answer as ever (a transport failure takes no
         request of the window), else a 429 when the window is spent; every HTTP answer
         says what is left (docs/simulator.md "Rate limits")."""
         if fault is None:
             if not window.take(t):
-                return self._rate_limited(window, t, latency, timeout_ms)
+                return self._rate_limited(window, t, latency, timeout_ms, family)
             if latency >= timeout_ms:
                 return _timed_out(timeout_ms)
             return FakeAnswer(latency, 200, _OK, window.headers(t, latency))
-        answer = self._fault_answer(fault, latency, timeout_ms)
+        answer = self._fault_answer(fault, latency, timeout_ms, family)
         if answer.status == 0:
             return answer
         if answer.status == 200:
@@ -180,26 +223,27 @@ class FakeProviders:
                           {**answer.headers, **window.headers(t, answer.delay_ms)},
                           answer.body)
 
-    def _rate_limited(self, window: KeyWindow, t: int, latency: int, timeout_ms: int
-                      ) -> FakeAnswer:
+    def _rate_limited(self, window: KeyWindow, t: int, latency: int, timeout_ms: int,
+                      family: ApiFamily) -> FakeAnswer:
         if latency >= timeout_ms:
             return _timed_out(timeout_ms)
         seconds = max(1, -(-window.retry_after_ms(t, latency) // 1000))
         headers = {"content-type": "application/json", "retry-after": str(seconds),
                    **window.headers(t, latency)}
-        body = error_body(429)
-        outcome = self._limited.get(seconds)
-        if outcome is None:  # one classification per hint: at most 60 of them
-            outcome = self._limited[seconds] = classify(429, headers, body)
+        body = error_body(429, family=family)
+        outcome = self._limited.get((seconds, family))
+        if outcome is None:  # one classification per hint: at most 60 of them a family
+            outcome = self._limited[(seconds, family)] = classify(429, headers, body)
         return FakeAnswer(latency, 429, outcome, headers, body)
 
-    def _fault_answer(self, fault: Fault, latency: int, timeout_ms: int) -> FakeAnswer:
+    def _fault_answer(self, fault: Fault, latency: int, timeout_ms: int, family: ApiFamily
+                      ) -> FakeAnswer:
         action = fault.action
         if action is FaultAction.STATUS:
             assert fault.status is not None
-            return self._status(fault.status, latency, fault, timeout_ms)
+            return self._status(fault.status, latency, fault, timeout_ms, family=family)
         if action is FaultAction.QUOTA:
-            return self._status(429, latency, fault, timeout_ms, quota=True)
+            return self._status(429, latency, fault, timeout_ms, quota=True, family=family)
         if action is FaultAction.REFUSED:
             return FakeAnswer(0, 0, classify_transport(TransportFailure.CONNECT_REFUSED),
                               transport=TransportFailure.CONNECT_REFUSED)
@@ -218,12 +262,12 @@ class FakeProviders:
 
     def _status(
         self, status: int, latency: int, fault: Fault | None, timeout_ms: int,
-        *, quota: bool = False,
+        *, quota: bool = False, family: ApiFamily = ApiFamily.OPENAI,
     ) -> FakeAnswer:
         if latency >= timeout_ms:
             return _timed_out(timeout_ms)
         name = fault.name if fault else None
-        key = (name, status, quota)
+        key = (name, status, quota, family)
         rendered = self._rendered.get(key)
         if rendered is None:  # the same fault always renders the same answer
             headers = {"content-type": "application/json"}
@@ -231,7 +275,7 @@ class FakeProviders:
                 headers["retry-after-ms"] = str(fault.retry_after_ms)
                 headers["retry-after"] = str(max(1, -(-fault.retry_after_ms // 1000)))
             body = fault.body if fault is not None and fault.body is not None else error_body(
-                status, quota=quota)
+                status, quota=quota, family=family)
             rendered = self._rendered[key] = (headers, body, classify(status, headers, body))
         headers, body, outcome = rendered
         return FakeAnswer(latency, status, outcome, headers, body)

@@ -12,6 +12,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from omniroute_tui.apis import ApiFamily
 from omniroute_tui.clock import ElapsedClock
 from omniroute_tui.engine.events import FaultEvent
 
@@ -34,15 +35,21 @@ def router_config_for(scenario: Scenario, servers: list[FakeServer]) -> dict[str
             "auth": provider.auth.value,
             "per_model_quota": provider.per_model_quota,
             "base_url": urls[name],
-            "models": list(provider.models),
+            **({"api": provider.api.family.value}
+               if provider.api.family is not ApiFamily.OPENAI else {}),
+            **({"models": list(provider.models)} if provider.models else {}),
+            **({"embedding_models": list(provider.embedding_models)}
+               if provider.embedding_models else {}),
             "connections": [
                 {"id": c.id, "api_key": keys[name][c.id], **({"weight": c.weight}
                                                           if c.weight != 1 else {})}
                 for c in provider.connections
             ],
         }
-        if isinstance(raw_provider, dict) and "resilience" in raw_provider:
-            entry["resilience"] = raw_provider["resilience"]
+        if isinstance(raw_provider, dict):
+            for key in ("resilience", "api_version", "deployments", "anthropic_version"):
+                if key in raw_provider:  # as written: the family's own settings too
+                    entry[key] = raw_provider[key]
         providers[name] = entry
     # every other section of the file as it was, in its place: store, gateway, resilience
     config: dict[str, Any] = {"providers": providers, "routes": {}}
