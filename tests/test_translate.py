@@ -62,6 +62,7 @@ def test_a_chat_with_tools_images_and_results_becomes_a_messages_request() -> No
                                                       ".arguments"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
     ({"messages": "hello"}, "messages"),
+    ({"stop": 5}, "stop"), ({"temperature": True}, "temperature"),
     ({"tools": [{"type": "code_interpreter"}]}, "tools[0]"),
 ])
 def test_what_anthropic_cannot_carry_is_named(change: dict[str, Any], param: str) -> None:
@@ -243,7 +244,37 @@ def test_text_turns_survive_a_round_trip(turns: list[tuple[str, str]],
                                                        "tool_calls", "messages", "n"]),
                                       inner, max_size=4), max_leaves=20))
 def test_hostile_requests_raise_only_untranslatable(value: Any) -> None:
-    body = {"model": "m", "messages": value if isinstance(value, list) else [value]}
+    body = {"model": "m", "messages": value if isinstance(value, list) else [value],
+            "stop": value, "tools": value, "tool_choice": value, "system": value}
     for translate in (chat_to_messages.request, messages_to_chat.request):
         with contextlib.suppress(Untranslatable):
             translate(body)
+
+
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                       lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.sampled_from(
+                           ["type", "index", "delta", "text", "partial_json", "content_block",
+                            "message", "usage", "id", "name", "choices", "tool_calls",
+                            "function", "arguments", "finish_reason", "stop_reason"]),
+                           inner, max_size=5), max_leaves=25)
+
+
+@given(st.lists(st.tuples(st.sampled_from([
+    "message_start", "content_block_start", "content_block_delta", "content_block_stop",
+    "message_delta", "message_stop", "ping", "other"]), st.dictionaries(
+        st.sampled_from(["type", "index", "delta", "content_block", "message", "usage"]),
+        JSONISH, max_size=4)), max_size=12),
+    st.lists(st.dictionaries(st.sampled_from(["choices", "usage", "id"]), JSONISH,
+                             max_size=3), max_size=12))
+def test_hostile_streams_never_raise(anthropic_events: list[tuple[str, dict[str, Any]]],
+                                     chat_chunks: list[dict[str, Any]]) -> None:
+    """An upstream's stream events, whatever they hold, translate to something: the
+    relay has checked each is a JSON object, and nothing more."""
+    to_chat = chat_to_messages.StreamToChat("m", 0, include_usage=True)
+    for name, data in anthropic_events:
+        json.dumps(to_chat.feed(name, data))
+    to_messages = messages_to_chat.StreamToMessages("m")
+    for chunk in chat_chunks:
+        json.dumps(to_messages.feed(chunk))
+    json.dumps(to_messages.finish())

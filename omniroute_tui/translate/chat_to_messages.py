@@ -167,17 +167,21 @@ def request(body: dict[str, Any]) -> dict[str, Any]:
     if system:
         out["system"] = "\n\n".join(system)
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
-    out["max_tokens"] = limit if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_TOKENS
+    out["max_tokens"] = limit if type(limit) is int and limit > 0 else DEFAULT_MAX_TOKENS
     temperature = body.get("temperature")
     if temperature is not None:
-        if not isinstance(temperature, int | float) or not 0 <= temperature <= 1:
+        if type(temperature) not in (int, float) or not 0 <= temperature <= 1:
             raise Untranslatable("temperature", "Anthropic takes a temperature from 0 to 1")
         out["temperature"] = temperature
     if isinstance(body.get("top_p"), int | float):
         out["top_p"] = body["top_p"]
     stop = body.get("stop")
-    if stop is not None:
-        out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    if isinstance(stop, str):
+        out["stop_sequences"] = [stop]
+    elif isinstance(stop, list) and all(isinstance(item, str) for item in stop):
+        out["stop_sequences"] = stop
+    elif stop is not None:
+        raise Untranslatable("stop", "expected a string or a list of strings")
     if body.get("stream") is True:
         out["stream"] = True
     tools = body.get("tools")
@@ -301,10 +305,12 @@ class StreamToChat:
                 self._usage.update(message["usage"])
             return [self._chunk({"role": "assistant", "content": ""})]
         index = data.get("index")
+        if type(index) is not int:  # a block's index: anything else names no block
+            index = -1
         if event_type == "content_block_start":
             block = data.get("content_block")
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                call = self._tools[index] = len(self._tools)  # type: ignore[index]
+                call = self._tools[index] = len(self._tools)
                 return [self._chunk({"tool_calls": [{
                     "index": call, "id": str(block.get("id", "")), "type": "function",
                     "function": {"name": str(block.get("name", "")), "arguments": ""}}]})]
