@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/sim_throughput.py
 	$(BIN)/python bench/console_refresh.py
 	$(BIN)/python bench/gateway_overhead.py
+	$(BIN)/python bench/translation_overhead.py
 	$(BIN)/python bench/metrics_scrape.py
 	$(BIN)/python bench/fleet.py
 	$(BIN)/python bench/reports.py

@@ -69,3 +69,13 @@ def test_bad_options_are_named_with_what_to_give(options: list[str], said: str) 
     assert done.returncode == 2
     assert said in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("options", [[], ["--stream"]])
+def test_the_translation_bench_runs_both_routes_to_its_ratio(options: list[str]) -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "translation_overhead.py"),
+                           "--requests", "5", "--rounds", "1", *options],
+                          capture_output=True, text=True, timeout=120, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("machine: ")
+    assert lines[-1].startswith("translated / same CPU ratio: ")
