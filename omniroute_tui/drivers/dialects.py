@@ -20,7 +20,8 @@ from ..apis import Endpoint
 from ..engine.kinds import StreamCut
 from .sse import SseEvent
 
-__all__ = ["Examine", "Seen", "StreamBroken", "error_event", "examine_for", "has_content"]
+__all__ = ["Examine", "Seen", "StreamBroken", "error_event", "examine_for", "has_content",
+           "parsed"]
 
 _DONE_DATA = b"[DONE]"
 #: the most of an upstream's error message passed on in ours
@@ -76,9 +77,22 @@ def _upstream_message(chunk: dict[str, Any]) -> str:
     return text[:_MESSAGE_CHARS]
 
 
+#: the last event's data parsed, and that data: a translated stream's event is read by
+#: its dialect, then by the translator, one after the other (the relay runs in one task
+#: at a time), and parsed once
+_last: tuple[bytes | None, dict[str, Any] | None] = (None, None)
+
+
+def parsed(event: SseEvent) -> dict[str, Any] | None:
+    """The event's data as a JSON object, as the dialect read it (parsed once)."""
+    data, chunk = _last
+    return chunk if data is event.data and data is not None else _object(event)
+
+
 def _object(event: SseEvent) -> dict[str, Any] | None:
     """The event's data as a JSON object; None for one without data; StreamBroken for
     one that is not SSE or not a JSON object."""
+    global _last
     if event.strange:
         raise StreamBroken(StreamCut.BAD_EVENT, "a line that is not SSE")
     data = event.data
@@ -90,6 +104,7 @@ def _object(event: SseEvent) -> dict[str, Any] | None:
         raise StreamBroken(StreamCut.BAD_EVENT, "an event that is not JSON") from None
     if type(chunk) is not dict:
         raise StreamBroken(StreamCut.BAD_EVENT, "an event that is not a JSON object")
+    _last = (data, chunk)
     return chunk
 
 

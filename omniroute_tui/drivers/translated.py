@@ -9,7 +9,7 @@ from typing import Any
 
 from ..apis import Translation
 from ..translate import chat_to_messages, messages_to_chat
-from .dialects import Seen
+from .dialects import Seen, StreamBroken, parsed
 from .relay import Translate
 from .sse import SseEvent
 
@@ -58,12 +58,27 @@ def stream_translator(translation: Translation, body: dict[str, Any], model: str
             model, created, include_usage=isinstance(options, dict)
             and options.get("include_usage") is True)
 
+        heads: dict[str, bytes] = {}
+
+        def encoded(chunk: dict[str, Any]) -> bytes:
+            """A chunk's event, its head (id, object, created, model: the same in every
+            chunk of a stream) written once."""
+            choices = chunk.get("choices")
+            if "usage" in chunk or len(chunk) != 5:
+                return _sse(None, chunk)
+            head = heads.get(chunk["id"])
+            if head is None:
+                head = heads[chunk["id"]] = _sse(None, {
+                    key: chunk[key] for key in ("id", "object", "created", "model")})[:-3]
+            return (head + b',"choices":' + json.dumps(choices, separators=(",", ":")).encode()
+                    + b"}\n\n")
+
         def chat(event: SseEvent, seen: Seen) -> bytes:
             data = _data(event)
             if data is None:
                 return event.raw if event.data is None else b""
             name = event.name.decode("utf-8", "replace") if event.name else ""
-            out = b"".join(_sse(None, chunk) for chunk in to_chat.feed(
+            out = b"".join(encoded(chunk) for chunk in to_chat.feed(
                 str(data.get("type", name)), data))
             return out + _DONE if seen is Seen.DONE else out
 
@@ -82,11 +97,8 @@ def stream_translator(translation: Translation, body: dict[str, Any], model: str
 
 
 def _data(event: SseEvent) -> dict[str, Any] | None:
-    """The event's JSON object (the relay checked it is one before asking)."""
-    if event.data is None:
-        return None
+    """The event's JSON object, as the relay's dialect read it just before."""
     try:
-        data = json.loads(event.data)
-    except (ValueError, RecursionError):
+        return parsed(event)
+    except StreamBroken:  # (the relay has checked it: not reached)
         return None
-    return data if isinstance(data, dict) else None
