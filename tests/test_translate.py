@@ -278,3 +278,11 @@ def test_hostile_streams_never_raise(anthropic_events: list[tuple[str, dict[str,
     for chunk in chat_chunks:
         json.dumps(to_messages.feed(chunk))
     json.dumps(to_messages.finish())
+
+
+@pytest.mark.parametrize("value", [[1], "x", None, 5])
+def test_a_body_or_event_that_is_not_an_object_translates_to_nothing(value: Any) -> None:
+    assert chat_to_messages.response(value, "m", 0)["choices"][0]["message"]["content"] is None
+    assert messages_to_chat.response(value, "m")["content"] == []
+    assert chat_to_messages.StreamToChat("m", 0).feed("message_start", value) == []
+    assert messages_to_chat.StreamToMessages("m").feed(value) == []

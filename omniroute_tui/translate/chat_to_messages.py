@@ -239,6 +239,8 @@ def _usage(usage: Any) -> dict[str, int]:
 
 def response(body: dict[str, Any], model: str, created: int) -> dict[str, Any]:
     """The chat completion of an Anthropic message (never raises)."""
+    if not isinstance(body, dict):
+        body = {}
     text: list[str] = []
     calls: list[dict[str, Any]] = []
     content = body.get("content")
@@ -297,6 +299,8 @@ class StreamToChat:
                                                   "logprobs": None, "finish_reason": finish}]}
 
     def feed(self, event_type: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+        if not isinstance(data, dict):
+            return []
         if event_type == "message_start":
             message = data.get("message")
             message = message if isinstance(message, dict) else {}

@@ -184,6 +184,8 @@ def _count(usage: Any, name: str) -> int:
 
 def response(body: dict[str, Any], model: str) -> dict[str, Any]:
     """The Anthropic message of a chat completion (never raises)."""
+    if not isinstance(body, dict):
+        body = {}
     choice = _first_choice(body)
     message = _dict(choice.get("message"))
     content: list[dict[str, Any]] = []
@@ -263,6 +265,8 @@ class StreamToMessages:
                                                "index": self._index, "content_block": block})]
 
     def feed(self, chunk: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        if not isinstance(chunk, dict):
+            return []
         out = self._start(chunk)
         usage = chunk.get("usage")
         if isinstance(usage, dict):
