@@ -48,21 +48,27 @@ routes:
 class Setup:
     url: str
     upstream: FamilyUpstream
+    clients: tuple[openai.AsyncOpenAI, anthropic.AsyncAnthropic]
 
     def openai(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key="client", max_retries=0)
+        return self.clients[0]
 
     def anthropic(self) -> anthropic.AsyncAnthropic:
-        return anthropic.AsyncAnthropic(base_url=self.url, api_key="client", max_retries=0)
+        return self.clients[1]
 
 
 @asynccontextmanager
 async def setup() -> AsyncIterator[Setup]:
+    """The gateway over the family upstream, and one client of each SDK, closed after
+    (a client left to the garbage collector closes on a loop that is gone)."""
     upstream = FamilyUpstream()
     async with serving(upstream.app()) as base:
         host = base.removesuffix("/v1")
-        async with gateway_for(CONFIG.format(host=host)) as gateway:
-            yield Setup(gateway.url, upstream)
+        async with gateway_for(CONFIG.format(host=host)) as gateway, openai.AsyncOpenAI(
+                base_url=f"{gateway.url}/v1", api_key="client", max_retries=0) as chat, \
+                anthropic.AsyncAnthropic(base_url=gateway.url, api_key="client",
+                                         max_retries=0) as messages:
+            yield Setup(gateway.url, upstream, (chat, messages))
 
 
 async def test_chat_served_by_anthropic_is_translated_both_ways() -> None:
@@ -170,9 +176,8 @@ async def test_azure_is_reached_at_its_deployment_with_its_key() -> None:
     async with serving(upstream.app()) as base:
         text = CONFIG.format(host=base.removesuffix("/v1")).replace(
             "gpt: {targets: [openai/gpt-4o]}", "gpt: {targets: [azure/gpt-4o]}")
-        async with gateway_for(text) as gateway:
-            client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="c",
-                                        max_retries=0)
+        async with gateway_for(text) as gateway, openai.AsyncOpenAI(
+                base_url=f"{gateway.url}/v1", api_key="c", max_retries=0) as client:
             answer = await client.chat.completions.create(
                 model="gpt", messages=[{"role": "user", "content": "Hi"}])
     seen = upstream.seen[-1]

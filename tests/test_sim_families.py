@@ -73,8 +73,9 @@ async def gateway_over(config_text: str, servers: list[FakeServer]) -> AsyncIter
 
 async def test_the_documented_config_works_as_written_against_the_fakes() -> None:
     text = documented_families()
-    async with fakes_for(text) as servers, gateway_over(text, servers) as url:
-        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="app", max_retries=0)
+    async with fakes_for(text) as servers, gateway_over(text, servers) as url, \
+            openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="app", max_retries=0) as client, \
+            anthropic.AsyncAnthropic(base_url=url, api_key="app", max_retries=0) as messages:
         answer = await client.chat.completions.create(
             model="chat", messages=[{"role": "user", "content": "Hi"}])
         assert answer.choices[0].message.content
@@ -91,7 +92,6 @@ async def test_the_documented_config_works_as_written_against_the_fakes() -> Non
         text_out = "".join([c.choices[0].delta.content or "" async for c in stream
                             if c.choices])
         assert len(text_out.split()) == 60  # the fakes' 60 tokens, translated
-        messages = anthropic.AsyncAnthropic(base_url=url, api_key="app", max_retries=0)
         async with messages.messages.stream(
                 model="chat", max_tokens=50,
                 messages=[{"role": "user", "content": "Hi"}]) as events:
@@ -112,8 +112,8 @@ async def test_an_anthropic_fake_sends_anthropics_529_and_the_chat_falls_back() 
         assert direct.status_code == 529
         assert direct.json() == {"type": "error", "error": {"type": "overloaded_error",
                                                             "message": "Overloaded"}}
-        async with gateway_over(text, servers) as url:
-            client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="app", max_retries=0)
+        async with gateway_over(text, servers) as url, openai.AsyncOpenAI(
+                base_url=f"{url}/v1", api_key="app", max_retries=0) as client:
             raw = await client.chat.completions.with_raw_response.create(
                 model="chat", messages=[{"role": "user", "content": "Hi"}])
             assert raw.headers["x-omniroute-served-by"].startswith("openai/")

@@ -127,9 +127,8 @@ async def test_the_anthropic_sdk_raises_on_a_cut_stream() -> None:
                     "headers": [(b"content-type", b"text/event-stream")]})
         await send({"type": "http.response.body", "body": streamed})
 
-    async with serving(app) as base:
-        client = anthropic.AsyncAnthropic(api_key="x", base_url=base.removesuffix("/v1"),
-                                          max_retries=0)
+    async with serving(app) as base, anthropic.AsyncAnthropic(
+            api_key="x", base_url=base.removesuffix("/v1"), max_retries=0) as client:
         with pytest.raises(anthropic.APIStatusError, match="the stream broke after 1 chunk"):
             async with client.messages.stream(model="gpt", max_tokens=5, messages=[
                     {"role": "user", "content": "hi"}]) as stream:

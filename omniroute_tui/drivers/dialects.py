@@ -21,7 +21,7 @@ from ..engine.kinds import StreamCut
 from .sse import SseEvent
 
 __all__ = ["Examine", "Seen", "StreamBroken", "error_event", "examine_for", "has_content",
-           "parsed"]
+           "parsed", "sse_event"]
 
 _DONE_DATA = b"[DONE]"
 #: the most of an upstream's error message passed on in ours
@@ -179,7 +179,8 @@ def examine_for(upstream: Endpoint) -> Examine:
     return _EXAMINE[upstream]
 
 
-def _sse(name: str | None, body: dict[str, Any]) -> bytes:
+def sse_event(name: str | None, body: dict[str, Any]) -> bytes:
+    """One SSE event: its `event:` line when named, its JSON `data:` line, a blank line."""
     head = b"event: " + name.encode() + b"\n" if name else b""
     return head + b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
@@ -188,10 +189,10 @@ def error_event(client: Endpoint, cut: StreamCut, detail: str, relayed_chunks: i
     """The event a cut stream ends with, in the client's API: the shape its SDK raises."""
     message = f"the stream broke after {relayed_chunks} chunk(s) of the answer: {detail}"
     if client is Endpoint.MESSAGES:
-        return _sse("error", {"type": "error", "error": {"type": "api_error",
+        return sse_event("error", {"type": "error", "error": {"type": "api_error",
                                                          "message": message}})
     if client is Endpoint.RESPONSES:
-        return _sse("error", {"type": "error", "code": "stream_cut", "message": message,
+        return sse_event("error", {"type": "error", "code": "stream_cut", "message": message,
                               "param": None, "reason": cut.value})
-    return _sse(None, {"error": {"message": message, "type": "upstream_error", "param": None,
+    return sse_event(None, {"error": {"message": message, "type": "upstream_error", "param": None,
                                  "code": "stream_cut", "reason": cut.value}})

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..apis import Translation
 from ..translate import chat_to_messages, messages_to_chat
-from .dialects import Seen, StreamBroken, parsed
+from .dialects import Seen, StreamBroken, parsed, sse_event
 from .relay import Translate
 from .sse import SseEvent
 
@@ -21,11 +21,6 @@ REQUESTS: dict[Translation, Callable[[dict[str, Any]], dict[str, Any]]] = {
     Translation.MESSAGES_TO_CHAT: messages_to_chat.request,
 }
 _DONE = b"data: [DONE]\n\n"
-
-
-def _sse(name: str | None, data: dict[str, Any]) -> bytes:
-    head = b"event: " + name.encode() + b"\n" if name else b""
-    return head + b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
 def answer_in_client_api(translation: Translation, status: int, content: bytes, model: str,
@@ -65,10 +60,10 @@ def stream_translator(translation: Translation, body: dict[str, Any], model: str
             chunk of a stream) written once."""
             choices = chunk.get("choices")
             if "usage" in chunk or len(chunk) != 5:
-                return _sse(None, chunk)
+                return sse_event(None, chunk)
             head = heads.get(chunk["id"])
             if head is None:
-                head = heads[chunk["id"]] = _sse(None, {
+                head = heads[chunk["id"]] = sse_event(None, {
                     key: chunk[key] for key in ("id", "object", "created", "model")})[:-3]
             return (head + b',"choices":' + json.dumps(choices, separators=(",", ":")).encode()
                     + b"}\n\n")
@@ -87,11 +82,11 @@ def stream_translator(translation: Translation, body: dict[str, Any], model: str
 
     def messages(event: SseEvent, seen: Seen) -> bytes:
         if seen is Seen.DONE:
-            return b"".join(_sse(name, data) for name, data in to_messages.finish())
+            return b"".join(sse_event(name, data) for name, data in to_messages.finish())
         data = _data(event)
         if data is None:
             return event.raw if event.data is None else b""
-        return b"".join(_sse(name, out) for name, out in to_messages.feed(data))
+        return b"".join(sse_event(name, out) for name, out in to_messages.feed(data))
 
     return messages
 
