@@ -10,6 +10,8 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from omniroute_tui.apis import Endpoint, Translation
 from omniroute_tui.drivers.dialects import (
@@ -19,11 +21,13 @@ from omniroute_tui.drivers.dialects import (
     examine_anthropic,
     examine_openai,
     examine_responses,
+    sse_event,
 )
 from omniroute_tui.drivers.relay import StreamRelay
 from omniroute_tui.drivers.sse import SseDecoder, SseEvent
 from omniroute_tui.drivers.translated import stream_translator
 from omniroute_tui.engine import StreamCut
+from omniroute_tui.translate.chat_to_messages import StreamToChat
 
 from .gateway_helpers import serving
 
@@ -134,3 +138,30 @@ async def test_the_anthropic_sdk_raises_on_a_cut_stream() -> None:
                     {"role": "user", "content": "hi"}]) as stream:
                 async for _ in stream.text_stream:
                     pass
+
+
+@given(st.lists(st.one_of(st.text(max_size=20), st.sampled_from(["", "\u2028", '"\\</'])),
+                max_size=6), st.text(max_size=12), st.booleans())
+def test_a_translated_stream_is_byte_for_byte_what_its_chunks_say(
+        texts: list[str], message_id: str, include_usage: bool) -> None:
+    """The translator writes text deltas straight to bytes (most events of a stream): the
+    bytes are those of the chunks `StreamToChat` makes, each written by `sse_event`."""
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": {
+            "id": message_id, "usage": {"input_tokens": 3, "output_tokens": 0}}}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": ""}}),
+        *[("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                   "delta": {"type": "text_delta", "text": text}})
+          for text in texts],
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                           "usage": {"output_tokens": len(texts)}}),
+        ("message_stop", {"type": "message_stop"})]
+    body = {"stream_options": {"include_usage": include_usage}}
+    translate = stream_translator(Translation.CHAT_TO_MESSAGES, body, "claude", 7)
+    reference = StreamToChat("claude", 7, include_usage=include_usage)
+    for name, data in events:
+        raw = sse_event(name, data)
+        event = next(iter(SseDecoder().feed(raw)))
+        expected = b"".join(sse_event(None, chunk) for chunk in reference.feed(name, data))
+        assert translate(event, Seen.CONTENT) == expected

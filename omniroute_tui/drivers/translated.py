@@ -21,6 +21,9 @@ REQUESTS: dict[Translation, Callable[[dict[str, Any]], dict[str, Any]]] = {
     Translation.MESSAGES_TO_CHAT: messages_to_chat.request,
 }
 _DONE = b"data: [DONE]\n\n"
+#: a text delta's chunk around its text, after the stream's head
+_TEXT_OPEN = b',"choices":[{"index":0,"delta":{"content":'
+_TEXT_CLOSE = b'},"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 def answer_in_client_api(translation: Translation, status: int, content: bytes, model: str,
@@ -53,28 +56,32 @@ def stream_translator(translation: Translation, body: dict[str, Any], model: str
             model, created, include_usage=isinstance(options, dict)
             and options.get("include_usage") is True)
 
-        heads: dict[str, bytes] = {}
+        head = b""  # `data: {"id":…,"object":…,"created":…,"model":…`, once known
 
         def encoded(chunk: dict[str, Any]) -> bytes:
-            """A chunk's event, its head (id, object, created, model: the same in every
-            chunk of a stream) written once."""
-            choices = chunk.get("choices")
+            """A chunk's event, its head (the same in every chunk of a stream) written
+            once."""
+            nonlocal head
             if "usage" in chunk or len(chunk) != 5:
                 return sse_event(None, chunk)
-            head = heads.get(chunk["id"])
-            if head is None:
-                head = heads[chunk["id"]] = sse_event(None, {
-                    key: chunk[key] for key in ("id", "object", "created", "model")})[:-3]
-            return (head + b',"choices":' + json.dumps(choices, separators=(",", ":")).encode()
-                    + b"}\n\n")
+            if not head.startswith(b'data: {"id":' + json.dumps(chunk["id"]).encode()):
+                head = sse_event(None, {key: chunk[key] for key in
+                                        ("id", "object", "created", "model")})[:-3]
+            return (head + b',"choices":'
+                    + json.dumps(chunk["choices"], separators=(",", ":")).encode() + b"}\n\n")
 
         def chat(event: SseEvent, seen: Seen) -> bytes:
             data = _data(event)
             if data is None:
                 return event.raw if event.data is None else b""
-            name = event.name.decode("utf-8", "replace") if event.name else ""
-            out = b"".join(encoded(chunk) for chunk in to_chat.feed(
-                str(data.get("type", name)), data))
+            kind = data.get("type")
+            if not isinstance(kind, str):
+                kind = event.name.decode("utf-8", "replace") if event.name else ""
+            text = chat_to_messages.text_delta(kind, data)
+            if text is not None and head:  # the bytes `encoded` writes for its chunk
+                out = head + _TEXT_OPEN + json.dumps(text).encode() + _TEXT_CLOSE
+            else:
+                out = b"".join(encoded(chunk) for chunk in to_chat.feed(kind, data))
             return out + _DONE if seen is Seen.DONE else out
 
         return chat

@@ -12,7 +12,8 @@ from typing import Any
 
 from . import Untranslatable
 
-__all__ = ["DEFAULT_MAX_TOKENS", "DROPPED", "StreamToChat", "error", "request", "response"]
+__all__ = ["DEFAULT_MAX_TOKENS", "DROPPED", "StreamToChat", "error", "request", "response",
+           "text_delta"]
 
 #: Anthropic requires `max_tokens`; a chat request may leave it out
 DEFAULT_MAX_TOKENS = 4096
@@ -281,6 +282,18 @@ def error(status: int, body: bytes | str | dict[str, Any] | None) -> dict[str, A
         "param": None, "code": kind if isinstance(kind, str) else None}}
 
 
+def text_delta(event_type: str, data: dict[str, Any]) -> str | None:
+    """The text an event adds to the answer, when it is a text delta (most events of a
+    stream), else None."""
+    if event_type != "content_block_delta":
+        return None
+    delta = data.get("delta")
+    if isinstance(delta, dict) and delta.get("type") == "text_delta":
+        text = delta.get("text")
+        return text if isinstance(text, str) else None
+    return None
+
+
 class StreamToChat:
     """An Anthropic stream's events, as chat-completion chunks."""
 
@@ -320,10 +333,11 @@ class StreamToChat:
                     "function": {"name": str(block.get("name", "")), "arguments": ""}}]})]
             return []
         if event_type == "content_block_delta":
+            text = text_delta(event_type, data)
+            if text is not None:
+                return [self._chunk({"content": text})]
             delta = data.get("delta")
             delta = delta if isinstance(delta, dict) else {}
-            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
-                return [self._chunk({"content": delta["text"]})]
             if delta.get("type") == "input_json_delta" and index in self._tools:
                 return [self._chunk({"tool_calls": [{"index": self._tools[index], "function": {
                     "arguments": str(delta.get("partial_json", ""))}}]})]
