@@ -190,9 +190,10 @@ def error_event(client: Endpoint, cut: StreamCut, detail: str, relayed_chunks: i
     message = f"the stream broke after {relayed_chunks} chunk(s) of the answer: {detail}"
     if client is Endpoint.MESSAGES:
         return sse_event("error", {"type": "error", "error": {"type": "api_error",
-                                                         "message": message}})
+                                                              "message": message}})
     if client is Endpoint.RESPONSES:
         return sse_event("error", {"type": "error", "code": "stream_cut", "message": message,
-                              "param": None, "reason": cut.value})
-    return sse_event(None, {"error": {"message": message, "type": "upstream_error", "param": None,
-                                 "code": "stream_cut", "reason": cut.value}})
+                                   "param": None, "reason": cut.value})
+    return sse_event(None, {"error": {"message": message, "type": "upstream_error",
+                                      "param": None, "code": "stream_cut",
+                                      "reason": cut.value}})

@@ -57,14 +57,16 @@ def stream_translator(translation: Translation, body: dict[str, Any], model: str
             and options.get("include_usage") is True)
 
         head = b""  # `data: {"id":…,"object":…,"created":…,"model":…`, once known
+        head_id: object = None  # the chunk id `head` was written for
 
         def encoded(chunk: dict[str, Any]) -> bytes:
             """A chunk's event, its head (the same in every chunk of a stream) written
             once."""
-            nonlocal head
+            nonlocal head, head_id
             if "usage" in chunk or len(chunk) != 5:
                 return sse_event(None, chunk)
-            if not head.startswith(b'data: {"id":' + json.dumps(chunk["id"]).encode()):
+            if chunk["id"] != head_id:
+                head_id = chunk["id"]
                 head = sse_event(None, {key: chunk[key] for key in
                                         ("id", "object", "created", "model")})[:-3]
             return (head + b',"choices":'
