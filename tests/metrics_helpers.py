@@ -24,7 +24,7 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     try:
         return samples[(name, wanted)]
     except KeyError:
-        near = sorted(dict(k[1]) for k in samples if k[0] == name)[:10]
+        near = sorted((dict(k[1]) for k in samples if k[0] == name), key=str)[:10]
         raise AssertionError(f"no {name}{dict(wanted)}; there are {near}") from None
 
 

@@ -236,8 +236,9 @@ class RedisLink:
         if isinstance(target, SentinelTarget):
             # the master's address is asked of the sentinels at each (re)connect, and a
             # master demoted to a replica (READONLY) drops its connection: the link follows
-            # a failover through its "Redis away" path (docs/design.md §10)
-            self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            # a failover through its "Redis away" path (docs/design.md §10);
+            # redis types Sentinel from 8.2 on, not before
+            self._sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
                 list(target.sentinels), sentinel_kwargs={"socket_connect_timeout": 1,
                                                          "socket_timeout": 1})
             self._redis = self._sentinel.master_for(

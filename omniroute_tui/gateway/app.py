@@ -36,7 +36,7 @@ from ..drivers.usage import usage_of
 from ..engine.engine import UnknownTarget
 from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..fleet.redis_link import RedisLink
-from ..metrics import CONTENT_TYPE_LATEST, AnswerCounters, build_registry, exposition
+from ..metrics import CONTENT_TYPE_LATEST, AnswerCounters, build_registry
 from ..router.core import Router, UnknownRoute
 from ..state_document import state_document
 from ..store import SqliteStore
@@ -46,6 +46,7 @@ from .protocol import client_log
 from .relay_response import RelayResponse
 from .reload import ConfigReloader
 from .request_ids import REQUEST_ID_HEADER, RequestIds
+from .scrapes import Scrapes
 from .validation import BadRequest, ClientGone, check_body, json_object, read_body
 
 __all__ = ["Gateway", "error_response"]
@@ -177,6 +178,9 @@ class Gateway:
         self.metrics = None if self.answers is None else build_registry(
             router, clock=router.engine.clock, store=store, fleet=fleet,
             config_status=self.status, answers=self.answers)
+        #: `/metrics` bodies, shared by scrapes that come together
+        self.scrapes = None if self.metrics is None else Scrapes(
+            self.metrics, router.engine.clock, router.engine.bus)
         self._scrape_failures = 0
 
     def _swap(self, config: RouterConfig) -> None:
@@ -458,9 +462,9 @@ class Gateway:
         """`GET /metrics`: the engine's state now and the traffic counted since start. A
         scrape that fails is logged and answered 503: Prometheus marks the target down, and
         routing goes on (docs/design.md §13)."""
-        assert self.metrics is not None
+        assert self.scrapes is not None
         try:
-            body = exposition(self.metrics)
+            body = await self.scrapes.body()
         except Exception as exc:
             self._scrape_failures += 1
             # the first with its traceback (a bug to fix), the later ones a line each

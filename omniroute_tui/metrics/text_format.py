@@ -9,14 +9,14 @@ once per family and label sets shared by several samples are written once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import generate_latest
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["Labels", "render", "sample"]
+__all__ = ["Labels", "render", "render_steps", "sample"]
 
 _TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram"}
 _SMALL = {0: "0.0", 1: "1.0"}
@@ -48,16 +48,37 @@ def sample(name: str, labels: dict[str, str], value: float) -> Sample:
 def render(registry: Collector) -> bytes:
     """`registry` in the text format: exactly `generate_latest(registry)`'s bytes."""
     out: list[str] = []
-    for metric in registry.collect():
+    for _ in render_steps(registry, out):
+        pass
+    return "".join(out).encode("utf-8")
+
+
+def render_steps(registry: Collector, out: list[str]) -> Iterator[None]:
+    """Write `registry`'s text into `out` in steps of at most `STEP_SAMPLES` samples,
+    pausing before each: a caller on an event loop lets other work run between them. Every
+    family is read first, so the text is one moment's state whatever runs in the pauses. A
+    family this writer does not know has `out` replaced by `generate_latest`'s text."""
+    families = list(registry.collect())
+    for metric in families:
+        yield
         kind = _TYPES.get(metric.type)
         if kind is None:
-            return generate_latest(registry)  # a family this writer does not know
+            out[:] = [generate_latest(registry).decode("utf-8")]
+            return
         name = metric.name + "_total" if kind == "counter" else metric.name
         doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
-        if not _write(metric.name, metric.samples, out.append):
-            return generate_latest(registry)
-    return "".join(out).encode("utf-8")
+        samples = metric.samples
+        for start in range(0, len(samples), STEP_SAMPLES):
+            if start:
+                yield
+            if not _write(metric.name, samples[start:start + STEP_SAMPLES], out.append):
+                out[:] = [generate_latest(registry).decode("utf-8")]
+                return
+
+
+#: samples written between two pauses of `render_steps`: about a fifth of a millisecond
+STEP_SAMPLES = 256
 
 
 def _write(family: str, samples: list[Sample], emit: Callable[[str], None]) -> bool:
