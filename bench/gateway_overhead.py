@@ -12,6 +12,12 @@ gateway's relay costs per streamed request, the events decoded and looked at one
 (docs/gateway.md, "Streams"); with `--baseline` against the tree before, in the same
 rounds (target: within 5 %).
 
+With `--tracing`, a gateway exporting OpenTelemetry traces (`OTEL_EXPORTER_OTLP_ENDPOINT`: a
+span per request and one per attempt, batched and sent over OTLP/HTTP) to a local receiver
+(`python -m simulator.otlp_receiver`, its own process) runs in the same rounds, with metrics
+off and with them on: its CPU per request against the same gateway without is what tracing
+costs (target: within 5 %).
+
 A further gateway, the same but with aiohttp's client for its upstream calls
 (`aiohttp_upstream.py`), is measured in the same rounds: docs/gateway.md says why the gateway
 keeps its own client, with these numbers. With `--baseline TREE`, a third one runs from
@@ -190,6 +196,8 @@ def main() -> None:
                              "Anthropic's do (limits far above the load: never a 429)")
     parser.add_argument("--stream", action="store_true",
                         help="every request asks for a stream and reads it to its end")
+    parser.add_argument("--tracing", action="store_true",
+                        help="also measure a gateway exporting traces to a local receiver")
     parser.add_argument("--serve-aiohttp", nargs=2, metavar=("CONFIG", "PORT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -233,7 +241,24 @@ def main() -> None:
                      f"127.0.0.1:{ports['baseline']}"], stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     env={**env, "PYTHONPATH": str(args.baseline.resolve())}))
-                pids["baseline"] = procs[4].pid
+                pids["baseline"] = procs[-1].pid
+            spans = Path(folder) / "spans.jsonl"
+            if args.tracing:
+                receiver = free_port()
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "simulator.otlp_receiver", "--port", str(receiver),
+                     "--out", str(spans)], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL))
+                traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver}",
+                          "OTEL_SERVICE_NAME": "bench"}
+                for name, path in (("tracing", config), ("tracing_metrics", with_metrics)):
+                    ports[name] = free_port()
+                    procs.append(subprocess.Popen(
+                        [str(bin_dir / "omniroute-gateway"), "--config", str(path),
+                         "--listen", f"127.0.0.1:{ports[name]}", "--log-format",
+                         args.log_format], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, env=traced))
+                    pids[name] = procs[-1].pid
             gateways = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
             for url in gateways.values():
                 wait_until_up(f"{url}/health")
@@ -243,10 +268,15 @@ def main() -> None:
             cpu_us = {name: (cpu_s(pid) - before[name]) / (args.requests + 50) * 1e6
                       for name, pid in pids.items()}
             counted = scraped_requests(gateways["metrics"])
+            if args.tracing:
+                stop(procs[-2:])  # each gateway's exit sends its last batch
+                del procs[-2:]
+                time.sleep(1)
             done, errors = asyncio.run(throughput(gateways["gateway"], args.clients,
                                                   args.seconds, body))
         finally:
             stop(procs)
+        spans_text = spans.read_text() if spans.exists() else ""
     d50, d99 = statistics.median(ms["direct"]), percentile(ms["direct"], 0.99)
     kind = "streamed requests" if args.stream else "requests"
     print(f"{args.requests} sequential {kind}, in turn direct / through each gateway:")
@@ -255,6 +285,8 @@ def main() -> None:
               ("aiohttp", "gateway, aiohttp")]
     if "baseline" in ms:
         labels.append(("baseline", "gateway, baseline"))
+    if "tracing" in ms:
+        labels += [("tracing", "gateway, tracing"), ("tracing_metrics", "… and metrics")]
     for name, label in labels:
         t50, t99 = statistics.median(ms[name]), percentile(ms[name], 0.99)
         print(f"  {label + ':':18s}  median {t50:6.2f} ms   p99 {t99:6.2f} ms   "
@@ -264,6 +296,15 @@ def main() -> None:
           f"{cpu_us['gateway']:,.0f} µs a request "
           f"({cpu_us['metrics'] / cpu_us['gateway'] - 1:+.1%}; target within 5 %); "
           f"/metrics counted {counted:,} of the {args.requests + 50:,} requests sent")
+    if "tracing" in ms:
+        received = len(spans_text.splitlines())
+        print(f"  tracing on against off: CPU {cpu_us['tracing']:,.0f} against "
+              f"{cpu_us['gateway']:,.0f} µs a request "
+              f"({cpu_us['tracing'] / cpu_us['gateway'] - 1:+.1%}); with metrics on in both: "
+              f"{cpu_us['tracing_metrics']:,.0f} against {cpu_us['metrics']:,.0f} µs "
+              f"({cpu_us['tracing_metrics'] / cpu_us['metrics'] - 1:+.1%}); target within "
+              f"5 %; the receiver got {received:,} spans for 2 x {args.requests + 50:,} "
+              "requests")
     own, other = statistics.median(ms["gateway"]), statistics.median(ms["aiohttp"])
     print(f"  aiohttp's client costs {other - own:+.2f} ms a request more than ours")
     if "baseline" in ms:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from omniroute_tui.config.limits import GatewayLimits, StoreRetention
 from omniroute_tui.config.operators import Operator, OperatorTokens, Role, token_digest
 from omniroute_tui.gateway import Gateway, GatewayServer
 from omniroute_tui.store import SqliteStore
+from omniroute_tui.tracing import tracing_from_env
 from simulator.http_fakes import start_fakes, stop_fakes
 from simulator.scenario import load_scenario
 from simulator.serve import router_config_for
@@ -112,16 +114,24 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
 
 
 @asynccontextmanager
-async def gateway_for(config_text: str) -> AsyncIterator[Running]:
-    """A gateway on 127.0.0.1 for a router config's text (its upstreams are the test's)."""
+async def gateway_for(config_text: str, *, traced: bool = False) -> AsyncIterator[Running]:
+    """A gateway on 127.0.0.1 for a router config's text (its upstreams are the test's);
+    `traced`: with tracing as the process's `OTEL_*` variables configure it."""
     config = load_router_config("router.yaml", text=config_text)
-    gateway = Gateway(config.build(SystemClock()), config.providers, token=TOKEN)
+    router = config.build(SystemClock())
+    tracing = None
+    if traced:
+        tracing = tracing_from_env(os.environ, router.engine, replica="test-replica")
+        assert tracing is not None, "tracing asked for, and the variables do not turn it on"
+    gateway = Gateway(router, config.providers, token=TOKEN, tracing=tracing)
     server = GatewayServer(gateway, "127.0.0.1", 0)
     await server.start()
     try:
         yield Running(server.url, gateway, config_text, server)
     finally:
         await server.stop()
+        if tracing is not None:
+            await asyncio.to_thread(tracing.shutdown)
 
 
 @asynccontextmanager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -107,6 +107,9 @@ class AsyncDriver:
         self.providers = providers
         self.client = client
         self.wall = wall or router.engine.clock
+        #: the trace headers (`traceparent`, `tracestate`) of a request's attempt being
+        #: sent, by its request id: set by the gateway when it traces
+        self.trace_headers: Callable[[str], Mapping[str, str]] | None = None
         self._ids = 0
         self._native: tuple[Mapping[str, ProviderConfig], bool] | None = None
 
@@ -221,9 +224,12 @@ class AsyncDriver:
         if stream and how.translation is not None:
             translate = stream_translator(how.translation, request.body, attempt.model,
                                           now_epoch_ms // 1000)
+        headers = upstream_headers(provider.api, connection.api_key, request.headers)
+        if self.trace_headers is not None:
+            headers.update(self.trace_headers(attempt.request_id))
         reply = await self.client.post(
             upstream_url(provider.base_url, provider.api, how.upstream, attempt.model),
-            upstream_headers(provider.api, connection.api_key, request.headers),
+            headers,
             json.dumps(upstream_body, separators=(",", ":")).encode(),
             timeout_ms=attempt.timeout_ms, stream=stream, now_epoch_ms=now_epoch_ms,
             first_token_ms=attempt.first_token_ms, stream_idle_ms=attempt.stream_idle_ms,

@@ -146,6 +146,11 @@ class ProviderBreaker:
         """True when ordinary (non-probe) attempts may go to the provider."""
         return self.state(now) in (_CLOSED, _DEGRADED)
 
+    @property
+    def recorded_state(self) -> BreakerState:
+        """The state as last moved: what `snapshot` says, no lazy transition applied."""
+        return self._state
+
     def snapshot(self, now: int) -> BreakerSnapshot:
         retry_after = self.retry_after_ms(now)
         return BreakerSnapshot(

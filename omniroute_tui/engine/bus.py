@@ -13,12 +13,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from .events import EVENT_CLASSES, Event
 
 __all__ = ["EventBus", "Subscriber", "SubscriberFault", "SubscriberFaultLog"]
 
 Subscriber = Callable[[Event], None]
+E = TypeVar("E", bound=Event)
 
 log = logging.getLogger("omniroute.events")
 
@@ -121,6 +123,11 @@ class EventBus:
             self._index()
 
         return unsubscribe
+
+    def on(self, kind: type[E], handler: Callable[[E], None]) -> Callable[[], None]:
+        """Subscribe `handler` to the events of `kind` alone (the bus hands it no other),
+        typed as it takes them; returns its removal."""
+        return self.subscribe(cast(Subscriber, handler), kind)
 
     def emit(self, event: Event) -> None:
         if self._delivering:

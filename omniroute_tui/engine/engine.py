@@ -655,6 +655,10 @@ class ResilienceEngine:
     def breaker_snapshot(self, provider: str) -> BreakerSnapshot:
         return self._state(provider).breaker.snapshot(self.now())
 
+    def breaker_state(self, provider: str) -> BreakerState:
+        """The provider's breaker state, as its snapshot says it, without the snapshot."""
+        return self._state(provider).breaker.recorded_state
+
     def connection_snapshot(self, provider: str, connection: str) -> ConnectionSnapshot:
         state, pos = self._pool_entry(provider, connection)
         return state.pool.cooldowns[pos].snapshot()

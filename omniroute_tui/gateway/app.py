@@ -40,6 +40,7 @@ from ..metrics import CONTENT_TYPE_LATEST, AnswerCounters, build_registry
 from ..router.core import Router, UnknownRoute
 from ..state_document import state_document
 from ..store import SqliteStore
+from ..tracing import RequestTracing
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
 from .protocol import client_log
@@ -128,11 +129,13 @@ class Gateway:
         served_by_header: bool = True,
         operators: OperatorTokens | None = None,
         token_file: str | None = None,
+        tracing: RequestTracing | None = None,
     ) -> None:
         """`token`: the single management token (role `operate`), read again from
         `token_file` on each reload when it came from one; `operators`: the named tokens,
         by default the config's `gateway.operators` (a reload takes its new ones). With
-        neither, there is no management API."""
+        neither, there is no management API. `tracing`: OpenTelemetry spans of the proxied
+        requests (`tracing_from_env`), whose context goes upstream with each attempt."""
         self.router = router
         self.limits = limits or GatewayLimits()
         self.engine = router.engine
@@ -146,6 +149,9 @@ class Gateway:
         self.fleet = fleet
         self.client = client or UpstreamClient()
         self.driver = AsyncDriver(router, providers, self.client)
+        self.tracing = tracing
+        if tracing is not None:
+            self.driver.trace_headers = tracing.outbound
         #: `x-omniroute-served-by: provider/connection/model` on every proxied answer
         #: (`gateway.served_by_header`): a connection id may name a team or an account
         self.served_by_header = served_by_header
@@ -289,7 +295,23 @@ class Gateway:
     async def proxy(self, request: Request, endpoint: Endpoint) -> Response:
         """A proxied request; every answer says the request's id in `x-request-id`."""
         request_id = self.request_ids.for_headers(request.scope["headers"])
-        response = await self._proxied(request, request_id, endpoint)
+        tracing = self.tracing
+        if tracing is None:
+            response = await self._proxied(request, request_id, endpoint)
+        else:
+            scope = request.scope
+            tracing.begin(request_id, scope["method"], scope["path"], scope["headers"],
+                          endpoint)
+            try:
+                response = await self._proxied(request, request_id, endpoint)
+            except asyncio.CancelledError:
+                tracing.end(request_id, 499)
+                raise
+            except Exception:
+                tracing.end(request_id, 500)
+                raise
+            if not isinstance(response, RelayResponse):  # a stream's ends with the stream
+                tracing.end(request_id, response.status_code)
         response.raw_headers.append((REQUEST_ID_HEADER, request_id.encode("ascii")))
         return response
 
@@ -334,26 +356,32 @@ class Gateway:
             _answered(request_id, 499, route=model, endpoint=endpoint)
             return Response(status_code=499)
         response = self._respond(completion, request_id, model, endpoint)
-        if self.answers is not None:
-            self._count_answer(model, completion)
+        if self.answers is not None or self.tracing is not None:
+            self._note_answer(request_id, model, completion)
         if completion.relay is None:  # a stream's line is written when it ends
             _answered(request_id, response.status_code, route=model, completion=completion,
                       endpoint=endpoint)
         return response
 
-    def _count_answer(self, route: str, completion: Completion) -> None:
-        """A successful answer's time to first token (a stream: its first content was
-        read before it was chosen) or its tokens (a whole body's `usage`; a stream's are
-        counted when it ends, `_stream_ended`)."""
-        assert self.answers is not None
+    def _note_answer(self, request_id: str, route: str, completion: Completion) -> None:
+        """What the metrics and the trace learn of an answer: the route asked for; a
+        success's time to first token (a stream: its first content was read before it was
+        chosen) or its tokens (a whole body's `usage`; a stream's are known when it ends,
+        `_stream_ended`)."""
+        if self.tracing is not None:
+            self.tracing.route(request_id, route)
         reply, upstream = completion.reply, completion.response.upstream
         if reply is None or upstream is None or not 200 <= reply.status < 300:
             return
         if reply.relay is not None:
-            self.answers.streamed(upstream.provider, upstream.model,
-                                  self.engine.now() - upstream.started_at)
+            if self.answers is not None:
+                self.answers.streamed(upstream.provider, upstream.model,
+                                      self.engine.now() - upstream.started_at)
         elif (usage := usage_of(reply.content)) is not None:
-            self.answers.usage(upstream.provider, route, upstream.model, usage)
+            if self.answers is not None:
+                self.answers.usage(upstream.provider, route, upstream.model, usage)
+            if self.tracing is not None:
+                self.tracing.usage(request_id, usage)
 
     def _stream_ended(self, request_id: str, route: str, endpoint: Endpoint,
                       completion: Completion) -> None:
@@ -363,6 +391,10 @@ class Gateway:
         if (self.answers is not None and relay is not None and relay.usage is not None
                 and upstream is not None):
             self.answers.usage(upstream.provider, route, upstream.model, relay.usage)
+        if self.tracing is not None:
+            if relay is not None and relay.usage is not None:
+                self.tracing.usage(request_id, relay.usage)
+            self.tracing.end(request_id, completion.response.status)
         _answered(request_id, completion.response.status, route=route, completion=completion,
                   endpoint=endpoint)
 

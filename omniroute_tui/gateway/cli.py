@@ -6,10 +6,12 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..clock import SystemClock
 from ..config import ConfigError, MetricsAccess, load_router_config
@@ -17,6 +19,7 @@ from ..config.operators import OperatorTokens
 from ..config.token import TOKEN_ENV, TokenError, load_token
 from ..logs import add_log_arguments, configure_logging
 from ..store import Recovery, SqliteStore, StoreError
+from ..tracing import RequestTracing, tracing_from_env
 from .app import Gateway
 from .server import GatewayServer, parse_listen
 
@@ -78,6 +81,10 @@ async def _serve(args: argparse.Namespace) -> int:
                              lease_max_ms=config.store_lease_max_ms)
         except ValueError as exc:
             raise ValueError(f"--redis: {exc}") from None
+    # before anything is opened: a tracing variable that cannot be used stops the start
+    tracing = tracing_from_env(os.environ, router.engine,
+                               replica=link.replica if link is not None else None)
+    if link is not None:
         await link.attach(router.engine, router.models)
     if db:
         store = await SqliteStore.open(
@@ -89,7 +96,7 @@ async def _serve(args: argparse.Namespace) -> int:
     gateway = Gateway(router, config.providers, token=token, store=store,
                       limits=config.gateway_limits, fleet=link, config=config,
                       metrics=config.gateway_metrics, token_file=token_file,
-                      served_by_header=config.gateway_served_by_header)
+                      served_by_header=config.gateway_served_by_header, tracing=tracing)
     stop = asyncio.Event()
     # a server that ends on its own (logged with its cause) ends the process, with 1: a
     # supervisor starts it again, where a process that lived on would answer nobody
@@ -115,7 +122,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await server.start()
         management = _management(gateway.operators)
         print(f"omniroute-gateway on {server.url} {management}; "
-              f"{_METRICS_SERVED[gateway.metrics_access]}", flush=True)
+              f"{_METRICS_SERVED[gateway.metrics_access]}; {_traced(tracing)}", flush=True)
         await stop.wait()
     finally:
         await server.stop()
@@ -124,11 +131,23 @@ async def _serve(args: argparse.Namespace) -> int:
             await store.close(timeout_s=3)
         if link is not None:
             await link.close()
+        if tracing is not None:  # the spans batched, sent within the exporter's timeout
+            await asyncio.to_thread(tracing.shutdown)
     if server.listener.failure is not None:
         print(f"omniroute-gateway stopped: {server.listener.failure}", flush=True)
         return 1
     print("omniroute-gateway stopped", flush=True)
     return 0
+
+
+def _traced(tracing: RequestTracing | None) -> str:
+    """How the start line says where traces go (the endpoint without credentials)."""
+    if tracing is None:
+        return "no traces (set OTEL_EXPORTER_OTLP_ENDPOINT to send them)"
+    endpoint = urlsplit(tracing.exporter.settings.endpoint)
+    where = f"{endpoint.scheme}://{endpoint.hostname}" + (
+        f":{endpoint.port}" if endpoint.port else "") + endpoint.path
+    return f"traces to {where} (OTLP)"
 
 
 def _management(operators: OperatorTokens) -> str:

@@ -9,8 +9,7 @@ by `LabelBounds`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar, cast
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -27,7 +26,6 @@ from ..engine.events import (
     BudgetEvent,
     CooldownEvent,
     DedupEvent,
-    Event,
     ReloadEvent,
     RequestEvent,
     ResponseEvent,
@@ -51,7 +49,6 @@ COOLING_REASONS = ("backoff", "quota", "hinted")
 #: answers one (a bug) must not grow this without bound
 MAX_OPEN_REQUESTS = 100_000
 
-E = TypeVar("E", bound=Event)
 
 
 def cooling_reason(kind: FailureKind | str | None, hint_ms: int | None) -> str:
@@ -102,17 +99,17 @@ class TrafficCounters:
         self.providers: dict[str, None] = {}
         self._zeros(providers, routes)
         self._unsubscribe = [
-            _subscribe(bus, RequestEvent, self._request),
-            _subscribe(bus, ResponseEvent, self._response),
-            _subscribe(bus, ResultEvent, self._result),
-            _subscribe(bus, SkipEvent, self._skip),
-            _subscribe(bus, BudgetEvent, self._budget),
-            _subscribe(bus, WaitEvent, self._wait),
-            _subscribe(bus, DedupEvent, self._dedup),
-            _subscribe(bus, BreakerEvent, self._breaker),
-            _subscribe(bus, CooldownEvent, self._cooldown),
-            _subscribe(bus, AttemptEvent, self._attempt),
-            _subscribe(bus, ReloadEvent, self._reload),
+            bus.on(RequestEvent, self._request),
+            bus.on(ResponseEvent, self._response),
+            bus.on(ResultEvent, self._result),
+            bus.on(SkipEvent, self._skip),
+            bus.on(BudgetEvent, self._budget),
+            bus.on(WaitEvent, self._wait),
+            bus.on(DedupEvent, self._dedup),
+            bus.on(BreakerEvent, self._breaker),
+            bus.on(CooldownEvent, self._cooldown),
+            bus.on(AttemptEvent, self._attempt),
+            bus.on(ReloadEvent, self._reload),
         ]
 
     def _zeros(self, providers: Sequence[str], routes: Sequence[str]) -> None:
@@ -348,12 +345,6 @@ class TrafficCounters:
             key = (provider, kind or "ok")
             totals[key] = totals.get(key, 0) + count
         return totals
-
-
-def _subscribe(bus: EventBus, kind: type[E], handler: Callable[[E], None]
-               ) -> Callable[[], None]:
-    """Subscribe `handler` to the events of `kind` alone (the bus hands it no other)."""
-    return bus.subscribe(cast(Callable[[Event], None], handler), kind)
 
 
 def _counter(name: str, documentation: str, labels: tuple[str, ...],

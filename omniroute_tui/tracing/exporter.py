@@ -1,0 +1,220 @@
+"""Ended spans sent to an OTLP/HTTP endpoint in batches, from a thread of their own.
+
+Configured as every OpenTelemetry exporter is, by the standard variables (`ExportSettings.
+from_env`): the endpoint, headers, timeout, compression and CA certificate of
+`OTEL_EXPORTER_OTLP_[TRACES_]*`, the batching of `OTEL_BSP_*`. A span that finds the queue
+full is dropped and counted; a batch the endpoint refuses or cannot take is retried twice
+(a 429, 502, 503, 504 or a transport error), then dropped and counted; each is logged, the
+first with its cause. Nothing here blocks or fails a request.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+import httpx
+
+from .otlp_wire import encode_export
+from .spans import Attributes, SpanRecord
+
+__all__ = ["ExportSettings", "SpanExporter"]
+
+log = logging.getLogger("omniroute.tracing")
+
+_RETRYABLE = frozenset({429, 502, 503, 504})
+_BACKOFF_S = (0.5, 1.0)  # before the second and the third try
+
+
+class SettingsError(ValueError):
+    """A tracing variable that cannot be used (the gateway refuses to start: the
+    message names it)."""
+
+
+def _ms(environ: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise SettingsError(f"{name}: not a whole number: {text!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name}: at least {minimum}, not {value}")
+    return value
+
+
+def _either(environ: Mapping[str, str], name: str) -> str:
+    """The traces-only variable, else the general one (`OTEL_EXPORTER_OTLP_TRACES_X`,
+    `OTEL_EXPORTER_OTLP_X`)."""
+    return (environ.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}")
+            or environ.get(f"OTEL_EXPORTER_OTLP_{name}") or "").strip()
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    endpoint: str
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 10.0
+    gzip: bool = False
+    certificate: str | None = None
+    schedule_delay_s: float = 5.0
+    max_queue: int = 2048
+    max_batch: int = 512
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ExportSettings:
+        """The settings the variables give; SettingsError naming a bad one."""
+        endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+        if not endpoint:
+            base = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+            endpoint = base.rstrip("/") + "/v1/traces"
+        try:
+            parts = urlsplit(endpoint)
+            parts.port  # noqa: B018 - raises for a port that is not a number
+        except ValueError as exc:
+            raise SettingsError(f"the OTLP endpoint {endpoint!r}: {exc}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SettingsError(f"the OTLP endpoint {endpoint!r} is not an http(s) URL "
+                                "(OTLP over HTTP is what the gateway sends)")
+        headers = {}
+        for pair in _either(environ, "HEADERS").split(","):
+            if not pair.strip():
+                continue
+            name, sep, value = pair.partition("=")
+            if not sep or not name.strip():
+                raise SettingsError("OTEL_EXPORTER_OTLP_HEADERS: expected name=value pairs "
+                                    f"separated by commas, not {pair.strip()[:40]!r}")
+            headers[unquote(name.strip()).lower()] = unquote(value.strip())
+        compression = _either(environ, "COMPRESSION").lower() or "none"
+        if compression not in ("gzip", "none"):
+            raise SettingsError(f"OTEL_EXPORTER_OTLP_COMPRESSION: gzip or none, not "
+                                f"{compression!r}")
+        timeout_name = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"
+                        if environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+                        else "OTEL_EXPORTER_OTLP_TIMEOUT")
+        max_batch = _ms(environ, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, minimum=1)
+        max_queue = _ms(environ, "OTEL_BSP_MAX_QUEUE_SIZE", 2048, minimum=1)
+        return cls(endpoint, headers,
+                   timeout_s=_ms(environ, timeout_name, 10_000, minimum=1) / 1000,
+                   gzip=compression == "gzip",
+                   certificate=_either(environ, "CERTIFICATE") or None,
+                   schedule_delay_s=_ms(environ, "OTEL_BSP_SCHEDULE_DELAY", 5_000) / 1000,
+                   max_queue=max_queue, max_batch=min(max_batch, max_queue))
+
+
+class SpanExporter:
+    """Takes ended spans (`add`, from any thread) and sends them in batches."""
+
+    def __init__(self, settings: ExportSettings, resource: Attributes,
+                 scope: tuple[str, str], *, backoff_s: tuple[float, ...] = _BACKOFF_S) -> None:
+        """`backoff_s`: the pauses before a failed batch's second and later tries."""
+        self.settings = settings
+        self._backoff_s = backoff_s
+        self._resource = resource
+        self._scope = scope
+        self._queue: deque[SpanRecord] = deque()
+        self._wake = threading.Event()
+        self._idle = threading.Event()  # nothing queued or being sent
+        self._idle.set()
+        self._stopping = False
+        verify: ssl.SSLContext | bool = True
+        if settings.certificate:
+            verify = ssl.create_default_context(cafile=settings.certificate)
+        self._http = httpx.Client(timeout=settings.timeout_s, verify=verify)
+        #: spans sent, dropped for a full queue, and dropped with a batch that failed
+        self.exported = self.dropped = self.failed = 0
+        self._dropped_told = 0
+        self._thread = threading.Thread(target=self._run, name="omniroute-otlp-export",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def add(self, span: SpanRecord) -> None:
+        """Queue an ended span; a full queue drops it (counted, logged once a batch)."""
+        queue = self._queue
+        if len(queue) >= self.settings.max_queue:
+            self.dropped += 1
+            return
+        if self._idle.is_set():
+            self._idle.clear()
+        queue.append(span)
+        if len(queue) >= self.settings.max_batch:
+            self._wake.set()
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Send what is queued now; whether it was sent (or given up) within `timeout_s`.
+        Blocks: call it off the event loop."""
+        self._wake.set()
+        return self._idle.wait(timeout_s)
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Send what is queued and stop (blocks, as `flush`)."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout_s)
+        self._http.close()
+
+    def _run(self) -> None:
+        """The thread: a batch when one is full or at each schedule delay. It must not
+        die: what a batch raises is logged and the loop goes on."""
+        while True:
+            self._wake.wait(self.settings.schedule_delay_s)
+            self._wake.clear()
+            try:
+                self._send_queued()
+            except Exception:  # a bug: logged with its traceback, the next batch tried
+                log.exception("sending traces failed")
+            if self.dropped > self._dropped_told:
+                log.warning("%d span(s) dropped: the queue of %d was full (%d since start; "
+                            "OTEL_BSP_MAX_QUEUE_SIZE)", self.dropped - self._dropped_told,
+                            self.settings.max_queue, self.dropped)
+                self._dropped_told = self.dropped
+            if self._stopping:
+                return
+
+    def _send_queued(self) -> None:
+        queue, size = self._queue, self.settings.max_batch
+        while queue:
+            batch = [queue.popleft() for _ in range(min(size, len(queue)))]
+            self._send(batch)
+        self._idle.set()
+        if queue:  # added while the event was being set: the next round takes them
+            self._idle.clear()
+            self._wake.set()
+
+    def _send(self, batch: list[SpanRecord]) -> None:
+        body = encode_export(batch, self._resource, self._scope)
+        headers = {**self.settings.headers, "content-type": "application/x-protobuf"}
+        if self.settings.gzip:
+            body = gzip.compress(body, compresslevel=1)
+            headers["content-encoding"] = "gzip"
+        problem = ""
+        for attempt in range(len(self._backoff_s) + 1):
+            if attempt:
+                time.sleep(self._backoff_s[attempt - 1])
+            try:
+                answer = self._http.post(self.settings.endpoint, content=body,
+                                         headers=headers)
+            except httpx.HTTPError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+                continue
+            if answer.is_success:
+                self.exported += len(batch)
+                return
+            problem = f"HTTP {answer.status_code}"
+            if answer.status_code not in _RETRYABLE:
+                break
+        self.failed += len(batch)
+        log.warning("%d span(s) not sent to %s: %s (%d not sent since start)", len(batch),
+                    self.settings.endpoint, problem, self.failed)

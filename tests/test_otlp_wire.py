@@ -1,0 +1,173 @@
+"""The gateway's OTLP encoding (tracing/otlp_wire.py) against the OTLP exporter's own:
+any span, decoded with the `opentelemetry-proto` messages, is the message the exporter's
+encoder builds of the same span; and the exporter's thread under an endpoint that fails,
+refuses or is away (nothing raised, every span counted)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from omniroute_tui.tracing.exporter import ExportSettings, SettingsError, SpanExporter
+from omniroute_tui.tracing.otlp_wire import encode_export
+from omniroute_tui.tracing.spans import CLIENT, ERROR, SERVER, SpanRecord
+from simulator.otlp_receiver import receiving
+
+from .gateway_helpers import serving
+
+SCOPE = ("omniroute_tui", "1.2.3")
+values = st.one_of(st.text(max_size=40), st.integers(-(2**63), 2**63 - 1), st.booleans(),
+                   st.floats(allow_nan=False))
+attributes = st.dictionaries(st.text(min_size=1, max_size=20), values, max_size=8)
+ids = st.integers(1, 2**64 - 1)
+
+
+@st.composite
+def spans(draw: st.DrawFn) -> SpanRecord:
+    parent = draw(st.one_of(st.none(), ids))
+    start = draw(st.integers(0, 2**63))
+    events = draw(st.lists(st.tuples(st.integers(0, 2**63), st.text(max_size=20), attributes),
+                           max_size=3))
+    status = draw(st.sampled_from([(0, ""), (ERROR, ""), (ERROR, "rate_limited")]))
+    return SpanRecord(
+        draw(st.integers(1, 2**128 - 1)).to_bytes(16, "big"), draw(ids).to_bytes(8, "big"),
+        parent.to_bytes(8, "big") if parent else b"", bool(parent) and draw(st.booleans()),
+        draw(st.sampled_from(["", "vendor=abc", "a=1,b=2"])), draw(st.text(max_size=30)),
+        draw(st.sampled_from([SERVER, CLIENT])), start, draw(attributes),
+        start + draw(st.integers(0, 10**12)), events or None, *status)
+
+
+def the_exporters(span: SpanRecord, resource: Resource) -> ReadableSpan:
+    """The same span as the SDK holds it."""
+    trace_id = int.from_bytes(span.trace_id, "big")
+    state = TraceState.from_header([span.trace_state]) if span.trace_state else TraceState()
+    context = SpanContext(trace_id, int.from_bytes(span.span_id, "big"), False,
+                          TraceFlags(1), state)
+    parent = (SpanContext(trace_id, int.from_bytes(span.parent_span_id, "big"),
+                          span.parent_remote, TraceFlags(1))
+              if span.parent_span_id else None)
+    code = StatusCode.ERROR if span.status == ERROR else StatusCode.UNSET
+    return ReadableSpan(
+        span.name, context, parent, resource, span.attributes,
+        [Event(name, attrs, at) for at, name, attrs in span.events or ()],
+        kind=SpanKind.SERVER if span.kind == SERVER else SpanKind.CLIENT,
+        status=Status(code, span.status_message or None), start_time=span.start_ns,
+        end_time=span.end_ns, instrumentation_scope=InstrumentationScope(*SCOPE))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(spans(), min_size=1, max_size=5), attributes)
+def test_any_spans_are_the_message_the_exporters_encoder_builds(
+        records: list[SpanRecord], resource_attributes: dict[str, object]) -> None:
+    resource = Resource(resource_attributes)  # type: ignore[arg-type]
+    ours = ExportTraceServiceRequest.FromString(encode_export(
+        records, dict(resource.attributes), SCOPE))  # type: ignore[arg-type]
+    theirs = encode_spans([the_exporters(span, resource) for span in records])
+    assert ours == theirs
+
+
+@pytest.mark.parametrize(("environ", "problem"), [
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "grpc://x:4317"}, "not an http(s) URL"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:port"}, "Port could not be cast"),
+    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http:///v1/traces"}, "not an http(s) URL"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_BSP_SCHEDULE_DELAY": "soon"},
+     "OTEL_BSP_SCHEDULE_DELAY: not a whole number"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_BSP_MAX_QUEUE_SIZE": "0"},
+     "OTEL_BSP_MAX_QUEUE_SIZE: at least 1"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"},
+     "gzip or none"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_EXPORTER_OTLP_HEADERS": "novalue"},
+     "name=value pairs"),
+])
+def test_a_variable_that_cannot_be_used_is_named(environ: dict[str, str], problem: str
+                                                 ) -> None:
+    with pytest.raises(SettingsError, match=re.escape(problem)):
+        ExportSettings.from_env(environ)
+
+
+def test_the_variables_as_the_specification_reads_them() -> None:
+    settings_ = ExportSettings.from_env({
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "https://otel.example:4318/",
+        "OTEL_EXPORTER_OTLP_HEADERS": "api-key=s%3Dcret, X-Team=sre",
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2500", "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
+        "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "9000"})
+    assert settings_.endpoint == "https://otel.example:4318/v1/traces"
+    assert settings_.headers == {"api-key": "s=cret", "x-team": "sre"}
+    assert settings_.timeout_s == 2.5 and settings_.gzip
+    assert settings_.max_batch == settings_.max_queue == 2048  # a batch is at most the queue
+    assert ExportSettings.from_env({
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/custom",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://ignored"}).endpoint == "http://c:4318/custom"
+
+
+def record(n: int) -> SpanRecord:
+    return SpanRecord(b"\x01" * 16, n.to_bytes(8, "big"), b"", False, "", f"s{n}", SERVER,
+                      1, {"n": n}, 2)
+
+
+def answering(status: int, seen: list[bytes]) -> Starlette:
+    async def traces(request: Request) -> Response:
+        seen.append(await request.body())
+        return Response(b"", status)
+
+    return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+
+
+@pytest.mark.parametrize(("status", "tries"), [(400, 1), (503, 3)])
+async def test_a_refused_batch_is_counted_logged_and_retried_only_when_it_may_pass(
+        status: int, tries: int, caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[bytes] = []
+    async with serving(answering(status, seen)) as url:
+        exporter = SpanExporter(ExportSettings(url.removesuffix("/v1") + "/v1/traces"),
+                                {}, SCOPE, backoff_s=(0, 0))
+        for n in range(5):
+            exporter.add(record(n))
+        with caplog.at_level(logging.WARNING, "omniroute.tracing"):
+            assert await asyncio.to_thread(exporter.flush)
+        await asyncio.to_thread(exporter.shutdown)
+    assert len(seen) == tries
+    assert (exporter.exported, exporter.failed, exporter.dropped) == (0, 5, 0)
+    assert f"5 span(s) not sent to {url.removesuffix('/v1')}/v1/traces: HTTP {status}" in (
+        caplog.text)
+
+
+async def test_an_endpoint_away_costs_nothing_but_the_spans(
+        caplog: pytest.LogCaptureFixture) -> None:
+    exporter = SpanExporter(ExportSettings("http://127.0.0.1:9/v1/traces", timeout_s=1,
+                                           max_queue=3), {}, SCOPE, backoff_s=(0, 0))
+    for n in range(5):
+        exporter.add(record(n))  # never blocks, never raises
+    with caplog.at_level(logging.WARNING, "omniroute.tracing"):
+        assert await asyncio.to_thread(exporter.flush)
+        await asyncio.to_thread(exporter.shutdown)
+    assert (exporter.exported, exporter.failed, exporter.dropped) == (0, 3, 2)
+    assert "ConnectError" in caplog.text and "2 span(s) dropped" in caplog.text
+    assert not exporter.alive
+
+
+async def test_spans_arrive_gzipped_in_batches_of_the_configured_size() -> None:
+    async with receiving() as receiver:
+        exporter = SpanExporter(ExportSettings(f"{receiver.endpoint}/v1/traces", gzip=True,
+                                               max_batch=2), {"service.name": "t"}, SCOPE)
+        for n in range(5):
+            exporter.add(record(n))
+        assert await asyncio.to_thread(exporter.flush)
+        await asyncio.to_thread(exporter.shutdown)
+    assert sorted(span.name for span in receiver.spans) == [f"s{n}" for n in range(5)]
+    assert exporter.exported == 5
+    assert receiver.spans[0].resource == {"service.name": "t"}

@@ -1,0 +1,262 @@
+"""OpenTelemetry traces (docs/tracing.md): a gateway exporting to a real OTLP receiver (on
+the `opentelemetry-proto` messages), the spans of a request that met a 429 and fell back,
+the client's trace context continued and passed upstream, streams, hostile trace headers,
+and tracing off unless the standard variables turn it on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from omniroute_tui.apis import Endpoint
+from omniroute_tui.tracing import MAX_OPEN_TRACES, RequestTracing, tracing_from_env
+from omniroute_tui.tracing.spans import SpanRecord
+from simulator.otlp_receiver import ReceivedSpan, Receiving, receiving
+
+from .gateway_helpers import gateway_for, serving
+from .helpers import make_engine
+
+THROTTLED = "sk-throttled-key-0001"
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+
+
+def upstream_app(seen: list[dict[str, str]]) -> Starlette:
+    """One upstream for both providers: the throttled key answers 429 (Retry-After 30 s),
+    any other a chat completion with its usage (a stream when asked)."""
+
+    async def completions(request: Request) -> Response:
+        seen.append(dict(request.headers))
+        if request.headers.get("authorization") == f"Bearer {THROTTLED}":
+            return JSONResponse({"error": {"message": "Rate limit reached", "type": "requests",
+                                           "code": "rate_limit_exceeded"}}, 429,
+                                headers={"retry-after": "30"})
+        body = json.loads(await request.body())
+        if body.get("stream"):
+            return StreamingResponse(chunks(body["model"]), media_type="text/event-stream")
+        return JSONResponse({"id": "c1", "object": "chat.completion", "created": 1,
+                             "model": body["model"], "usage": USAGE, "choices": [{
+                                 "index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": "hello"}}]})
+
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+
+
+async def chunks(model: str) -> AsyncIterator[bytes]:
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model}
+    for piece in ("hel", "lo"):
+        chunk = {**head, "choices": [{"index": 0, "delta": {"content": piece},
+                                      "finish_reason": None}]}
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
+    yield f"data: {json.dumps({**head, 'choices': [], 'usage': USAGE})}\n\n".encode()
+    yield b"data: [DONE]\n\n"
+
+
+def config(url: str) -> str:
+    return yaml.safe_dump({
+        "providers": {
+            "first": {"base_url": url, "models": ["m"],
+                      "connections": [{"id": "k1", "api_key": THROTTLED}]},
+            "second": {"base_url": url, "models": ["m"],
+                       "connections": [{"id": "k2", "api_key": "sk-second-key-0001"}]}},
+        "routes": {"chat": {"targets": ["first/m", "second/m"]}}})
+
+
+@pytest.fixture
+def otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing of the machine's own OTEL_* variables: the test's alone."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+
+
+async def traced_calls(receiver: Receiving, monkeypatch: pytest.MonkeyPatch,
+                       seen: list[dict[str, str]], *, stream: bool) -> list[ReceivedSpan]:
+    """Two chat requests from the official client, each with its own trace context: the
+    first meets the 429 and falls back, the second skips the cooling key."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    async with serving(upstream_app(seen)) as url, gateway_for(config(url), traced=True) as gw:
+        client = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+        async with client:
+            for n in (1, 2):
+                headers = {"traceparent": f"00-{TRACE_ID[:-1]}{n}-{PARENT}-01",
+                           "tracestate": "vendor=abc"}
+                messages: Any = [{"role": "user", "content": "hi"}]
+                if stream:
+                    answer = await client.chat.completions.create(
+                        model="chat", messages=messages, stream=True,
+                        stream_options={"include_usage": True}, extra_headers=headers)
+                    text = "".join([c.choices[0].delta.content or "" async for c in answer
+                                    if c.choices])
+                else:
+                    done = await client.chat.completions.create(
+                        model="chat", messages=messages, extra_headers=headers)
+                    text = done.choices[0].message.content or ""
+                assert text == "hello"
+        assert gw.gateway.tracing is not None
+        assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
+    return receiver.spans
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_the_spans_of_a_request_that_met_a_429_and_fell_back(
+        otel_env: None, monkeypatch: pytest.MonkeyPatch, stream: bool) -> None:
+    seen: list[dict[str, str]] = []
+    async with receiving() as receiver:
+        spans = await traced_calls(receiver, monkeypatch, seen, stream=stream)
+    servers = sorted((s for s in spans if s.kind == "server"),
+                     key=lambda s: s.trace_id)
+    assert [s.trace_id for s in servers] == [TRACE_ID[:-1] + "1", TRACE_ID[:-1] + "2"]
+    first, second = servers
+    # the client's context continued: its span is the parent, its tracestate kept
+    assert first.parent_span_id == PARENT and first.trace_state == "vendor=abc"
+    assert first.name == "POST /v1/chat/completions"
+    assert first.resource["service.name"] == "omniroute-gateway"
+    assert first.resource["service.instance.id"] == "test-replica"
+    assert {k: first.attributes[k] for k in (
+        "http.response.status_code", "omniroute.route", "omniroute.attempts",
+        "omniroute.served_by", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
+    } == {"http.response.status_code": 200, "omniroute.route": "chat",
+          "omniroute.attempts": 2, "omniroute.served_by": "second/k2/m",
+          "gen_ai.usage.input_tokens": 11, "gen_ai.usage.output_tokens": 7}
+    attempts = sorted((s for s in spans if s.kind == "client" and s.trace_id == first.trace_id),
+                      key=lambda s: s.attributes["omniroute.attempt"])
+    assert [s.parent_span_id for s in attempts] == [first.span_id] * 2
+    throttled, served = attempts
+    assert throttled.name == served.name == "chat m"
+    assert throttled.status == "error"
+    assert {k: throttled.attributes.get(k) for k in (
+        "omniroute.provider", "omniroute.connection", "gen_ai.request.model",
+        "http.response.status_code", "omniroute.outcome", "error.type",
+        "omniroute.breaker.before", "omniroute.breaker.after")} == {
+        "omniroute.provider": "first", "omniroute.connection": "k1",
+        "gen_ai.request.model": "m", "http.response.status_code": 429,
+        "omniroute.outcome": "rate_limited", "error.type": "rate_limited",
+        "omniroute.breaker.before": "CLOSED", "omniroute.breaker.after": "CLOSED"}
+    assert served.status == "unset"
+    assert {k: served.attributes.get(k) for k in (
+        "omniroute.provider", "omniroute.connection", "omniroute.outcome",
+        "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")} == {
+        "omniroute.provider": "second", "omniroute.connection": "k2", "omniroute.outcome": "ok",
+        "gen_ai.usage.input_tokens": 11, "gen_ai.usage.output_tokens": 7}
+    assert throttled.start_ns <= throttled.end_ns <= served.start_ns <= first.end_ns
+    # the second request skipped the cooling key: an event of its span, and one attempt
+    ((name, skip),) = second.events
+    assert 0 < skip.pop("omniroute.retry_after_ms") <= 30_000  # the key's cooldown left
+    assert (name, skip) == ("skip", {"omniroute.provider": "first", "gen_ai.request.model": "m",
+                                     "omniroute.reason": "all_cooling"})
+    assert [s.attributes["omniroute.provider"] for s in spans
+            if s.kind == "client" and s.trace_id == second.trace_id] == ["second"]
+    # upstream, each attempt carried its own span's context, and the client's tracestate
+    sent = [(h["traceparent"], h.get("tracestate")) for h in seen]
+    assert sent == [(f"00-{first.trace_id}-{throttled.span_id}-01", "vendor=abc"),
+                    (f"00-{first.trace_id}-{served.span_id}-01", "vendor=abc"),
+                    (f"00-{second.trace_id}-{seen_span(spans, second)}-01", "vendor=abc")]
+
+
+def seen_span(spans: list[ReceivedSpan], server: ReceivedSpan) -> str:
+    """The span id of the one attempt under `server`."""
+    (attempt,) = [s for s in spans if s.kind == "client" and s.parent_span_id == server.span_id]
+    return attempt.span_id
+
+
+@pytest.mark.parametrize("traceparent", [
+    b"garbage", b"00-" + b"0" * 32 + b"-" + b"0" * 16 + b"-01",  # all-zero ids are invalid
+    f"00-{TRACE_ID}-{PARENT}-01".encode() + b"x" * 10_000, f"ff-{TRACE_ID}-{PARENT}-01".encode(),
+    "00-\u00e9".encode() * 20], ids=["garbage", "zero-ids", "oversized", "version-ff", "utf-8"])
+async def test_a_hostile_traceparent_starts_a_new_trace_and_the_request_is_served(
+        otel_env: None, monkeypatch: pytest.MonkeyPatch, traceparent: bytes) -> None:
+    seen: list[dict[str, str]] = []
+    async with receiving() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        async with serving(upstream_app(seen)) as url, \
+                gateway_for(config(url), traced=True) as gw, \
+                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+            answer = await http.post("/v1/chat/completions", json={
+                "model": "second/m", "messages": [{"role": "user", "content": "hi"}]},
+                headers=[(b"traceparent", traceparent), (b"tracestate", b"a=" + b"b" * 5_000)])
+            assert answer.status_code == 200, answer.text
+            assert gw.gateway.tracing is not None
+            assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
+        (server,) = [s for s in receiver.spans if s.kind == "server"]
+    assert server.parent_span_id == "" and server.trace_id not in (TRACE_ID, "0" * 32)
+    assert server.trace_state == ""  # a tracestate without a valid traceparent is dropped
+    assert seen[0]["traceparent"].split("-")[1] == server.trace_id
+
+
+@pytest.mark.parametrize("environ", [
+    {}, {"OTEL_SERVICE_NAME": "gw"},
+    {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "true"},
+    {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_EXPORTER": "none"},
+])
+def test_tracing_is_off_unless_an_endpoint_is_set_and_nothing_turns_it_off(
+        environ: dict[str, str]) -> None:
+    engine, _clock, _rec = make_engine()
+    assert tracing_from_env(environ, engine) is None
+
+
+def test_the_start_line_says_where_traces_go_without_credentials() -> None:
+    from omniroute_tui.gateway.cli import _traced
+
+    engine, _clock, _rec = make_engine()
+    tracing = tracing_from_env(
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://user:secret@otel.example:4318/"}, engine)
+    assert tracing is not None
+    try:
+        assert _traced(tracing) == "traces to https://otel.example:4318/v1/traces (OTLP)"
+    finally:
+        tracing.shutdown(timeout_s=0)
+    assert _traced(None).startswith("no traces")
+
+
+class Kept:
+    """An exporter that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.spans: list[SpanRecord] = []
+
+    def add(self, span: SpanRecord) -> None:
+        self.spans.append(span)
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        pass
+
+
+def test_a_request_never_ended_is_ended_abandoned_once_the_table_is_full() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    engine, _clock, _rec = make_engine()
+    kept = Kept()
+    tracing = RequestTracing(engine, kept, ALWAYS_ON)  # type: ignore[arg-type]
+    for n in range(MAX_OPEN_TRACES + 1):
+        tracing.begin(f"r{n}", "POST", "/v1/chat/completions", {}, Endpoint.CHAT)
+    (ended,) = kept.spans
+    assert ended.attributes["omniroute.request_id"] == "r0"
+    assert ended.attributes["omniroute.abandoned"] is True
+    tracing.end("r0", 200)  # too late: nothing more, nothing raised
+    tracing.shutdown()  # the rest end abandoned
+    assert len(kept.spans) == MAX_OPEN_TRACES + 1
+
+
+async def test_the_receiver_refuses_what_is_not_an_export() -> None:
+    async with receiving() as receiver, httpx.AsyncClient(timeout=10) as http:
+        url = f"{receiver.endpoint}/v1/traces"
+        assert (await http.post(url, content=b"\xff" * 100)).status_code == 400
+        assert (await http.post(url, content=b"\x1f\x8b junk",
+                                headers={"content-encoding": "gzip"})).status_code == 400
+        assert (await http.post(url, content=b"")).status_code == 200  # an empty export
+    assert receiver.spans == []
