@@ -93,6 +93,8 @@ def test_any_spans_are_the_message_the_exporters_encoder_builds(
      "gzip or none"),
     ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_EXPORTER_OTLP_HEADERS": "novalue"},
      "name=value pairs"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "https://x",
+      "OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent/ca.pem"}, "no file '/nonexistent"),
 ])
 def test_a_variable_that_cannot_be_used_is_named(environ: dict[str, str], problem: str
                                                  ) -> None:
@@ -156,8 +158,24 @@ async def test_an_endpoint_away_costs_nothing_but_the_spans(
         assert await asyncio.to_thread(exporter.flush)
         await asyncio.to_thread(exporter.shutdown)
     assert (exporter.exported, exporter.failed, exporter.dropped) == (0, 3, 2)
-    assert "ConnectError" in caplog.text and "2 span(s) dropped" in caplog.text
+    assert "ConnectionRefusedError" in caplog.text and "2 span(s) dropped" in caplog.text
     assert not exporter.alive
+
+
+async def test_an_https_endpoint_that_does_not_speak_tls_fails_the_batch_not_the_thread(
+        ) -> None:
+    """The TLS path, against a plain-HTTP receiver: the handshake fails, the batch is
+    counted, the thread goes on."""
+    async with receiving() as receiver:
+        exporter = SpanExporter(ExportSettings(
+            f"https://127.0.0.1:{receiver.port}/v1/traces", timeout_s=2), {}, SCOPE,
+            backoff_s=(0, 0))
+        exporter.add(record(1))
+        assert await asyncio.to_thread(exporter.flush)
+        assert exporter.alive
+        await asyncio.to_thread(exporter.shutdown)
+    assert (exporter.exported, exporter.failed) == (0, 1)
+    assert receiver.spans == []
 
 
 async def test_spans_arrive_gzipped_in_batches_of_the_configured_size() -> None:

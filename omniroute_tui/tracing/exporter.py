@@ -11,7 +11,9 @@ first with its cause. Nothing here blocks or fails a request.
 from __future__ import annotations
 
 import gzip
+import http.client
 import logging
+import os
 import ssl
 import threading
 import time
@@ -19,8 +21,6 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
-
-import httpx
 
 from .otlp_wire import encode_export
 from .spans import Attributes, SpanRecord
@@ -97,6 +97,9 @@ class ExportSettings:
         if compression not in ("gzip", "none"):
             raise SettingsError(f"OTEL_EXPORTER_OTLP_COMPRESSION: gzip or none, not "
                                 f"{compression!r}")
+        certificate = _either(environ, "CERTIFICATE") or None
+        if certificate is not None and not os.path.isfile(certificate):
+            raise SettingsError(f"OTEL_EXPORTER_OTLP_CERTIFICATE: no file {certificate!r}")
         timeout_name = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"
                         if environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
                         else "OTEL_EXPORTER_OTLP_TIMEOUT")
@@ -105,7 +108,7 @@ class ExportSettings:
         return cls(endpoint, headers,
                    timeout_s=_ms(environ, timeout_name, 10_000, minimum=1) / 1000,
                    gzip=compression == "gzip",
-                   certificate=_either(environ, "CERTIFICATE") or None,
+                   certificate=certificate,
                    schedule_delay_s=_ms(environ, "OTEL_BSP_SCHEDULE_DELAY", 5_000) / 1000,
                    max_queue=max_queue, max_batch=min(max_batch, max_queue))
 
@@ -125,10 +128,8 @@ class SpanExporter:
         self._idle = threading.Event()  # nothing queued or being sent
         self._idle.set()
         self._stopping = False
-        verify: ssl.SSLContext | bool = True
-        if settings.certificate:
-            verify = ssl.create_default_context(cafile=settings.certificate)
-        self._http = httpx.Client(timeout=settings.timeout_s, verify=verify)
+        self._url = urlsplit(settings.endpoint)
+        self._connection: http.client.HTTPConnection | None = None
         #: spans sent, dropped for a full queue, and dropped with a batch that failed
         self.exported = self.dropped = self.failed = 0
         self._dropped_told = 0
@@ -163,7 +164,7 @@ class SpanExporter:
         self._stopping = True
         self._wake.set()
         self._thread.join(timeout_s)
-        self._http.close()
+        self._disconnect()
 
     def _run(self) -> None:
         """The thread: a batch when one is full or at each schedule delay. It must not
@@ -204,17 +205,46 @@ class SpanExporter:
             if attempt:
                 time.sleep(self._backoff_s[attempt - 1])
             try:
-                answer = self._http.post(self.settings.endpoint, content=body,
-                                         headers=headers)
-            except httpx.HTTPError as exc:
+                status = self._post(body, headers)
+            except (OSError, http.client.HTTPException) as exc:
+                self._disconnect()  # a new connection for the next try
                 problem = f"{type(exc).__name__}: {exc}"
                 continue
-            if answer.is_success:
+            if 200 <= status < 300:
                 self.exported += len(batch)
                 return
-            problem = f"HTTP {answer.status_code}"
-            if answer.status_code not in _RETRYABLE:
+            problem = f"HTTP {status}"
+            if status not in _RETRYABLE:
                 break
         self.failed += len(batch)
         log.warning("%d span(s) not sent to %s: %s (%d not sent since start)", len(batch),
                     self.settings.endpoint, problem, self.failed)
+
+    def _post(self, body: bytes, headers: dict[str, str]) -> int:
+        """One export on the kept-alive connection (the standard library's client: a third
+        of httpx's CPU for a batch, and no log line of its own per export)."""
+        connection = self._connection
+        if connection is None:
+            url, timeout = self._url, self.settings.timeout_s
+            if url.scheme == "https":
+                context = ssl.create_default_context(cafile=self.settings.certificate)
+                connection = http.client.HTTPSConnection(
+                    url.hostname or "", url.port, timeout=timeout, context=context)
+            else:
+                connection = http.client.HTTPConnection(url.hostname or "", url.port,
+                                                        timeout=timeout)
+            self._connection = connection
+        path = self._url.path or "/"
+        if self._url.query:
+            path += "?" + self._url.query
+        connection.request("POST", path, body=body, headers=headers)
+        answer = connection.getresponse()
+        answer.read(1 << 20)  # a receiver's answer is small; more is not read
+        if answer.will_close or not answer.isclosed():
+            self._disconnect()
+        return answer.status
+
+    def _disconnect(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
