@@ -89,6 +89,8 @@ ACTIONS: tuple[ConsoleAction, ...] = (
                   "enable or disable the selected connection", show=False, destructive=True),
     ConsoleAction("help", "question_mark", "Help", "show every key (F1 too)",
                   key_display="?", also="f1"),
+    ConsoleAction("glossary", "i", "Glossary", "what the words mean: breaker states, "
+                  "hinted, backoff, dedup, budget, every skip reason", show=False),
     ConsoleAction("quit", "q", "Quit", "leave the console (F10 and ctrl+c too)",
                   also="f10"),
 )

@@ -24,7 +24,7 @@ from .model.console_model import (
     clock_text,
 )
 from .model.panes import Pane
-from .screens.modals import DetailScreen, HelpScreen
+from .screens.modals import DetailScreen, GlossaryScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable
 from .widgets.panels import EventLog, FaultBanner, ScenarioTimeline, StatusBar, timeline_lines
@@ -511,3 +511,6 @@ class PaneView(App[None]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.active_pane, read_only=self.read_only))
+
+    def action_glossary(self) -> None:
+        self.push_screen(GlossaryScreen())

@@ -16,6 +16,7 @@ from textual.widgets import Button, Label, Static
 
 from ...config.hidden import visible
 from ..actions import ACTIONS, PANE_KEYS, ConsoleAction
+from ..model.glossary import GLOSSARY
 from ..model.panes import Pane
 from ..widgets.scrollbars import whole_cell_scrollbars
 
@@ -29,9 +30,10 @@ HINT = "j k scroll · escape closes"
 CONFIRM_GUARD_S = 0.5
 
 
-def _key_table(rows: Sequence[tuple[str | None, str]]) -> Group:
+def _key_table(rows: Sequence[tuple[str | None, str]], *, words: bool = False) -> Group:
     """Help's rows as a two-column grid: a description too long for the line wraps under
-    itself, not under the keys. Cells are plain text (no markup)."""
+    itself, not under the keys. Cells are plain text (no markup). `words`: the first
+    column holds terms, not keys: left-aligned and as wide as the longest."""
     parts: list[Text | Table] = []
     grid: Table | None = None
     for key, what in rows:
@@ -41,7 +43,10 @@ def _key_table(rows: Sequence[tuple[str | None, str]]) -> Group:
             continue
         if grid is None:
             grid = Table.grid(padding=(0, 0, 0, 2))
-            grid.add_column(justify="right", width=7, no_wrap=True)
+            if words:
+                grid.add_column(width=max(len(k) for k, _ in rows if k), no_wrap=True)
+            else:
+                grid.add_column(justify="right", width=7, no_wrap=True)
             grid.add_column(ratio=1)
             parts.append(grid)
         grid.add_row(Text(key), Text(what))
@@ -156,6 +161,28 @@ class HelpScreen(ModalScreen[None]):
             scroll.scroll_down()
         else:
             scroll.scroll_up()
+
+
+class GlossaryScreen(HelpScreen):
+    """What the words on the screens mean (`model.glossary`): laid out, scrolled and closed
+    as the keys are."""
+
+    BINDINGS = [
+        Binding("escape,i,q", "dismiss", "Close", id="glossary-close"),
+        Binding("j", "scroll('down')", "Down", show=False, id="glossary-down"),
+        Binding("k", "scroll('up')", "Up", show=False, id="glossary-up"),
+    ]
+
+    @property
+    def rows(self) -> list[tuple[str | None, str]]:
+        return list(GLOSSARY)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label("What the words mean", id="title")
+            with VerticalScroll(id="keys-scroll"):
+                yield Static(_key_table(self.rows, words=True), id="keys")
+            yield Label("↑↓ j k scroll · escape closes", id="hint")
 
 
 class DetailScreen(ModalScreen[None]):
