@@ -260,3 +260,31 @@ async def test_the_receiver_refuses_what_is_not_an_export() -> None:
                                 headers={"content-encoding": "gzip"})).status_code == 400
         assert (await http.post(url, content=b"")).status_code == 200  # an empty export
     assert receiver.spans == []
+
+
+@pytest.mark.parametrize(("sampler", "flags", "spans_expected"), [
+    ("always_off", "01", 0),  # the gateway's sampler says no
+    ("", "00", 0),  # parent-based (the default): the client's context is not sampled
+    ("parentbased_always_on", "01", 2),
+])
+async def test_a_request_not_sampled_sends_no_span_and_says_so_upstream(
+        otel_env: None, monkeypatch: pytest.MonkeyPatch, sampler: str, flags: str,
+        spans_expected: int) -> None:
+    seen: list[dict[str, str]] = []
+    if sampler:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    async with receiving() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        async with serving(upstream_app(seen)) as url, \
+                gateway_for(config(url), traced=True) as gw, \
+                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+            answer = await http.post("/v1/chat/completions", json={
+                "model": "second/m", "messages": [{"role": "user", "content": "hi"}]},
+                headers={"traceparent": f"00-{TRACE_ID}-{PARENT}-{flags}"})
+            assert answer.status_code == 200, answer.text
+            assert gw.gateway.tracing is not None
+            assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
+        assert len(receiver.spans) == spans_expected
+    version, trace_id, _span_id, sent_flags = seen[0]["traceparent"].split("-")
+    assert (version, trace_id) == ("00", TRACE_ID)  # the client's trace goes on upstream
+    assert sent_flags == ("01" if spans_expected else "00")

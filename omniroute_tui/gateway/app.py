@@ -377,11 +377,15 @@ class Gateway:
             if self.answers is not None:
                 self.answers.streamed(upstream.provider, upstream.model,
                                       self.engine.now() - upstream.started_at)
-        elif (usage := usage_of(reply.content)) is not None:
+            return
+        tracing = (self.tracing if self.tracing is not None
+                   and self.tracing.sampled(request_id) else None)
+        if (self.answers is not None or tracing is not None) and (
+                usage := usage_of(reply.content)) is not None:
             if self.answers is not None:
                 self.answers.usage(upstream.provider, route, upstream.model, usage)
-            if self.tracing is not None:
-                self.tracing.usage(request_id, usage)
+            if tracing is not None:
+                tracing.usage(request_id, usage)
 
     def _stream_ended(self, request_id: str, route: str, endpoint: Endpoint,
                       completion: Completion) -> None:

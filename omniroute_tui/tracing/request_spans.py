@@ -225,6 +225,12 @@ class RequestTracing:
         propagate.inject(carrier, set_span_in_context(NonRecordingSpan(context)))
         return carrier
 
+    def sampled(self, request_id: str) -> bool:
+        """Whether the request's spans are recorded (else its answer's tokens need not be
+        read for them)."""
+        trace = self._traces.get(request_id)
+        return trace is not None and trace.span is not None
+
     def route(self, request_id: str, route: str) -> None:
         """The route (or provider/model) the request asked for."""
         trace = self._traces.get(request_id)
