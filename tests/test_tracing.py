@@ -174,12 +174,10 @@ def seen_span(spans: list[ReceivedSpan], server: ReceivedSpan) -> str:
     return attempt.span_id
 
 
-@pytest.mark.parametrize("traceparent", [
-    b"garbage", b"00-" + b"0" * 32 + b"-" + b"0" * 16 + b"-01",  # all-zero ids are invalid
-    f"00-{TRACE_ID}-{PARENT}-01".encode() + b"x" * 10_000, f"ff-{TRACE_ID}-{PARENT}-01".encode(),
-    "00-\u00e9".encode() * 20], ids=["garbage", "zero-ids", "oversized", "version-ff", "utf-8"])
-async def test_a_hostile_traceparent_starts_a_new_trace_and_the_request_is_served(
-        otel_env: None, monkeypatch: pytest.MonkeyPatch, traceparent: bytes) -> None:
+async def one_request(monkeypatch: pytest.MonkeyPatch, headers: list[tuple[bytes, bytes]]
+                      ) -> tuple[list[ReceivedSpan], dict[str, str]]:
+    """One chat request with `headers` through a traced gateway: the spans the receiver
+    got, and the headers the upstream got."""
     seen: list[dict[str, str]] = []
     async with receiving() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
@@ -188,14 +186,26 @@ async def test_a_hostile_traceparent_starts_a_new_trace_and_the_request_is_serve
                 httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
             answer = await http.post("/v1/chat/completions", json={
                 "model": "second/m", "messages": [{"role": "user", "content": "hi"}]},
-                headers=[(b"traceparent", traceparent), (b"tracestate", b"a=" + b"b" * 5_000)])
+                headers=headers)
             assert answer.status_code == 200, answer.text
             assert gw.gateway.tracing is not None
             assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
-        (server,) = [s for s in receiver.spans if s.kind == "server"]
+    (upstream,) = seen
+    return receiver.spans, upstream
+
+
+@pytest.mark.parametrize("traceparent", [
+    b"garbage", b"00-" + b"0" * 32 + b"-" + b"0" * 16 + b"-01",  # all-zero ids are invalid
+    f"00-{TRACE_ID}-{PARENT}-01".encode() + b"x" * 10_000, f"ff-{TRACE_ID}-{PARENT}-01".encode(),
+    "00-\u00e9".encode() * 20], ids=["garbage", "zero-ids", "oversized", "version-ff", "utf-8"])
+async def test_a_hostile_traceparent_starts_a_new_trace_and_the_request_is_served(
+        otel_env: None, monkeypatch: pytest.MonkeyPatch, traceparent: bytes) -> None:
+    spans, upstream = await one_request(monkeypatch, [
+        (b"traceparent", traceparent), (b"tracestate", b"a=" + b"b" * 5_000)])
+    (server,) = [s for s in spans if s.kind == "server"]
     assert server.parent_span_id == "" and server.trace_id not in (TRACE_ID, "0" * 32)
     assert server.trace_state == ""  # a tracestate without a valid traceparent is dropped
-    assert seen[0]["traceparent"].split("-")[1] == server.trace_id
+    assert upstream["traceparent"].split("-")[1] == server.trace_id
 
 
 @pytest.mark.parametrize("environ", [
@@ -270,21 +280,11 @@ async def test_the_receiver_refuses_what_is_not_an_export() -> None:
 async def test_a_request_not_sampled_sends_no_span_and_says_so_upstream(
         otel_env: None, monkeypatch: pytest.MonkeyPatch, sampler: str, flags: str,
         spans_expected: int) -> None:
-    seen: list[dict[str, str]] = []
     if sampler:
         monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
-    async with receiving() as receiver:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-        async with serving(upstream_app(seen)) as url, \
-                gateway_for(config(url), traced=True) as gw, \
-                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
-            answer = await http.post("/v1/chat/completions", json={
-                "model": "second/m", "messages": [{"role": "user", "content": "hi"}]},
-                headers={"traceparent": f"00-{TRACE_ID}-{PARENT}-{flags}"})
-            assert answer.status_code == 200, answer.text
-            assert gw.gateway.tracing is not None
-            assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
-        assert len(receiver.spans) == spans_expected
-    version, trace_id, _span_id, sent_flags = seen[0]["traceparent"].split("-")
+    spans, upstream = await one_request(
+        monkeypatch, [(b"traceparent", f"00-{TRACE_ID}-{PARENT}-{flags}".encode())])
+    assert len(spans) == spans_expected
+    version, trace_id, _span_id, sent_flags = upstream["traceparent"].split("-")
     assert (version, trace_id) == ("00", TRACE_ID)  # the client's trace goes on upstream
     assert sent_flags == ("01" if spans_expected else "00")
