@@ -24,6 +24,7 @@ from omniroute_tui.gateway.request_ids import MAX_ID_CHARS, RequestIds
 from omniroute_tui.logs import FIELDS, JsonFormatter, TextFormatter, configure_logging
 
 from .gateway_helpers import TOKEN, running_gateway
+from .redis_helpers import REDIS_URL
 from .waiting import eventually
 
 CHAT = "/v1/chat/completions"
@@ -60,6 +61,16 @@ def test_json_lines_hold_exactly_the_named_fields_in_order() -> None:
         ("ts", "2026-12-01T11:24:09.123Z"), ("level", "info"),
         ("logger", "omniroute.access"), ("msg", "answered 200"), ("request_id", "abc-1"),
         ("route", "chat"), ("provider", "alpha"), ("connection", "a1"), ("status", 200)]
+
+
+def test_the_fields_of_a_resumed_skipping_fleet_request_are_written() -> None:
+    """Set on the record by the access line, and written (they once were dropped)."""
+    line = json.loads(JsonFormatter().format(_record(
+        "answered %d", 200, request_id="r-1", skips="a/m:all_cooling", resume="resumed",
+        resumed_by="b/k/m", replica="host:7:abc123")))
+    assert {k: line[k] for k in ("skips", "resume", "resumed_by", "replica")} == {
+        "skips": "a/m:all_cooling", "resume": "resumed", "resumed_by": "b/k/m",
+        "replica": "host:7:abc123"}
 
 
 def test_json_exception_is_one_exc_field_on_one_line() -> None:
@@ -254,7 +265,23 @@ async def test_every_proxied_answer_carries_the_id(
         "nope-1": ("nope", 404), "nope-2": ("\\u202eevil\\x1b[2J", 404),
         "busy-1": ("busy", 429), "busy-2": ("busy", 429)}
     assert "provider" not in access["busy-2"] and access["busy-2"]["attempts"] == 0
+    assert access["busy-2"]["skips"] == "throttled/m:all_cooling"  # why no target took it
+    assert "skips" not in access["busy-1"]  # it met the 429 itself: an attempt, no skip
     assert access["s-1"]["stream"] == "whole" and access["s-1"]["relayed_chunks"] > 3
+    assert "replica" not in access["s-1"]  # one gateway, no fleet
+
+
+async def test_a_fleet_replica_names_itself_on_its_access_lines(
+        tmp_path: Path, captured: io.StringIO, prefix: str) -> None:
+    async with running_gateway(tmp_path, redis=(REDIS_URL, prefix)) as gw, \
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+        answer = await http.post(CHAT, json={"model": "chat", "messages": []},
+                                 headers={"x-request-id": "fleet-1"})
+        assert answer.status_code == 200
+        assert gw.gateway.fleet is not None
+        replica = gw.gateway.fleet.replica
+    (line,) = [a for a in _lines(captured) if a.get("request_id") == "fleet-1"]
+    assert line["replica"] == replica
 
 
 async def test_hostile_ids_on_the_wire_get_ours(tmp_path: Path) -> None:

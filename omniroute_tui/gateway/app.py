@@ -332,7 +332,7 @@ class Gateway:
             body = json_object(raw, self.limits.max_json_depth)
             model, stream = check_body(endpoint, body)
         except BadRequest as exc:
-            _answered(request_id, exc.status, endpoint=endpoint)
+            self._answered(request_id, exc.status, endpoint=endpoint)
             return _bad_request(exc, endpoint)
         except ClientGone:
             return _client_gone(request, request_id)
@@ -341,25 +341,25 @@ class Gateway:
         try:
             not_served = self.driver.why_not(client_request)
             if not_served is not None:
-                _answered(request_id, 400, route=model, endpoint=endpoint)
+                self._answered(request_id, 400, route=model, endpoint=endpoint)
                 return client_error(endpoint, 400, not_served.reason, param=not_served.param,
                                     code="unsupported_parameter" if not_served.param
                                     else "unsupported_endpoint")
             completion = await self._complete_unless_disconnected(
                 request, client_request, request_id)
         except UnknownRoute:  # a name of the client's: its hidden characters escaped
-            _answered(request_id, 404, route=visible(model), endpoint=endpoint)
+            self._answered(request_id, 404, route=visible(model), endpoint=endpoint)
             return client_error(endpoint, 404, f"the model {model!r} does not exist here: ask "
                                 "for a route or provider/model (GET /v1/models lists them)",
                                 code="model_not_found")
         if completion is None:  # the client went away; the attempt was cancelled
-            _answered(request_id, 499, route=model, endpoint=endpoint)
+            self._answered(request_id, 499, route=model, endpoint=endpoint)
             return Response(status_code=499)
         response = self._respond(completion, request_id, model, endpoint)
         if self.answers is not None or self.tracing is not None:
             self._note_answer(request_id, model, completion)
         if completion.relay is None:  # a stream's line is written when it ends
-            _answered(request_id, response.status_code, route=model, completion=completion,
+            self._answered(request_id, response.status_code, route=model, completion=completion,
                       endpoint=endpoint)
         return response
 
@@ -387,6 +387,13 @@ class Gateway:
             if tracing is not None:
                 tracing.usage(request_id, usage)
 
+    def _answered(self, request_id: str, status: int, *, route: str | None = None,
+                  completion: Completion | None = None,
+                  endpoint: Endpoint = Endpoint.CHAT) -> None:
+        """The request's access line, naming this replica when it is one of a fleet."""
+        _answered(request_id, status, route=route, completion=completion, endpoint=endpoint,
+                  replica=self.fleet.replica if self.fleet is not None else None)
+
     def _stream_ended(self, request_id: str, route: str, endpoint: Endpoint,
                       completion: Completion) -> None:
         """A relayed stream is over: its access line, and the tokens its last usage
@@ -399,7 +406,7 @@ class Gateway:
             if relay is not None and relay.usage is not None:
                 self.tracing.usage(request_id, relay.usage)
             self.tracing.end(request_id, completion.response.status)
-        _answered(request_id, completion.response.status, route=route, completion=completion,
+        self._answered(request_id, completion.response.status, route=route, completion=completion,
                   endpoint=endpoint)
 
     async def _complete_unless_disconnected(
@@ -723,14 +730,14 @@ def _client_headers(request: Request, endpoint: Endpoint) -> dict[str, str]:
 
 def _answered(request_id: str, status: int, *, route: str | None = None,
               completion: Completion | None = None,
-              endpoint: Endpoint = Endpoint.CHAT) -> None:
-    """The access line of a proxied request: its id, route and status, and the target
-    that served it; a stream's, how it ended and what it relayed; never its body
-    (docs/gateway.md, "Logs")."""
+              endpoint: Endpoint = Endpoint.CHAT, replica: str | None = None) -> None:
+    """The access line of a proxied request: its id, route and status, the target that
+    served it and the targets passed over, and why; a stream's, how it ended and what it
+    relayed; the fleet replica that served it; never its body (docs/gateway.md, "Logs")."""
     if not access_log.isEnabledFor(logging.INFO):
         return
     fields: dict[str, Any] = {"request_id": request_id, "route": route, "status": status,
-                              "endpoint": endpoint.value}
+                              "replica": replica}
     message = f"{endpoint.noun} answered %d"
     if completion is not None:
         response = completion.response
@@ -739,6 +746,10 @@ def _answered(request_id: str, status: int, *, route: str | None = None,
             fields.update(provider=upstream.provider, connection=upstream.connection,
                           model=upstream.model)
         fields.update(attempts=len(response.attempts), latency_ms=response.latency_ms)
+        routing = completion.routing
+        if routing is not None and routing.skips:  # provider/model:reason, comma-separated
+            fields["skips"] = ",".join([f"{skip.target}:{skip.reason}"
+                                        for skip in routing.skips])
         relay = completion.relay
         if relay is not None:
             ended = ("stream_cut" if relay.cut is not None else "whole" if relay.finished
