@@ -77,6 +77,7 @@ CONTRACT = {
     "omniroute_fleet_rejected": "counter",
     "omniroute_fleet_dropped": "counter",
     "omniroute_fleet_propagation_lag_seconds": "histogram",
+    "omniroute_trace_spans": "counter",
 }
 
 
@@ -88,6 +89,15 @@ class FakeStore:
 
     def health(self) -> StoreHealth:
         return self.state
+
+
+@dataclass
+class FakeTraces:
+    """The traces' exporter as the metrics read it: its three counts."""
+
+    exported: int = 0
+    dropped: int = 0
+    failed: int = 0
 
 
 @dataclass
@@ -317,7 +327,9 @@ def test_every_contract_name_with_store_fleet_and_config() -> None:
     store, fleet = FakeStore(), FakeFleet()
     status = ConfigStatus("router.yaml", "0123456789ab", T0, reloads=2, failures=1,
                           last_reload_ok=False, last_error="bad", last_attempt_ms=T0)
-    s = Setup(store=store, fleet=fleet, config_status=status, build_version="9.9.9")
+    traces = FakeTraces(exported=40, dropped=2, failed=512)
+    s = Setup(store=store, fleet=fleet, config_status=status, build_version="9.9.9",
+              traces=traces)
     from prometheus_client.parser import text_string_to_metric_families
 
     families = {f.name: f.type for f in text_string_to_metric_families(
@@ -333,6 +345,8 @@ def test_every_contract_name_with_store_fleet_and_config() -> None:
     assert value(m, "omniroute_config_info", version="0123456789ab") == 1
     assert value(m, "omniroute_config_loaded_timestamp_seconds") == T0 / 1000
     assert value(m, "omniroute_config_last_reload_success") == 0
+    assert [value(m, "omniroute_trace_spans_total", result=r)
+            for r in ("exported", "dropped", "failed")] == [40, 2, 512]
     assert value(m, "omniroute_config_reloads_total", result="ok") == 2
     assert value(m, "omniroute_config_reloads_total", result="refused") == 1
     assert value(m, "omniroute_store_up") == 0
@@ -380,7 +394,8 @@ def test_the_exposition_is_generate_latests_bytes() -> None:
                     reason="promtool is not installed (Debian's prometheus package: make test "
                            "installs it as root)")
 def test_promtool_finds_nothing_to_lint() -> None:
-    s = Setup(store=FakeStore(), fleet=FakeFleet(), config_status=ConfigStatus(None, "a", T0))
+    s = Setup(store=FakeStore(), fleet=FakeFleet(), config_status=ConfigStatus(None, "a", T0),
+              traces=FakeTraces())
     s.request("r1", "chat", (500, FailureKind.SERVER_ERROR, None, 10), OK)
     s.request("r2", "alpha/n", (403, FailureKind.FORBIDDEN, None, 0))  # a cools, b locks n
     text = exposition(s.registry)
@@ -440,7 +455,8 @@ def test_the_metric_table_is_what_a_scrape_exposes() -> None:
     exposed = {f"{name}_total" if kind == "counter" else name: kind
                for name, kind in CONTRACT.items()}
     assert documented == exposed
-    s = Setup(store=FakeStore(), fleet=FakeFleet(), config_status=ConfigStatus(None, "a", T0))
+    s = Setup(store=FakeStore(), fleet=FakeFleet(), config_status=ConfigStatus(None, "a", T0),
+              traces=FakeTraces())
     s.request("r1", "chat", (500, FailureKind.SERVER_ERROR, None, 10), OK)
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -24,12 +24,13 @@ from omniroute_tui.tracing import MAX_OPEN_TRACES, RequestTracing, tracing_from_
 from omniroute_tui.tracing.spans import SpanRecord
 from simulator.otlp_receiver import ReceivedSpan, Receiving, receiving
 
-from .gateway_helpers import gateway_for, serving
+from .gateway_helpers import TOKEN, gateway_for, serving
 from .helpers import make_engine
 
 THROTTLED = "sk-throttled-key-0001"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 
 
@@ -190,7 +191,11 @@ async def one_request(monkeypatch: pytest.MonkeyPatch, headers: list[tuple[bytes
             assert answer.status_code == 200, answer.text
             assert gw.gateway.tracing is not None
             assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
+            scraped = (await http.get("/metrics", headers=AUTH)).text
     (upstream,) = seen
+    # what the exporter sent is on /metrics, the first scrape's rendering read after it
+    exported = f'omniroute_trace_spans_total{{result="exported"}} {len(receiver.spans)}.0'
+    assert exported in scraped.splitlines()
     return receiver.spans, upstream
 
 

@@ -183,7 +183,8 @@ class Gateway:
                         else AnswerCounters(router))
         self.metrics = None if self.answers is None else build_registry(
             router, clock=router.engine.clock, store=store, fleet=fleet,
-            config_status=self.status, answers=self.answers)
+            config_status=self.status, answers=self.answers,
+            traces=None if tracing is None else tracing.exporter)
         #: `/metrics` bodies, shared by scrapes that come together
         self.scrapes = None if self.metrics is None else Scrapes(
             self.metrics, router.engine.clock, router.engine.bus)

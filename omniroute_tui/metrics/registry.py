@@ -11,7 +11,7 @@ from ..router.core import Router
 from .answers import AnswerCounters
 from .buckets import LAG_BUCKETS_MS, Buckets
 from .labels import LabelBounds
-from .state import FleetSource, StateCollector, StoreSource
+from .state import FleetSource, StateCollector, StoreSource, TraceSource
 from .text_format import render
 from .traffic import TrafficCounters
 
@@ -21,10 +21,12 @@ __all__ = ["build_registry", "exposition"]
 def build_registry(router: Router, *, clock: Clock, store: StoreSource | None = None,
                    fleet: FleetSource | None = None, config_status: ConfigStatus | None = None,
                    answers: AnswerCounters | None = None,
+                   traces: TraceSource | None = None,
                    build_version: str = __version__) -> CollectorRegistry:
     """A fresh registry for `router`: counters subscribe to its bus now, and the engine's
     state is read at each scrape at `clock`'s time; `answers` are what the gateway counts
-    of the answers it passes on (time to first token, tokens). Performs no I/O."""
+    of the answers it passes on (time to first token, tokens); `traces`, the counts of the
+    trace spans' exporter. Performs no I/O."""
     labels = LabelBounds(router)
     traffic = TrafficCounters(router.engine.bus, labels, providers=router.engine.providers(),
                               routes=tuple(router.routes))
@@ -36,7 +38,7 @@ def build_registry(router: Router, *, clock: Clock, store: StoreSource | None = 
     registry.register(StateCollector(router, clock=clock, traffic=traffic, labels=labels,
                                      store=store, fleet=fleet, fleet_lag=lag,
                                      config_status=config_status, answers=answers,
-                                     build_version=build_version))
+                                     traces=traces, build_version=build_version))
     return registry
 
 

@@ -57,13 +57,23 @@ class FleetSource(Protocol):
     def on_applied(self, listener: Callable[[int], None]) -> Callable[[], None]: ...
 
 
+class TraceSource(Protocol):
+    """The traces' exporter, as the metrics read it (`tracing.SpanExporter`): spans sent,
+    dropped for a full queue, and dropped with a batch that failed."""
+
+    exported: int
+    dropped: int
+    failed: int
+
+
 class StateCollector:
     """A prometheus_client collector: every family, state read now and traffic counted."""
 
     def __init__(self, router: Router, *, clock: Clock, traffic: TrafficCounters,
                  labels: LabelBounds, store: StoreSource | None, fleet: FleetSource | None,
                  fleet_lag: Buckets | None, config_status: ConfigStatus | None,
-                 build_version: str, answers: AnswerCounters | None = None) -> None:
+                 build_version: str, answers: AnswerCounters | None = None,
+                 traces: TraceSource | None = None) -> None:
         self._router = router
         self._engine = router.engine
         self._clock = clock
@@ -74,6 +84,7 @@ class StateCollector:
         self._fleet_lag = fleet_lag
         self._config = config_status
         self._answers = answers
+        self._traces = traces
         self._build = (build_version, platform.python_version())
         #: (provider, connection) -> its label dicts: both names, and with each reason
         self._connection_labels: dict[tuple[str, str], _ConnectionLabels] = {}
@@ -105,6 +116,15 @@ class StateCollector:
             yield from _store_families(self._store.health())
         if self._fleet is not None:
             yield from self._fleet_families(self._fleet.health())
+        if self._traces is not None:
+            spans = CounterMetricFamily(
+                "omniroute_trace_spans", "Trace spans sent to the OTLP receiver, or dropped: "
+                "for a full queue, or with a batch that could not be sent.", labels=("result",))
+            traces = self._traces
+            for result, count in (("exported", traces.exported), ("dropped", traces.dropped),
+                                  ("failed", traces.failed)):
+                spans.add_metric((result,), count)
+            yield spans
 
     def _config_families(self, status: ConfigStatus) -> Iterator[Metric]:
         info = GaugeMetricFamily("omniroute_config_info",
