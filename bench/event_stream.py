@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -26,7 +25,16 @@ from pathlib import Path
 
 import httpx
 import yaml
-from gateway_overhead import cpu_s, free_port, percentile, stop, wait_for_file, wait_until_up
+from gateway_overhead import (
+    cpu_s,
+    fakes_process,
+    free_port,
+    gateway_process,
+    percentile,
+    stop,
+    wait_for_file,
+    wait_until_up,
+)
 from sim_throughput import loop_step_ns
 
 SCENARIO = """\
@@ -210,24 +218,18 @@ def main() -> None:
     if args.drive:
         asyncio.run(drive(int(args.drive[0]), int(args.drive[1]), float(args.drive[2])))
         return
-    bin_dir = Path(sys.executable).parent
     speed = loop_step_ns()
     handler_us = {n: asyncio.run(handler_cost(n)) for n in (0, 1, args.readers)}
     with tempfile.TemporaryDirectory() as folder:
         scenario = Path(folder) / "stream.yaml"
         scenario.write_text(SCENARIO)
         config = Path(folder) / "router.yaml"
-        procs = [subprocess.Popen([str(bin_dir / "omniroute-sim"), "serve", str(scenario),
-                                   "--for", "1h", "--config-out", str(config)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        procs = [fakes_process(scenario, config)]
         try:
             wait_for_file(config)
             yaml.safe_load(config.read_text())  # written whole
             port = free_port()
-            procs.append(subprocess.Popen(
-                [str(bin_dir / "omniroute-gateway"), "--config", str(config), "--listen",
-                 f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                env={**os.environ, "OMNIROUTE_TOKEN": TOKEN}))
+            procs.append(gateway_process(config, port, token=TOKEN))
             wait_until_up(f"http://127.0.0.1:{port}/health")
             results = [(f"{n} reader{'s' if n > 1 else ''}",
                         *asyncio.run(phase(port, n, args.rate, args.seconds, procs[1].pid)))

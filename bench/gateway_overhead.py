@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,28 @@ routes:
   chat: {targets: [fake/m]}
 """
 BODY = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+
+
+#: where the running Python's console scripts are (the venv's bin)
+BIN = Path(sys.executable).parent
+
+
+def fakes_process(scenario: Path, config: Path) -> subprocess.Popen[bytes]:
+    """The simulator's fakes of `scenario`, in their own process, for an hour; they write
+    the router config that points at them to `config` (`wait_for_file`)."""
+    return subprocess.Popen([str(BIN / "omniroute-sim"), "serve", str(scenario), "--for", "1h",
+                             "--config-out", str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def gateway_process(config: Path, port: int, *options: str, token: str = "",
+                    env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`omniroute-gateway` for `config` on 127.0.0.1:`port`, quiet, its management token
+    `token` (none: no management API), with `env` added to the environment."""
+    return subprocess.Popen(
+        [str(BIN / "omniroute-gateway"), "--config", str(config), "--listen",
+         f"127.0.0.1:{port}", *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMNIROUTE_TOKEN": token, **(env or {})})
 
 
 def free_port() -> int:
@@ -204,16 +227,12 @@ def main() -> None:
     if args.serve_aiohttp:
         asyncio.run(serve_with_aiohttp(args.serve_aiohttp[0], int(args.serve_aiohttp[1])))
         return
-    bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory() as folder:
         scenario = Path(folder) / "overhead.yaml"
         scenario.write_text(SCENARIO if not args.rate_limit_headers else SCENARIO.replace(
             "latency: 0ms,", "latency: 0ms, limits: {rpm: 1000000, tpm: 100000000},"))
         config = Path(folder) / "router.yaml"
-        fake = subprocess.Popen([str(bin_dir / "omniroute-sim"), "serve", str(scenario),
-                                 "--for", "1h", "--config-out", str(config)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs = [fake]
+        procs = [fakes_process(scenario, config)]
         try:
             wait_for_file(config)
             direct = yaml.safe_load(config.read_text())["providers"]["fake"]["base_url"]
@@ -224,10 +243,8 @@ def main() -> None:
             ports = {"gateway": free_port(), "metrics": free_port(), "aiohttp": free_port()}
             env = {**os.environ, "OMNIROUTE_TOKEN": ""}
             for name, path in (("gateway", config), ("metrics", with_metrics)):
-                procs.append(subprocess.Popen(
-                    [str(bin_dir / "omniroute-gateway"), "--config", str(path), "--listen",
-                     f"127.0.0.1:{ports[name]}", "--log-format", args.log_format],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+                procs.append(gateway_process(path, ports[name], "--log-format",
+                                             args.log_format))
             procs.append(subprocess.Popen(
                 [sys.executable, __file__, "--serve-aiohttp", str(config),
                  str(ports["aiohttp"])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -249,15 +266,12 @@ def main() -> None:
                     [sys.executable, "-m", "simulator.otlp_receiver", "--port", str(receiver),
                      "--out", str(spans)], stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL))
-                traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver}",
+                traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver}",
                           "OTEL_SERVICE_NAME": "bench"}
                 for name, path in (("tracing", config), ("tracing_metrics", with_metrics)):
                     ports[name] = free_port()
-                    procs.append(subprocess.Popen(
-                        [str(bin_dir / "omniroute-gateway"), "--config", str(path),
-                         "--listen", f"127.0.0.1:{ports[name]}", "--log-format",
-                         args.log_format], stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL, env=traced))
+                    procs.append(gateway_process(path, ports[name], "--log-format",
+                                                 args.log_format, env=traced))
                     pids[name] = procs[-1].pid
             gateways = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
             for url in gateways.values():

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import sys
@@ -47,7 +46,15 @@ from omniroute_tui.metrics import build_registry, exposition
 from omniroute_tui.router import Route, Router, Target
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gateway_overhead import free_port, percentile, stop, wait_for_file, wait_until_up
+from gateway_overhead import (
+    fakes_process,
+    free_port,
+    gateway_process,
+    percentile,
+    stop,
+    wait_for_file,
+    wait_until_up,
+)
 from sim_throughput import loop_step_ns
 
 PROVIDERS = ("p0", "p1", "p2")
@@ -161,25 +168,19 @@ MODES = ("none", "spread", "aligned")
 def concurrent(connections: int, scrapers: int, rounds: int, seconds: float, path: str
                ) -> None:
     """Chat latency without and with `scrapers` scraping `path`, in alternating rounds."""
-    bin_dir = Path(sys.executable).parent
     took: dict[str, list[float]] = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory() as folder:
         scenario_path = Path(folder) / "scrapes.yaml"
         scenario_path.write_text(scenario(connections))
         config = Path(folder) / "router.yaml"
-        procs = [subprocess.Popen([str(bin_dir / "omniroute-sim"), "serve", str(scenario_path),
-                                   "--for", "1h", "--config-out", str(config)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        procs = [fakes_process(scenario_path, config)]
         try:
             wait_for_file(config)
             data = yaml.safe_load(config.read_text())
             data["gateway"] = {**(data.get("gateway") or {}), "metrics": "public"}
             config.write_text(yaml.safe_dump(data))
             port = free_port()
-            procs.append(subprocess.Popen(
-                [str(bin_dir / "omniroute-gateway"), "--config", str(config), "--listen",
-                 f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                env={**os.environ, "OMNIROUTE_TOKEN": ""}))
+            procs.append(gateway_process(config, port))
             url = f"http://127.0.0.1:{port}"
             wait_until_up(f"{url}/health")
             size = len(httpx.get(f"{url}{path}", timeout=30).content)

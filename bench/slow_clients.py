@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -209,18 +208,14 @@ def main() -> None:
         _attack(args.attack[0], int(args.attack[1]), float(args.attack[2]))
         return
     sys.path.insert(0, str(Path(__file__).parent))
-    from gateway_overhead import free_port, stop, wait_for_file
+    from gateway_overhead import fakes_process, free_port, gateway_process, stop, wait_for_file
 
-    bin_dir = Path(sys.executable).parent
     token = "bench-token-" + os.urandom(8).hex()
     with tempfile.TemporaryDirectory() as folder:
         scenario = Path(folder) / "slow.yaml"
         scenario.write_text(SCENARIO)
         config = Path(folder) / "router.yaml"
-        fake = subprocess.Popen([str(bin_dir / "omniroute-sim"), "serve", str(scenario),
-                                 "--for", "1h", "--config-out", str(config)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs = [fake]
+        procs = [fakes_process(scenario, config)]
         try:
             wait_for_file(config)
             data = yaml.safe_load(config.read_text())
@@ -232,11 +227,7 @@ def main() -> None:
                 path = Path(folder) / "gateway.yaml"
                 path.write_text(yaml.safe_dump(data))
                 port = free_port()
-                gateway = subprocess.Popen(
-                    [str(bin_dir / "omniroute-gateway"), "--config", str(path), "--listen",
-                     f"127.0.0.1:{port}", "--log-level", "warning"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    env={**os.environ, "OMNIROUTE_TOKEN": token})
+                gateway = gateway_process(path, port, "--log-level", "warning", token=token)
                 procs.append(gateway)
                 url = f"http://127.0.0.1:{port}"
                 _wait_until_up(url)

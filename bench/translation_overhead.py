@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,7 +20,15 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gateway_overhead import cpu_s, free_port, stop, wait_for_file, wait_until_up
+from gateway_overhead import (
+    cpu_s,
+    fakes_process,
+    free_port,
+    gateway_process,
+    stop,
+    wait_for_file,
+    wait_until_up,
+)
 from sim_throughput import loop_step_ns
 
 SCENARIO = """\
@@ -90,21 +96,15 @@ def main() -> None:
     if args.requests < 1 or args.rounds < 1:
         parser.error("--requests and --rounds: at least 1")
     speed = loop_step_ns()
-    bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory() as folder:
         scenario = Path(folder) / "translation.yaml"
         scenario.write_text(SCENARIO)
         config = Path(folder) / "router.yaml"
-        procs = [subprocess.Popen([str(bin_dir / "omniroute-sim"), "serve", str(scenario),
-                                   "--for", "1h", "--config-out", str(config)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        procs = [fakes_process(scenario, config)]
         try:
             wait_for_file(config)
             port = free_port()
-            procs.append(subprocess.Popen(
-                [str(bin_dir / "omniroute-gateway"), "--config", str(config), "--listen",
-                 f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                env={**os.environ, "OMNIROUTE_TOKEN": ""}))
+            procs.append(gateway_process(config, port))
             url = f"http://127.0.0.1:{port}"
             wait_until_up(f"{url}/health")
             cpu = asyncio.run(measure(url, procs[1].pid, args.requests, args.rounds,
