@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from omniroute_tui.apis import ApiFamily
 from omniroute_tui.clock import Clock, ElapsedClock
@@ -323,6 +323,26 @@ class FakeServer:
         return host + ("/v1beta/openai" if self.family is ApiFamily.GEMINI else "/v1")
 
 
+async def start_server(app: ASGIApp, what: str, *, port: int = 0,
+                       startup_timeout_s: float = 10.0
+                       ) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
+    """`app` served by uvicorn on 127.0.0.1:`port` (0: a free one), quiet, once it listens:
+    the server, its task and its port. RuntimeError naming `what` if it does not start."""
+    # log_config=None: no handler of uvicorn's own on stderr, which would also take the
+    # lines of a gateway served beside the fakes (the console's --live)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical",
+                            log_config=None, lifespan="off", access_log=False)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(), name=what)
+    deadline = time.monotonic() + startup_timeout_s
+    while not server.started:
+        if task.done() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"{what} did not start")
+        await asyncio.sleep(0.01)
+    return server, task, server.servers[0].sockets[0].getsockname()[1]
+
+
 async def start_fakes(
     scenario: Scenario, clock: Clock | None = None, *, startup_timeout_s: float = 10.0
 ) -> list[FakeServer]:
@@ -335,18 +355,8 @@ async def start_fakes(
             connection_of = {key: conn for conn, key in keys[provider].items()}
             app = provider_app(scenario, provider, connection_of, clock,
                                seed=scenario.seed + index)
-            # log_config=None: no handler of uvicorn's own on stderr, which would also
-            # take the lines of a gateway served beside the fakes (the console's --live)
-            config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical",
-                                    log_config=None, lifespan="off", access_log=False)
-            server = uvicorn.Server(config)
-            task = asyncio.create_task(server.serve(), name=f"fake-{provider}")
-            deadline = time.monotonic() + startup_timeout_s
-            while not server.started:
-                if task.done() or time.monotonic() > deadline:
-                    raise RuntimeError(f"the fake provider {provider!r} did not start")
-                await asyncio.sleep(0.01)
-            port = server.servers[0].sockets[0].getsockname()[1]
+            server, task, port = await start_server(
+                app, f"the fake provider {provider!r}", startup_timeout_s=startup_timeout_s)
             servers.append(FakeServer(provider, server, task, port,
                                       scenario.providers[provider].api.family))
     except BaseException:

@@ -16,7 +16,6 @@ import contextlib
 import gzip
 import json
 import sys
-import time
 import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
@@ -33,6 +32,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from .http_fakes import start_server
 
 __all__ = ["ReceivedSpan", "main", "otlp_app", "receiving"]
 
@@ -102,8 +103,11 @@ def otlp_app(on_spans: Callable[[list[ReceivedSpan]], None]) -> Starlette:
     one is a 400, as a collector answers it."""
 
     async def traces(request: Request) -> Response:
+        length = request.headers.get("content-length", "0")
+        if not length.isdigit() or int(length) > MAX_BODY_BYTES:  # refused before it is read
+            return Response("too large, or no length a number\n", 413)
         body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
+        if len(body) > MAX_BODY_BYTES:  # a chunked body, read whole
             return Response("too large\n", 413)
         try:
             encoding = request.headers.get("content-encoding", "").lower()
@@ -139,18 +143,10 @@ async def receiving(port: int = 0, *, startup_timeout_s: float = 10.0
                     ) -> AsyncIterator[Receiving]:
     """A receiver on 127.0.0.1 (`port` 0: any free one) for the block's length."""
     holder = Receiving(0)
-    config = uvicorn.Config(otlp_app(holder.spans.extend), host="127.0.0.1", port=port,
-                            log_level="critical", log_config=None, lifespan="off",
-                            access_log=False)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(), name="otlp-receiver")
+    server, task, holder.port = await start_server(
+        otlp_app(holder.spans.extend), "the OTLP receiver", port=port,
+        startup_timeout_s=startup_timeout_s)
     try:
-        deadline = time.monotonic() + startup_timeout_s
-        while not server.started:
-            if task.done() or time.monotonic() > deadline:
-                raise RuntimeError("the OTLP receiver did not start")
-            await asyncio.sleep(0.01)
-        holder.port = server.servers[0].sockets[0].getsockname()[1]
         yield holder
     finally:
         server.should_exit = True

@@ -274,6 +274,12 @@ async def test_the_receiver_refuses_what_is_not_an_export() -> None:
         assert (await http.post(url, content=b"\x1f\x8b junk",
                                 headers={"content-encoding": "gzip"})).status_code == 400
         assert (await http.post(url, content=b"")).status_code == 200  # an empty export
+        # a head that announces 17 MB is refused before any of the body is read
+        reader, writer = await asyncio.open_connection("127.0.0.1", receiver.port)
+        writer.write(b"POST /v1/traces HTTP/1.1\r\nhost: x\r\ncontent-length: "
+                     + str(17 * 1024 * 1024).encode() + b"\r\n\r\n")
+        assert (await reader.readline()).startswith(b"HTTP/1.1 413")
+        writer.close()
     assert receiver.spans == []
 
 
