@@ -299,3 +299,38 @@ async def test_a_request_not_sampled_sends_no_span_and_says_so_upstream(
     version, trace_id, _span_id, sent_flags = upstream["traceparent"].split("-")
     assert (version, trace_id) == ("00", TRACE_ID)  # the client's trace goes on upstream
     assert sent_flags == ("01" if spans_expected else "00")
+
+
+async def test_a_stream_cut_after_its_first_byte_ends_its_attempt_span_with_the_cut(
+        otel_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client has its 200 and an error event; the trace says the attempt's stream was
+    cut, and why, and the request's span ends when the stream does."""
+
+    async def cut(model: str) -> AsyncIterator[bytes]:
+        head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                "choices": [{"index": 0, "delta": {"content": "hel"}, "finish_reason": None}]}
+        yield f"data: {json.dumps(head)}\n\n".encode()
+        raise ConnectionResetError("the upstream went away")
+
+    async def completions(request: Request) -> Response:
+        body = json.loads(await request.body())
+        return StreamingResponse(cut(body["model"]), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    async with receiving() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        async with serving(app) as url, gateway_for(config(url), traced=True) as gw, \
+                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+            answer = await http.post("/v1/chat/completions", json={
+                "model": "second/m", "stream": True,
+                "messages": [{"role": "user", "content": "hi"}]})
+            assert answer.status_code == 200
+            assert b"hel" in answer.content and b'"error"' in answer.content
+            assert gw.gateway.tracing is not None
+            assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
+        (server,) = [s for s in receiver.spans if s.kind == "server"]
+        (attempt,) = [s for s in receiver.spans if s.kind == "client"]
+    assert server.attributes["http.response.status_code"] == 200
+    assert attempt.attributes["omniroute.outcome"] == "stream_cut"
+    assert attempt.status == "error" and "omniroute.stream_cut" in attempt.attributes
+    assert attempt.end_ns <= server.end_ns
