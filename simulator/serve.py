@@ -41,13 +41,15 @@ def router_config_for(scenario: Scenario, servers: list[FakeServer]) -> dict[str
             **({"embedding_models": list(provider.embedding_models)}
                if provider.embedding_models else {}),
             "connections": [
-                {"id": c.id, "api_key": keys[name][c.id], **({"weight": c.weight}
-                                                          if c.weight != 1 else {})}
+                {"id": c.id, "api_key": keys[name][c.id],
+                 **({"weight": c.weight} if c.weight != 1 else {}),
+                 **({"max_in_flight": c.max_in_flight} if c.max_in_flight else {})}
                 for c in provider.connections
             ],
         }
         if isinstance(raw_provider, dict):
-            for key in ("resilience", "api_version", "deployments", "anthropic_version"):
+            for key in ("resilience", "api_version", "deployments", "anthropic_version",
+                        "max_in_flight", "max_queued"):
                 if key in raw_provider:  # as written: the family's own settings too
                     entry[key] = raw_provider[key]
         providers[name] = entry

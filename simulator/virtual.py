@@ -11,6 +11,7 @@ import heapq
 import random
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import IO, Any
 
 from omniroute_tui.clock import ManualClock
@@ -64,6 +65,17 @@ class TraceWriter:
             self._lines.clear()
 
 
+class _Queued:
+    """A request waiting in a full provider's queue (docs/design.md §6): its step comes
+    when a slot is handed to it or when its wait ends, whichever is first."""
+
+    __slots__ = ("done", "routing")
+
+    def __init__(self, routing: Routing) -> None:
+        self.routing = routing
+        self.done = False
+
+
 class VirtualRun:
     """One policy's replay of a scenario, advanced in virtual time on demand.
 
@@ -110,6 +122,8 @@ class VirtualRun:
         self._shares = 0
         self._last_event_ms = 0  # when the last thing happened: the run's end
         self._requests = 0
+        #: queued requests a slot was handed to, to step at the current virtual time
+        self._handed: list[_Queued] = []
         self.wall_s = 0.0
         heap = self._heap
         for t, fault, phase in scenario.fault_edges(scenario.duration_ms):
@@ -148,6 +162,7 @@ class VirtualRun:
         push, pop = heapq.heappush, heapq.heappop
         answer, rng, router, traffic = self._answer, self._rng, self.router, scenario.traffic
         arrivals, emit, streams = self._arrivals, self.bus.emit, self._streams
+        handed = self._handed
         seq = self._seq
         handled = 0
 
@@ -167,7 +182,13 @@ class VirtualRun:
                 push(heap, (now + fate.delay_ms, _STEP, 0, seq, (routing, fate)))
             elif isinstance(step, Wait):
                 seq += 1
-                push(heap, (now + step.delay_ms, _STEP, 0, seq, (routing, None)))
+                ticket = step.queue
+                if ticket is None:
+                    push(heap, (now + step.delay_ms, _STEP, 0, seq, (routing, None)))
+                else:
+                    queued = _Queued(routing)
+                    ticket.wake = partial(handed.append, queued)
+                    push(heap, (now + step.delay_ms, _STEP, 0, seq, (routing, queued)))
             elif streams:
                 streams.pop(routing, None)  # answered
 
@@ -189,6 +210,10 @@ class VirtualRun:
                 routing, fate = payload
                 if fate is None:
                     advance(routing, now)
+                elif fate.__class__ is _Queued:  # handed a slot, or its wait is over
+                    if not fate.done:
+                        fate.done = True
+                        advance(routing, now)
                 elif fate.__class__ is StreamEnd:  # a streamed answer's end (docs/design.md §7)
                     routing.end_stream(fate.cut, relayed_bytes=fate.relayed_bytes,
                                        relayed_chunks=fate.relayed_chunks)
@@ -210,6 +235,11 @@ class VirtualRun:
             else:
                 fault, edge = payload
                 emit(FaultEvent(now, fault.name, edge, str(fault.target)))
+            if handed:  # their steps come next, at this same time, oldest first
+                for queued in handed:
+                    seq += 1
+                    push(heap, (now, _STEP, 0, seq, (queued.routing, queued)))
+                handed.clear()
             handled += 1
             if progress is not None and handled % 4096 == 0:
                 progress(now)

@@ -187,7 +187,8 @@ def test_the_tour_quotes_the_chaos_run(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_the_config_examples_load() -> None:
     page = DOCS / "configuration.md"
-    example, strategies, resume, kinds, streams, families = blocks(page.read_text(), "yaml")
+    example, strategies, resume, caps, kinds, streams, families = blocks(page.read_text(),
+                                                                          "yaml")
     config = load_router_config(page, text=example, env={
         "OPENAI_API_KEY": "sk-docs-example-0001", "OPENAI_SPARE_KEY": "sk-docs-example-0002"})
     openai = config.providers["openai"]
@@ -202,6 +203,9 @@ def test_the_config_examples_load() -> None:
     assert (routes["careful"].fallback_wait_ms, routes["fast"].fallback_wait_ms) == (3_000, 0)
     assert not routes["fast"].stream_resume
     assert load_router_config(page, text=resume).routes["chat"].stream_resume
+    claude = load_router_config(page, text=caps + "routes: {}\n", env={
+        "SEAT_1": "sk-ant-1", "SEAT_2": "sk-ant-2"}).providers["claude"].spec()
+    assert (claude.max_in_flight, claude.connection_caps, claude.max_queued) == (8, (2, 2), 50)
     with_kinds = load_router_config(page, text=kinds + ROUTER_YAML)
     override = with_kinds.providers["openai"].settings.breaker.kinds[
         FailureKind.QUOTA_EXHAUSTED]

@@ -59,7 +59,12 @@ __all__ = [
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 PROVIDER_FIELDS = ("auth", "per_model_quota", "base_url", "models", "embedding_models",
-                   "resilience", "connections", *API_FIELDS)
+                   "resilience", "connections", "max_in_flight", "max_queued", *API_FIELDS)
+#: requests that may wait for a slot of a capped provider, unless `max_queued` says
+#: (docs/design.md §6); the most `max_in_flight` and `max_queued` may be
+DEFAULT_MAX_QUEUED = 100
+MAX_IN_FLIGHT = 100_000
+MAX_QUEUED = 100_000
 
 
 class MetricsAccess(StrEnum):
@@ -76,6 +81,7 @@ class ConnectionConfig:
     api_key: Secret | None = None
     weight: int = 1
     extra: Mapping[str, Any] = field(default_factory=dict)  # fields a caller asked to keep
+    max_in_flight: int = 0  # attempts in flight at most on this key (0: no cap)
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,10 @@ class ProviderConfig:
     api: ApiSettings = field(default_factory=ApiSettings)
     #: the models that serve `/v1/embeddings` only (`models` serve the text endpoints)
     embedding_models: tuple[str, ...] = ()
+    #: attempts in flight at most on the provider (0: no cap), and requests that may wait
+    #: for a slot when it or its keys are full (docs/design.md §6)
+    max_in_flight: int = 0
+    max_queued: int = DEFAULT_MAX_QUEUED
 
     @property
     def all_models(self) -> tuple[str, ...]:
@@ -107,6 +117,10 @@ class ProviderConfig:
             weights=None if all(w == 1 for w in weights) else weights,
             credentials=tuple(c.api_key.fingerprint if c.api_key is not None else ""
                               for c in self.connections),
+            max_in_flight=self.max_in_flight,
+            connection_caps=(tuple(c.max_in_flight for c in self.connections)
+                             if any(c.max_in_flight for c in self.connections) else ()),
+            max_queued=self.max_queued,
         )
 
 
@@ -227,7 +241,8 @@ def _connections(
         body = read_mapping(src, item, where)
         if body is None:
             continue
-        reject_unknown(src, body, where, ("id", "api_key", "weight", *extra_fields))
+        reject_unknown(src, body, where, ("id", "api_key", "weight", "max_in_flight",
+                                          *extra_fields))
         conn_id = _identifier(src, str(body.get("id", "")), where + ("id",), "a connection id")
         if conn_id is None:
             continue
@@ -239,9 +254,11 @@ def _connections(
             if body.get("api_key") is not None and env is not None else None
         weight = _connection_weight(src, body["weight"], where + ("weight",)) \
             if "weight" in body else 1
+        cap = (_whole_weight(src, body["max_in_flight"], where + ("max_in_flight",),
+                             MAX_IN_FLIGHT) if "max_in_flight" in body else 0)
         extra = {key: reader(src, body[key], where + (key,))
                  for key, reader in extra_fields.items() if key in body}
-        result.append(ConnectionConfig(conn_id, secret, weight, extra))
+        result.append(ConnectionConfig(conn_id, secret, weight, extra, cap))
     total = sum(c.weight for c in result)
     if total > MAX_ROTATION:
         src.problem(path, f"the connections' weights add up to {total:,}: at most "
@@ -317,10 +334,15 @@ def parse_providers(
                                    connection_fields or {})
         extra = {key: reader(src, body[key], where + (key,))
                  for key, reader in extra_fields.items() if key in body}
+        max_in_flight = (_whole_weight(src, body["max_in_flight"], where + ("max_in_flight",),
+                                       MAX_IN_FLIGHT) if "max_in_flight" in body else 0)
+        max_queued = (_whole_number(src, body["max_queued"], where + ("max_queued",),
+                                    MAX_QUEUED) if "max_queued" in body else DEFAULT_MAX_QUEUED)
         providers[provider_id] = ProviderConfig(
             name=provider_id, auth=auth, models=models, connections=connections,
             settings=settings, per_model_quota=bool(per_model), base_url=base_url, extra=extra,
-            api=api, embedding_models=embedding_models,
+            api=api, embedding_models=embedding_models, max_in_flight=max_in_flight,
+            max_queued=max_queued,
         )
     _within(src, sum(len(p.connections) for p in providers.values()), path,
             "connections in all")
@@ -449,13 +471,18 @@ def _weight(src: Source, value: Any, path: Path, strategy: Strategy | None, name
     return _whole_weight(src, value, path, MAX_WEIGHT)
 
 
+def _whole_number(src: Source, value: Any, path: Path, largest: int, least: int = 0) -> int:
+    """A whole number least..largest (not a bool); `least` after a problem."""
+    if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= largest:
+        src.problem(path, f"expected a whole number from {least} to {largest:,}, got "
+                          f"{_shown(value)}")
+        return least
+    return value
+
+
 def _whole_weight(src: Source, value: Any, path: Path, largest: int) -> int:
     """A whole number 1..largest (not a bool); 1 after a problem."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= largest:
-        src.problem(path, f"expected a whole number from 1 to {largest:,}, got "
-                          f"{_shown(value)}")
-        return 1
-    return value
+    return _whole_number(src, value, path, largest, 1)
 
 
 def _target(

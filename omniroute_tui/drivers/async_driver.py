@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 from ..apis import ApiFamily, Endpoint
 from ..clock import Clock
 from ..config.router_config import ProviderConfig
+from ..engine.capacity import Ticket
 from ..engine.classify import Classification
 from ..engine.kinds import FailureKind
 from ..router.core import RequestRouting, Router
@@ -171,7 +173,10 @@ class AsyncDriver:
                                                                 reply)
                         return completion
                     if isinstance(step, Wait):
-                        await asyncio.sleep(step.delay_ms / 1000)
+                        if step.queue is None:
+                            await asyncio.sleep(step.delay_ms / 1000)
+                        else:
+                            await _queued(step.queue, step.delay_ms)
                         continue
                     last_reply = await self._attempt(providers, step, request,
                                                      wall.now_ms())
@@ -249,3 +254,15 @@ class AsyncDriver:
                 p.api.family is not ApiFamily.ANTHROPIC and not p.embedding_models
                 for p in providers.values()))
         return known[1]
+
+
+async def _queued(ticket: Ticket, delay_ms: int) -> None:
+    """Wait in a full provider's queue until a slot is handed over, or `delay_ms` at most
+    (docs/design.md §6)."""
+    if ticket.reserved is not None:
+        return
+    handed = asyncio.Event()
+    ticket.wake = handed.set
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(delay_ms / 1000):
+            await handed.wait()

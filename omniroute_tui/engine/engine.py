@@ -24,6 +24,7 @@ from ..fleet.commands import (
 )
 from .breaker import BreakerAdmission, BreakerSnapshot, ProviderBreaker
 from .bus import EventBus
+from .capacity import Capacity
 from .changes import Changes
 from .classify import Classification
 from .consequences import CONSEQUENCES, BreakerEffect, Layer
@@ -96,6 +97,18 @@ class ProviderSpec:
     #: a fingerprint of each connection's key, in order (empty: not known); a reload
     #: tells a new key by it (a new credential is enabled again after an auth failure)
     credentials: tuple[str, ...] = ()
+    #: attempts in flight at most on the provider (0: no cap), on each connection (one
+    #: per connection, 0: no cap; empty: none capped), and requests waiting for a slot
+    #: (docs/design.md §6)
+    max_in_flight: int = 0
+    connection_caps: tuple[int, ...] = ()
+    max_queued: int = 0
+
+    def capacity_args(self) -> tuple[tuple[str, ...], int, dict[str, int], int]:
+        """The arguments of the provider's `Capacity`."""
+        limits = {c: cap for c, cap in zip(self.connections, self.connection_caps,
+                                           strict=False) if cap}
+        return self.connections, self.max_in_flight, limits, self.max_queued
 
     def credential_of(self) -> dict[str, str]:
         """Each connection's key fingerprint (empty: not known)."""
@@ -119,8 +132,8 @@ class ProviderLayers:
     """
 
     __slots__ = ("_bus", "_changes", "_gone", "_on_failure", "breaker", "budget",
-                 "carried_until", "dedup", "first_token_ms", "last_failure_at", "lockouts",
-                 "name", "pool", "spec", "stream_idle_ms", "timeout_ms")
+                 "capacity", "carried_until", "dedup", "first_token_ms", "last_failure_at",
+                 "lockouts", "name", "pool", "spec", "stream_idle_ms", "timeout_ms")
 
     def __init__(self, spec: ProviderSpec, bus: EventBus, rng: random.Random,
                  changes: Changes) -> None:
@@ -143,6 +156,9 @@ class ProviderLayers:
                                       changes=changes)
         self.dedup = FailureDedup(settings.dedup)
         self.budget = RetryBudget(settings.retry_budget)
+        #: the caps on attempts in flight and the queue for a slot; None when uncapped
+        capacity = Capacity(*spec.capacity_args())
+        self.capacity: Capacity | None = capacity if capacity.capped else None
         #: when an attempt here last failed (any kind but `cancelled`), and until when the
         #: slot of the one request that may ride a cooling key is taken (a lease of
         #: `request.timeout`, as a probe's: a driver that never reports cannot keep it):
@@ -205,6 +221,13 @@ class ProviderLayers:
         self.lockouts.forget(staying, None)
         self.dedup.reconfigure(settings.dedup, staying)
         self.budget.reconfigure(settings.retry_budget)
+        args = spec.capacity_args()
+        if self.capacity is not None:  # what is in flight stays counted
+            self.capacity.reconfigure(*args)
+            if not self.capacity.capped:
+                self.capacity = None
+        elif args[1] or args[2]:
+            self.capacity = Capacity(*args)
         self._on_failure = self._consequences()
         return added, removed
 
@@ -669,6 +692,12 @@ class ResilienceEngine:
     def retry_budget_tokens(self, provider: str) -> float:
         """The tokens the provider's retry budget holds now (docs/design.md §6)."""
         return self._state(provider).budget.tokens
+
+    def in_flight(self, provider: str) -> tuple[int, int] | None:
+        """Attempts in flight on a capped provider (slots reserved for waiters included)
+        and requests waiting for a slot; None when the provider has no cap (§6)."""
+        capacity = self._state(provider).capacity
+        return None if capacity is None else (capacity.in_flight, len(capacity.waiters))
 
     def snapshot(self) -> EngineSnapshot:
         now = self.now()

@@ -124,8 +124,12 @@ class SkipReason(StrEnum):
     #: not a skip: the route waits for its target's short Retry-After, or one quick retry
     #: after a 5xx, before it falls back to another model (`fallback_wait`, §7)
     FALLBACK_WAIT = "fallback_wait"
+    #: the provider, or every key it could use, has `max_in_flight` attempts in flight
+    #: (docs/design.md §6); as a wait's reason: the request waits in the queue for a slot
+    AT_CAPACITY = "at_capacity"
 
     @property
     def is_temporary_unavailability(self) -> bool:
-        """A cooldown or a lockout: the kind of skip that makes the aggregate answer 429."""
-        return self in (SkipReason.ALL_COOLING, SkipReason.ALL_LOCKED)
+        """A cooldown, a lockout or a full provider: the kind of skip that makes the
+        aggregate answer 429."""
+        return self in (SkipReason.ALL_COOLING, SkipReason.ALL_LOCKED, SkipReason.AT_CAPACITY)

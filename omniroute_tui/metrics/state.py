@@ -109,6 +109,13 @@ class StateCollector:
         for name in breakers:
             tokens.add_metric((name,), self._engine.retry_budget_tokens(name))
         yield tokens
+        queued = GaugeMetricFamily("omniroute_queued_requests",
+                                   "Requests waiting for a slot of the provider "
+                                   "(max_in_flight).", labels=("provider",))
+        for name in breakers:
+            capacity = self._engine.in_flight(name)
+            queued.add_metric((name,), 0 if capacity is None else capacity[1])
+        yield queued
         yield from self._traffic.families()
         if self._answers is not None:
             yield from self._answers.families()

@@ -79,6 +79,7 @@ class TrafficCounters:
         self.budget_exhausted: dict[str, int] = {}
         self.waits: dict[str, list[int]] = {}  # provider -> [count, ms waited]
         self.fallback_waits: dict[str, list[int]] = {}  # the same, of `fallback_wait`
+        self.queue_waits: dict[str, list[int]] = {}  # the same, for a slot (`max_in_flight`)
         self.dedup: dict[tuple[str, str], int] = {}
         self.transitions: dict[tuple[str, str, str, str], int] = {}
         #: provider -> breaker probes sent on a key still cooling for backoff, and keys a
@@ -136,7 +137,7 @@ class TrafficCounters:
             for per_provider in (self.budget_exhausted, self.cooling_probes, self.freed_keys,
                                  self.carried, self.carrier_freed, self.in_flight):
                 per_provider.setdefault(provider, 0)
-            for waits in (self.waits, self.fallback_waits):
+            for waits in (self.waits, self.fallback_waits, self.queue_waits):
                 waits.setdefault(provider, [0, 0])
 
     def _reload(self, event: ReloadEvent) -> None:
@@ -208,7 +209,9 @@ class TrafficCounters:
         if event.phase != "end":  # an end says how long it waited
             return
         provider = event.target.partition("/")[0]
-        waits = self.fallback_waits if event.reason is SkipReason.FALLBACK_WAIT else self.waits
+        reason = event.reason
+        waits = (self.fallback_waits if reason is SkipReason.FALLBACK_WAIT
+                 else self.queue_waits if reason is SkipReason.AT_CAPACITY else self.waits)
         waited = waits.get(provider)
         if waited is None:
             waited = waits[provider] = [0, 0]
@@ -308,6 +311,13 @@ class TrafficCounters:
         yield _counter("omniroute_admission_wait_seconds",
                        "Time spent in admission waits.",
                        ("provider",), [((k,), v[1] / 1000) for k, v in self.waits.items()])
+        yield _counter("omniroute_queue_waits",
+                       "Requests that waited in the queue for a slot of the provider "
+                       "(max_in_flight), handed one or not.",
+                       ("provider",), [((k,), v[0]) for k, v in self.queue_waits.items()])
+        yield _counter("omniroute_queue_wait_seconds",
+                       "The time those queue waits took.",
+                       ("provider",), [((k,), v[1] / 1000) for k, v in self.queue_waits.items()])
         yield _counter("omniroute_dedup_suppressed",
                        "Failures not counted by the breaker: already counted in this window.",
                        ("provider", "window"), self.dedup.items())

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..engine.breaker import BreakerAdmission
+from ..engine.capacity import Capacity, Ticket
 from ..engine.classify import Classification
 from ..engine.consequences import CONSEQUENCES, Then
 from ..engine.engine import ProviderLayers, ProviderSpec, ResilienceEngine, UnknownTarget
@@ -305,6 +306,8 @@ class RequestRouting:
         "_candidates",
         "_carried",
         "_chooser",
+        "_full",
+        "_held",
         "_inflight",
         "_label",
         "_layers",
@@ -349,6 +352,10 @@ class RequestRouting:
         self._stream: tuple[Attempt, int] | None = None
         #: the in-flight count the attempt last built holds (least_busy), until it ends
         self._busy: Busy | None = None
+        #: the slot the attempt in flight holds on a capped provider, until it ends (a
+        #: stream's at its end), and the full providers met in this pass (§6)
+        self._held: tuple[Capacity, str] | None = None
+        self._full: list[tuple[Capacity, Skip]] | None = None
         self._next: Step | None = None
         self._pass = 0
         self._plan = plan
@@ -369,7 +376,8 @@ class RequestRouting:
         #: request has had its one fallback wait (`fallback_wait`, docs/design.md §7)
         self._again: str | None = None
         self._again_done = False
-        self._wait: tuple[int, Skip] | None = None  # an admission wait's start, until it ends
+        #: a wait's start, what it waits out and its place in a queue, until it ends
+        self._wait: tuple[int, Skip, Ticket | None] | None = None
         #: a cut stream has been given to `resume` (once a request, docs/design.md §7)
         self._resumed = False
         self.serves: Serves | None = None
@@ -403,7 +411,8 @@ class RequestRouting:
             step = self._next = self._advance(self.engine.clock.now_ms())
         if isinstance(step, Wait):
             self._next = None
-            self.waited_ms += step.delay_ms
+            if step.queue is None:  # a queue's wait is counted as it was, at its end
+                self.waited_ms += step.delay_ms
         elif isinstance(step, Attempt):
             self._inflight = step
         return step
@@ -428,6 +437,10 @@ class RequestRouting:
             self._busy = None
             busy.finished(attempt.connection, now - attempt.started_at)
         kind = outcome.kind
+        held = self._held
+        if held is not None and not (stream and kind is None):  # a stream's is held on
+            self._held = None
+            held[0].release(held[1])
         if rate_limits is not None:
             self.router.headroom.note(attempt.provider, attempt.connection, now, rate_limits)
         elif kind is None and self.router.headroom.out:
@@ -475,6 +488,10 @@ class RequestRouting:
         if stream is None:
             return
         self._stream = None
+        held = self._held
+        if held is not None:
+            self._held = None
+            held[0].release(held[1])
         attempt, status = stream
         outcome = _CANCELLED if cancelled else _OK if cut is None else _STREAM_CUT
         self._apply_result(self.engine.clock.now_ms(), attempt, status, outcome,
@@ -517,7 +534,9 @@ class RequestRouting:
                 self._cancel_attempt(now, self._inflight)
             return self.response
         if self._wait is not None:  # it gave up while waiting
-            self._end_wait(now)
+            refill = self._end_wait(now)
+            if refill is not None:
+                refill.fill()
         attempt = self._inflight
         if attempt is None and isinstance(self._next, Attempt):
             attempt = self._next
@@ -536,6 +555,10 @@ class RequestRouting:
         if busy is not None:
             self._busy = None
             busy.finished(attempt.connection, now - attempt.started_at)
+        held = self._held
+        if held is not None:
+            self._held = None
+            held[0].release(held[1])
         self._note_result(now, attempt, 0, _CANCELLED)
 
     # -- the algorithm -----------------------------------------------------------------
@@ -544,37 +567,69 @@ class RequestRouting:
         """The next step after the current position: an attempt, a wait or the answer."""
         if self.response is not None:
             return self.response
-        if self._wait is not None:
-            self._end_wait(now)
-        if self._again is not None:
-            attempt = self._try_again(now)
+        refill = None if self._wait is None else self._end_wait(now)
+        try:
+            if self._again is not None:
+                attempt = self._try_again(now)
+                if attempt is not None:
+                    return attempt
+            attempt = self._walk(now)
             if attempt is not None:
                 return attempt
-        attempt = self._walk(now)
-        if attempt is not None:
-            return attempt
-        # every target walked in this pass without an answer
+            return self._walked_all(now)
+        finally:
+            if refill is not None:  # the slot reserved for it, if it did not take it
+                refill.fill()
+
+    def _walked_all(self, now: int) -> Step:
+        """Every target walked in this pass without an answer: a wait, or the answer."""
         if self._pass == 0 and not self.records:
             wait = self._admission_wait()
-            if wait is not None:  # route once more after it
-                delay, cause = wait
-                self._wait = (now, cause)
+            full, self._full = self._full, None
+            ticket = None if full is None else self._queue(full)
+            if wait is not None or ticket is not None:  # route once more after it
+                if wait is not None:  # a key back, or a slot if one comes first
+                    delay, cause = wait
+                else:
+                    assert full is not None
+                    delay, cause = self.router.admission.max_wait_ms, full[0][1]
+                self._wait = (now, cause, ticket)
                 bus = self.engine.bus
                 if bus.wants(WaitEvent):
                     bus.emit(WaitEvent(now, self.request_id, "start", delay, cause.target,
                                        cause.reason))
                 self._pass, self._target_index, self.skips = 1, 0, []
-                return Wait(delay)
+                return Wait(delay, ticket)
         return self._final_response(now)
 
-    def _end_wait(self, now: int) -> None:
+    def _queue(self, full: list[tuple[Capacity, Skip]]) -> Ticket | None:
+        """A place in the queue of every full provider with room in its queue; None when
+        every such queue is full (§6)."""
+        ticket = Ticket()
+        for capacity, _ in full:
+            capacity.queue(ticket)
+        return ticket if ticket.queues else None
+
+    def _end_wait(self, now: int) -> Capacity | None:
+        """End the wait in progress; returns the capacity a slot reserved for the request
+        went back to (to be handed on, after the request has walked)."""
         assert self._wait is not None
-        started, cause = self._wait
+        started, cause, ticket = self._wait
         self._wait = None
+        refill = None
+        if ticket is not None:
+            ticket.leave()
+            self.waited_ms += now - started
+            reserved = ticket.reserved
+            if reserved is not None:
+                ticket.reserved = None
+                refill = reserved[0]
+                refill.give_back(reserved[1])
         bus = self.engine.bus
         if bus.wants(WaitEvent):
             bus.emit(WaitEvent(now, self.request_id, "end", now - started, cause.target,
                                cause.reason))
+        return refill
 
     def _walk(self, now: int) -> Attempt | None:
         """Walk on from the current position to the next attempt; None past the last
@@ -596,6 +651,11 @@ class RequestRouting:
                     assert granted.skip is not None
                     self._skip(now, next_target, granted.skip, granted.retry_after_ms)
                     continue
+                capacity = next_layers.capacity
+                if capacity is not None and capacity.full():
+                    next_layers.breaker.release(granted)
+                    self._skip_full(now, next_target, capacity)
+                    continue
                 chooser = self._chooser
                 if chooser is not None:
                     start, why = chooser.start(next_layers, next_target.model, now)
@@ -612,20 +672,34 @@ class RequestRouting:
             target, layers, admission = self._target, self._layers, self._admission
             assert target is not None and layers is not None and admission is not None
             connection = next(candidates, None)
+            capacity = layers.capacity
+            full_here = False  # a key was passed over at its cap (§6)
+            if capacity is not None:
+                while connection is not None and capacity.connection_full(connection):
+                    full_here = True
+                    connection = next(candidates, None)
             cooling_until = None
             if connection is None:  # the provider has nothing (more) to offer
                 self._candidates = None
-                if admission.probe_token is None:  # a cooling key may carry it (§4)
+                if full_here:  # its free keys are full: no cooling key instead
+                    key = None
+                elif admission.probe_token is None:  # a cooling key may carry it (§4)
                     key = layers.carrier(now, target.model, self._tried_on(layers.name))
                     self._carried = key is not None
                 elif not self._on_provider:  # a probe may use a backoff key (§3)
                     key = layers.pool.probe_key(now, target.model, layers.lockouts)
                 else:
                     key = None
+                if key is not None and capacity is not None and not capacity.has_room(key[0]):
+                    key, full_here, self._carried = None, True, False
                 if key is None:
                     if self._on_provider:
                         continue
                     layers.breaker.release(admission)
+                    if full_here:
+                        assert capacity is not None
+                        self._skip_full(now, target, capacity)
+                        continue
                     unavailable = layers.unavailable(now, target.model)
                     self._skip(now, target, unavailable.reason, unavailable.retry_after_ms)
                     continue
@@ -660,6 +734,10 @@ class RequestRouting:
                           layers.timeout_ms, now, admission,
                           layers.first_token_ms if first_token is None else first_token,
                           layers.stream_idle_ms)
+        capacity = layers.capacity
+        if capacity is not None:  # held until the attempt ends (a stream's, at its end)
+            capacity.take(connection)
+            self._held = (capacity, connection)
         router = self.router
         if router._tracks_load:  # counted until the attempt ends: record() or cancel()
             self._busy = router.load.started(layers.name, connection)
@@ -712,7 +790,7 @@ class RequestRouting:
         assert target is not None
         cause = Skip(str(target), SkipReason.FALLBACK_WAIT, delay)
         self._again, self._again_done = attempt.connection, True
-        self._wait = (now, cause)
+        self._wait = (now, cause, None)
         bus = self.engine.bus
         if bus.wants(WaitEvent):
             bus.emit(WaitEvent(now, self.request_id, "start", delay, cause.target,
@@ -727,7 +805,8 @@ class RequestRouting:
         assert connection is not None and layers is not None and target is not None
         cooldown = layers.pool.get(connection) if connection in layers.pool.position else None
         if (cooldown is None or cooldown.disabled
-                or layers.lockouts.locked_until(connection, target.model, now) is not None):
+                or layers.lockouts.locked_until(connection, target.model, now) is not None
+                or (layers.capacity is not None and not layers.capacity.has_room(connection))):
             return None
         admission = layers.breaker.admit(now)
         if not admission.allowed or admission.probe_token is not None:
@@ -769,6 +848,13 @@ class RequestRouting:
         `provider/model`, and a provider's name has no slash)."""
         return [record.connection for record in self.records
                 if record.target.partition("/")[0] == provider]
+
+    def _skip_full(self, now: int, target: Target, capacity: Capacity) -> None:
+        """Pass over a target whose provider, or every key it could use, is full (§6)."""
+        self._skip(now, target, SkipReason.AT_CAPACITY, None)
+        if self._full is None:
+            self._full = []
+        self._full.append((capacity, self.skips[-1]))
 
     def _skip(self, now: int, target: Target, reason: SkipReason, retry_after_ms: int | None
               ) -> None:

@@ -8,6 +8,7 @@ from dataclasses import field
 from typing import Any
 
 from ..engine.breaker import BreakerAdmission
+from ..engine.capacity import Ticket
 from ..engine.classify import Classification
 from ..engine.kinds import FailureKind, SkipReason, StreamCut
 from ..engine.settings import STREAM_IDLE_MS
@@ -43,9 +44,14 @@ class Attempt:
 
 @value
 class Wait:
-    """Nothing can be attempted now, but something will be within the admission window."""
+    """Nothing can be attempted now, but something will be within the admission window.
+
+    `queue`: the request waits in the queue of a full provider (§6); its wait ends early
+    when a slot is handed to it: the driver sets `queue.wake` to be told, or checks
+    `queue.reserved`, and asks for the next step then."""
 
     delay_ms: int
+    queue: Ticket | None = None
 
 
 @value

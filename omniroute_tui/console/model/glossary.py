@@ -31,6 +31,9 @@ _SKIPS = {
                            "request (or cannot take its translation)",
     SkipReason.FALLBACK_WAIT: "not a skip: the route waits for its target's short "
                               "Retry-After, or retries a 5xx once, before falling back",
+    SkipReason.AT_CAPACITY: "passed over: the provider, or every key it could use, has its "
+                            "max_in_flight attempts in flight; as a wait, the request "
+                            "waited in the queue for a slot",
 }
 
 #: (term, meaning), in the order the screen lists them
