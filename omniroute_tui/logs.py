@@ -23,7 +23,7 @@ __all__ = ["FIELDS", "LOG_FORMATS", "LOG_LEVELS", "JsonFormatter", "TextFormatte
 #: the fields a line may carry beside ts, level, logger and msg, in the order written
 FIELDS = ("request_id", "route", "provider", "connection", "model", "status", "attempts",
           "latency_ms", "skips", "stream", "reason", "relayed_bytes", "relayed_chunks",
-          "resume", "resumed_by", "replica", "client")
+          "resume", "resumed_by", "replica", "tenant", "client")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 #: loggers of libraries whose lines we write: no handlers of their own, through ours

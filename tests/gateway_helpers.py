@@ -95,7 +95,8 @@ async def running_gateway(tmp_path: Path, *, db: bool = False, scenario: str = S
             await link.attach(router.engine, router.models)
         gateway = Gateway(router, config.providers, token=TOKEN, store=store, limits=limits,
                           fleet=link, metrics=metrics, operators=OPERATORS,
-                          served_by_header=config.gateway_served_by_header)
+                          served_by_header=config.gateway_served_by_header,
+                          clients=config.gateway_clients)
         server = GatewayServer(gateway, "127.0.0.1", port)
         await server.start()
         yield Running(server.url, gateway, text, server)

@@ -9,16 +9,21 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 import yaml
 from prometheus_client import generate_latest
 
 from omniroute_tui.clock import ManualClock
+from omniroute_tui.config.clients import ClientKeys, Tenant
 from omniroute_tui.config.status import ConfigStatus
 from omniroute_tui.engine import Classification, FailureKind, ProviderSpec, ResilienceEngine
 from omniroute_tui.engine.events import LockoutEvent, ResultEvent
 from omniroute_tui.fleet.redis_link import FleetHealth
+from omniroute_tui.gateway.app import client_error
+from omniroute_tui.gateway.client_keys import ClientGate
+from omniroute_tui.gateway.tenant_limits import LocalUsage
 from omniroute_tui.metrics import OTHER, AnswerCounters, build_registry, exposition
 from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target, Wait
 from omniroute_tui.router.core import MAX_LEARNED_MODELS
@@ -81,6 +86,10 @@ CONTRACT = {
     "omniroute_fleet_dropped": "counter",
     "omniroute_fleet_propagation_lag_seconds": "histogram",
     "omniroute_trace_spans": "counter",
+    "omniroute_client_requests": "counter",
+    "omniroute_client_tokens": "counter",
+    "omniroute_client_unauthenticated": "counter",
+    "omniroute_client_limit_errors": "counter",
 }
 
 
@@ -143,6 +152,9 @@ class Setup:
         #: what a gateway counts of the answers it passes on
         self.answers = AnswerCounters(self.router)
         registry.setdefault("answers", self.answers)
+        registry.setdefault("clients", ClientGate(
+            ClientKeys(MappingProxyType({}), MappingProxyType({"team": Tenant("team")})),
+            LocalUsage(), lambda: T0, client_error))
         self.registry = build_registry(self.router, clock=self.clock, **registry)  # type: ignore[arg-type]
 
     def request(self, rid: str, model: str,

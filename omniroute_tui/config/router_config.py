@@ -20,6 +20,7 @@ from ..engine.settings import AuthKind, ResilienceSettings, default_settings
 from ..router.core import MAX_ROTATION, Router
 from ..router.routes import DEFAULT_STRATEGY, Route, Strategy, Target
 from .api_family import API_FIELDS, ApiSettings, parse_api
+from .clients import ClientKeys, parse_clients
 from .hidden import hidden_reason
 from .limits import (
     MAX_COUNTS,
@@ -143,6 +144,8 @@ class RouterConfig:
     gateway_token_file: str | None = None
     #: the management API's named tokens and their roles (taken by a reload)
     gateway_operators: OperatorTokens = field(default_factory=OperatorTokens)
+    #: who may send requests, by tenant, with its limits (empty: anyone may)
+    gateway_clients: ClientKeys = field(default_factory=ClientKeys)
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
     gateway_metrics: MetricsAccess = MetricsAccess.TOKEN
     #: whether an answer names its provider/connection/model in `x-omniroute-served-by`
@@ -533,6 +536,7 @@ def load_router_config(
     retention = StoreRetention()
     limits = GatewayLimits()
     operators = OperatorTokens()
+    clients = ClientKeys()
     metrics = MetricsAccess.TOKEN
     served_by_header = True
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
@@ -557,12 +561,15 @@ def load_router_config(
                                       positive=True, longest_ms=3_600_000) or lease_max
     if "gateway" in data and (gw := read_mapping(src, data["gateway"], ("gateway",))) is not None:
         reject_unknown(src, gw, ("gateway",), ("listen", "token_file", "limits", "metrics",
-                                               "served_by_header", "operators"))
+                                               "served_by_header", "operators", "clients"))
         if "served_by_header" in gw:
             served_by_header = _on_or_off(src, gw["served_by_header"],
                                           ("gateway", "served_by_header"))
         if "operators" in gw:
             operators = parse_operators(src, gw["operators"], ("gateway", "operators"))
+        if "clients" in gw:
+            clients = parse_clients(src, gw["clients"], ("gateway", "clients"))
+            _check_client_routes(src, clients, routes, providers)
         if "metrics" in gw:
             metrics = _metrics_access(src, gw["metrics"], ("gateway", "metrics"))
         if "limits" in gw:
@@ -577,10 +584,23 @@ def load_router_config(
         store_redis=store_redis, store_prefix=prefix, store_lease_max_ms=lease_max,
         store_retention=retention,
         gateway_listen=listen, gateway_token_file=token_file, gateway_operators=operators,
-        gateway_limits=limits,
+        gateway_clients=clients, gateway_limits=limits,
         gateway_metrics=metrics, gateway_served_by_header=served_by_header,
         source=src.name, version=src.version, raw=data,
     )
+
+
+def _check_client_routes(src: Source, clients: ClientKeys, routes: Mapping[str, Route],
+                         providers: Mapping[str, ProviderConfig]) -> None:
+    """Each name a tenant may use is a route or a declared provider/model: a typo would
+    refuse the tenant's requests without saying why."""
+    for tenant in clients.tenants.values():
+        for name in sorted(tenant.routes or ()):
+            provider, _, model = name.partition("/")
+            if name not in routes and model not in (
+                    providers[provider].all_models if provider in providers else ()):
+                src.problem(("gateway", "clients", tenant.name, "routes"),
+                            f"{name!r} is neither a route nor a provider/model of the config")
 
 
 def _metrics_access(src: Source, value: Any, path: Path) -> MetricsAccess:

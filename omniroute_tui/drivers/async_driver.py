@@ -129,7 +129,7 @@ class AsyncDriver:
 
     async def complete(
         self, body: dict[str, Any], *, request_id: str | None = None, stream: bool = False,
-        request: ClientRequest | None = None,
+        request: ClientRequest | None = None, tenant: str | None = None,
     ) -> Completion:
         """Route one request (`request`; by default a chat completion of `body`); raises
         UnknownRoute for an unknown model. A target that does not serve the request's
@@ -138,6 +138,7 @@ class AsyncDriver:
         A request that ends without its answer (the task cancelled, an exception on the
         way) cancels its routing before anything else: the attempt in flight counts as
         `cancelled`, and what it held (its count in flight, a probe slot) is given back.
+        `tenant`: the client key's, for the request's events.
         """
         providers = self.providers  # a reload swaps them: this request keeps its own
         if request is None:
@@ -145,7 +146,7 @@ class AsyncDriver:
         serves = (None if request.endpoint is Endpoint.CHAT and self._native_chat(providers)
                   else partial(request.serves, providers))
         routing = self.router.start(request_id or self.next_request_id(), str(body["model"]),
-                                    serves)
+                                    serves, tenant)
         wall = self.wall
         last_reply: UpstreamReply | None = None
         #: a "prompt too long" answer, kept: the client's answer if no later target takes

@@ -162,9 +162,13 @@ def json_encoder(cls: type[Event]) -> Callable[[Event], str]:
 
 @value
 class RequestEvent(Event):
+    """A request begins, for `route`; `tenant` is its client key's, when the gateway
+    asks for client keys (docs/gateway.md, "Client keys")."""
+
     TYPE: ClassVar[str] = "request"
     id: str
     route: str
+    tenant: str | None = None
 
 
 @value

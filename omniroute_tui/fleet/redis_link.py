@@ -339,6 +339,11 @@ class RedisLink:
                 if self._sentinel is not None:
                     await self._sentinel.aclose()
 
+    @property
+    def client(self) -> Any:
+        """The Redis client, for what else the gateway keeps fleet-wide (client limits)."""
+        return self._redis
+
     def health(self) -> FleetHealth:
         fault = self._key_fault or next(iter(self._loop_faults.values()), None)
         outbox = self._outbox.health()

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..apis import ClientApi, Endpoint
+from ..config.clients import ClientKeys, Tenant
 from ..config.durations import parse_duration_ms
 from ..config.hidden import visible
 from ..config.limits import GatewayLimits
@@ -41,6 +42,7 @@ from ..router.core import Router, UnknownRoute
 from ..state_document import state_document
 from ..store import SqliteStore
 from ..tracing import RequestTracing
+from .client_keys import ClientGate, usage_for
 from .events_stream import EventBroadcaster, EventStreamResponse
 from .openapi import MANAGEMENT_OPENAPI
 from .protocol import client_log
@@ -130,12 +132,15 @@ class Gateway:
         operators: OperatorTokens | None = None,
         token_file: str | None = None,
         tracing: RequestTracing | None = None,
+        clients: ClientKeys | None = None,
     ) -> None:
         """`token`: the single management token (role `operate`), read again from
         `token_file` on each reload when it came from one; `operators`: the named tokens,
         by default the config's `gateway.operators` (a reload takes its new ones). With
         neither, there is no management API. `tracing`: OpenTelemetry spans of the proxied
-        requests (`tracing_from_env`), whose context goes upstream with each attempt."""
+        requests (`tracing_from_env`), whose context goes upstream with each attempt.
+        `clients`: who may send requests and how much (by default the config's
+        `gateway.clients`; none: anyone who reaches the port)."""
         self.router = router
         self.limits = limits or GatewayLimits()
         self.engine = router.engine
@@ -156,6 +161,13 @@ class Gateway:
         #: (`gateway.served_by_header`): a connection id may name a team or an account
         self.served_by_header = served_by_header
         self.request_ids = RequestIds()
+        if clients is None:
+            clients = ClientKeys() if config is None else config.gateway_clients
+        #: client keys, their tenants' limits and counts (off when `clients` is empty)
+        self.clients = ClientGate(
+            clients, usage_for(None if fleet is None else fleet.client,
+                               "omniroute" if fleet is None else fleet.prefix),
+            self.driver.wall.now_ms, client_error)
         self.events = EventBroadcaster(router.engine.bus,
                                        replica=None if fleet is None else fleet.replica)
         if fleet is not None:
@@ -184,7 +196,7 @@ class Gateway:
         self.metrics = None if self.answers is None else build_registry(
             router, clock=router.engine.clock, store=store, fleet=fleet,
             config_status=self.status, answers=self.answers,
-            traces=None if tracing is None else tracing.exporter)
+            traces=None if tracing is None else tracing.exporter, clients=self.clients)
         #: `/metrics` bodies, shared by scrapes that come together
         self.scrapes = None if self.metrics is None else Scrapes(
             self.metrics, router.engine.clock, router.engine.bus)
@@ -197,6 +209,7 @@ class Gateway:
         self.providers = config.providers
         self.driver.providers = config.providers
         self.operators = config.gateway_operators.with_single(self._single_token())
+        self.clients.reconfigure(config.gateway_clients)
         if self.fleet is not None and self.reloader is not None:
             self.fleet.reconfigure(self.engine, self.router.models)
             self.fleet.announce_config(config.version, self.reloader.status.loaded_at_ms)
@@ -286,6 +299,7 @@ class Gateway:
 
     async def aclose(self) -> None:
         self.events.close()
+        await self.clients.close()
         await self.client.aclose()
 
     # -- the proxy ------------------------------------------------------------------------
@@ -328,47 +342,61 @@ class Gateway:
 
     async def _proxied(self, request: Request, request_id: str, endpoint: Endpoint
                        ) -> Response:
+        tenant: Tenant | None = None
+        if self.clients.on:  # whose key, before a byte of the body is read
+            tenant = self.clients.tenant(request.headers)
+            if tenant is None:
+                self._answered(request_id, 401, endpoint=endpoint)
+                return self.clients.unauthenticated_response(endpoint)
         try:
             raw = await read_body(request, self.limits.max_body_bytes)
             body = json_object(raw, self.limits.max_json_depth)
             model, stream = check_body(endpoint, body)
         except BadRequest as exc:
-            self._answered(request_id, exc.status, endpoint=endpoint)
+            self._answered(request_id, exc.status, endpoint=endpoint, tenant=tenant)
             return _bad_request(exc, endpoint)
         except ClientGone:
             return _client_gone(request, request_id)
+        if tenant is not None:
+            refused = await self.clients.admit(tenant, model, endpoint)
+            if refused is not None:
+                self._answered(request_id, refused.status_code, route=visible(model),
+                               endpoint=endpoint, tenant=tenant)
+                return refused
         client_request = ClientRequest(endpoint, body, stream, _client_headers(request,
                                                                               endpoint))
         try:
             not_served = self.driver.why_not(client_request)
             if not_served is not None:
-                self._answered(request_id, 400, route=model, endpoint=endpoint)
+                self._answered(request_id, 400, route=model, endpoint=endpoint, tenant=tenant)
                 return client_error(endpoint, 400, not_served.reason, param=not_served.param,
                                     code="unsupported_parameter" if not_served.param
                                     else "unsupported_endpoint")
             completion = await self._complete_unless_disconnected(
-                request, client_request, request_id)
+                request, client_request, request_id, tenant)
         except UnknownRoute:  # a name of the client's: its hidden characters escaped
-            self._answered(request_id, 404, route=visible(model), endpoint=endpoint)
+            self._answered(request_id, 404, route=visible(model), endpoint=endpoint,
+                           tenant=tenant)
             return client_error(endpoint, 404, f"the model {model!r} does not exist here: ask "
                                 "for a route or provider/model (GET /v1/models lists them)",
                                 code="model_not_found")
         if completion is None:  # the client went away; the attempt was cancelled
-            self._answered(request_id, 499, route=model, endpoint=endpoint)
+            self._answered(request_id, 499, route=model, endpoint=endpoint, tenant=tenant)
             return Response(status_code=499)
-        response = self._respond(completion, request_id, model, endpoint)
-        if self.answers is not None or self.tracing is not None:
-            self._note_answer(request_id, model, completion)
+        response = self._respond(completion, request_id, model, endpoint, tenant)
+        if self.answers is not None or self.tracing is not None or tenant is not None:
+            self._note_answer(request_id, model, completion, tenant)
         if completion.relay is None:  # a stream's line is written when it ends
             self._answered(request_id, response.status_code, route=model, completion=completion,
-                      endpoint=endpoint)
+                           endpoint=endpoint, tenant=tenant)
         return response
 
-    def _note_answer(self, request_id: str, route: str, completion: Completion) -> None:
-        """What the metrics and the trace learn of an answer: the route asked for; a
-        success's time to first token (a stream: its first content was read before it was
-        chosen) or its tokens (a whole body's `usage`; a stream's are known when it ends,
-        `_stream_ended`)."""
+    def _note_answer(self, request_id: str, route: str, completion: Completion,
+                     tenant: Tenant | None) -> None:
+        """What the metrics, the trace and the tenant's token limits learn of an answer:
+        the route asked for; a success's time to first token (a stream: its first content
+        was read before it was chosen) or its tokens (a whole body's `usage`; a stream's
+        are known when it ends, `_stream_ended`)."""
         if self.tracing is not None:
             self.tracing.route(request_id, route)
         reply, upstream = completion.reply, completion.response.upstream
@@ -381,37 +409,44 @@ class Gateway:
             return
         tracing = (self.tracing if self.tracing is not None
                    and self.tracing.sampled(request_id) else None)
-        if (self.answers is not None or tracing is not None) and (
+        if (self.answers is not None or tracing is not None or tenant is not None) and (
                 usage := usage_of(reply.content)) is not None:
             if self.answers is not None:
                 self.answers.usage(upstream.provider, route, upstream.model, usage)
             if tracing is not None:
                 tracing.usage(request_id, usage)
+            if tenant is not None:
+                self.clients.spend(tenant, usage)
 
     def _answered(self, request_id: str, status: int, *, route: str | None = None,
                   completion: Completion | None = None,
-                  endpoint: Endpoint = Endpoint.CHAT) -> None:
-        """The request's access line, naming this replica when it is one of a fleet."""
+                  endpoint: Endpoint = Endpoint.CHAT, tenant: Tenant | None = None) -> None:
+        """The request's access line, naming this replica when it is one of a fleet and
+        the tenant when client keys are on."""
         _answered(request_id, status, route=route, completion=completion, endpoint=endpoint,
-                  replica=self.fleet.replica if self.fleet is not None else None)
+                  replica=self.fleet.replica if self.fleet is not None else None,
+                  tenant=None if tenant is None else tenant.name)
 
     def _stream_ended(self, request_id: str, route: str, endpoint: Endpoint,
-                      completion: Completion) -> None:
+                      tenant: Tenant | None, completion: Completion) -> None:
         """A relayed stream is over: its access line, and the tokens its last usage
         chunk said it took (a stream cut before it counts none)."""
         relay, upstream = completion.relay, completion.response.upstream
         if (self.answers is not None and relay is not None and relay.usage is not None
                 and upstream is not None):
             self.answers.usage(upstream.provider, route, upstream.model, relay.usage)
+        if tenant is not None and relay is not None and relay.usage is not None:
+            self.clients.spend(tenant, relay.usage)
         if self.tracing is not None:
             if relay is not None and relay.usage is not None:
                 self.tracing.usage(request_id, relay.usage)
             self.tracing.end(request_id, completion.response.status)
         self._answered(request_id, completion.response.status, route=route, completion=completion,
-                  endpoint=endpoint)
+                       endpoint=endpoint, tenant=tenant)
 
     async def _complete_unless_disconnected(
-        self, request: Request, client_request: ClientRequest, request_id: str
+        self, request: Request, client_request: ClientRequest, request_id: str,
+        tenant: Tenant | None = None,
     ) -> Completion | None:
         """The completion, routed in this task; a watcher cancels it if the client goes
         away (one extra task per request, not two and an `asyncio.wait`)."""
@@ -429,7 +464,8 @@ class Gateway:
         try:
             return await self.driver.complete(client_request.body, request_id=request_id,
                                               stream=client_request.stream,
-                                              request=client_request)
+                                              request=client_request,
+                                              tenant=None if tenant is None else tenant.name)
         except asyncio.CancelledError:
             if not gone:
                 raise
@@ -439,7 +475,7 @@ class Gateway:
             watcher.cancel()
 
     def _respond(self, completion: Completion, request_id: str, model: str,
-                 endpoint: Endpoint) -> Response:
+                 endpoint: Endpoint, tenant: Tenant | None) -> Response:
         response, reply = completion.response, completion.reply
         if reply is None:
             return JSONResponse(in_client_api(endpoint, response.status, response.body or {}),
@@ -450,7 +486,7 @@ class Gateway:
             headers[SERVED_BY_HEADER] = response.upstream.served_by
         if reply.relay is not None:
             return RelayResponse(completion, reply.status, headers, partial(
-                self._stream_ended, request_id, model, endpoint))
+                self._stream_ended, request_id, model, endpoint, tenant))
         return Response(reply.content, reply.status, headers=headers)
 
     async def models(self, request: Request) -> Response:
@@ -731,14 +767,16 @@ def _client_headers(request: Request, endpoint: Endpoint) -> dict[str, str]:
 
 def _answered(request_id: str, status: int, *, route: str | None = None,
               completion: Completion | None = None,
-              endpoint: Endpoint = Endpoint.CHAT, replica: str | None = None) -> None:
+              endpoint: Endpoint = Endpoint.CHAT, replica: str | None = None,
+              tenant: str | None = None) -> None:
     """The access line of a proxied request: its id, route and status, the target that
     served it and the targets passed over, and why; a stream's, how it ended and what it
-    relayed; the fleet replica that served it; never its body (docs/gateway.md, "Logs")."""
+    relayed; the fleet replica that served it and the client key's tenant; never its body
+    (docs/gateway.md, "Logs")."""
     if not access_log.isEnabledFor(logging.INFO):
         return
     fields: dict[str, Any] = {"request_id": request_id, "route": route, "status": status,
-                              "replica": replica}
+                              "replica": replica, "tenant": tenant}
     message = f"{endpoint.noun} answered %d"
     if completion is not None:
         response = completion.response

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from ..clock import SystemClock
 from ..config import ConfigError, MetricsAccess, load_router_config
+from ..config.clients import ClientKeys
 from ..config.operators import OperatorTokens
 from ..config.token import TOKEN_ENV, TokenError, load_token
 from ..logs import add_log_arguments, configure_logging
@@ -122,7 +123,8 @@ async def _serve(args: argparse.Namespace) -> int:
         await server.start()
         management = _management(gateway.operators)
         print(f"omniroute-gateway on {server.url} {management}; "
-              f"{_METRICS_SERVED[gateway.metrics_access]}; {_traced(tracing)}", flush=True)
+              f"{_METRICS_SERVED[gateway.metrics_access]}; {_traced(tracing)}; "
+              f"{_client_keys(gateway.clients.clients, link is not None)}", flush=True)
         await stop.wait()
     finally:
         await server.stop()
@@ -138,6 +140,16 @@ async def _serve(args: argparse.Namespace) -> int:
         return 1
     print("omniroute-gateway stopped", flush=True)
     return 0
+
+
+def _client_keys(clients: ClientKeys, fleet: bool) -> str:
+    """What the start line says of who may send requests."""
+    if not clients:
+        return "client keys off: anyone who reaches the port may send requests"
+    count = len(clients.tenants)
+    where = "in Redis, fleet-wide" if fleet else "in memory"
+    return (f"client keys on: {count} tenant{'s' if count != 1 else ''}, their limits "
+            f"counted {where}")
 
 
 def _traced(tracing: RequestTracing | None) -> str:

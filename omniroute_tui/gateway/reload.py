@@ -177,6 +177,7 @@ class ConfigReloader:
             summary = config.reconfigure(self.router, previous=self.config)
             restart = tuple(label for name, label in RESTART_FIELDS.items()
                             if getattr(config, name) != getattr(self.config, name))
+            clients_changed = config.gateway_clients != self.config.gateway_clients
             self.config = config
             self._on_swap(config)
             status.version, status.loaded_at_ms = config.version, epoch_ms()
@@ -184,9 +185,12 @@ class ConfigReloader:
             status.last_reload_ok, status.last_error = True, None
             elapsed = (asyncio.get_running_loop().time() - started) * 1000
             described = summary.describe()
-            if routes.describe():
-                described = (routes.describe() if described == "no change"
-                             else f"{described}; {routes.describe()}")
+            for change in (routes.describe(),
+                           f"client keys: {len(config.gateway_clients.tenants)} tenant(s)"
+                           if clients_changed else ""):
+                if change:
+                    described = (change if described == "no change"
+                                 else f"{described}; {change}")
             self.router.engine.audit("reload", self.path, actor=actor,
                                      result=f"ok {config.version}: {described}")
             log.info("config %s reloaded (version %s, %.0f ms): %s%s", self.path,

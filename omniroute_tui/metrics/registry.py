@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.registry import Collector
 
 from .. import __version__
 from ..clock import Clock
@@ -22,11 +23,13 @@ def build_registry(router: Router, *, clock: Clock, store: StoreSource | None = 
                    fleet: FleetSource | None = None, config_status: ConfigStatus | None = None,
                    answers: AnswerCounters | None = None,
                    traces: TraceSource | None = None,
+                   clients: Collector | None = None,
                    build_version: str = __version__) -> CollectorRegistry:
     """A fresh registry for `router`: counters subscribe to its bus now, and the engine's
     state is read at each scrape at `clock`'s time; `answers` are what the gateway counts
     of the answers it passes on (time to first token, tokens); `traces`, the counts of the
-    trace spans' exporter. Performs no I/O."""
+    trace spans' exporter; `clients`, the client keys' counts (`gateway.ClientGate`).
+    Performs no I/O."""
     labels = LabelBounds(router)
     traffic = TrafficCounters(router.engine.bus, labels, providers=router.engine.providers(),
                               routes=tuple(router.routes))
@@ -39,6 +42,8 @@ def build_registry(router: Router, *, clock: Clock, store: StoreSource | None = 
                                      store=store, fleet=fleet, fleet_lag=lag,
                                      config_status=config_status, answers=answers,
                                      traces=traces, build_version=build_version))
+    if clients is not None:
+        registry.register(clients)
     return registry
 
 

@@ -240,17 +240,18 @@ class Router:
         self._direct[model] = route
         return route
 
-    def start(self, request_id: str, model: str, serves: Serves | None = None
-              ) -> RequestRouting:
+    def start(self, request_id: str, model: str, serves: Serves | None = None,
+              tenant: str | None = None) -> RequestRouting:
         """Begin routing one request; raises UnknownRoute for an unknown `model`.
         `serves` says which targets can serve it (its endpoint, its translation); the
-        others are skipped `not_served` before their breaker is asked (None: all can)."""
+        others are skipped `not_served` before their breaker is asked (None: all can).
+        `tenant`: the client key's, written on its `request` event."""
         known = self._starts.get(model)
         if known is None:  # the route's providers are looked up once per name asked for
             route = self.resolve(model)
             plan = tuple((t, self.engine.layers(t.provider), str(t)) for t in route.targets)
             known = self._starts[model] = (route, plan, self._chooser(route, plan))
-        routing = RequestRouting(self, request_id, *known)
+        routing = RequestRouting(self, request_id, *known, tenant=tenant)
         routing.serves = serves
         return routing
 
@@ -337,7 +338,7 @@ class RequestRouting:
     )
 
     def __init__(self, router: Router, request_id: str, route: Route, plan: Plan,
-                 chooser: Chooser | None = None) -> None:
+                 chooser: Chooser | None = None, *, tenant: str | None = None) -> None:
         self.router = router
         self.engine = router.engine
         self.request_id = request_id
@@ -383,7 +384,7 @@ class RequestRouting:
         self.serves: Serves | None = None
         bus = self.engine.bus
         if bus.wants(RequestEvent):  # events are built only for someone (here and below)
-            bus.emit(RequestEvent(self.started_at, request_id, route.name))
+            bus.emit(RequestEvent(self.started_at, request_id, route.name, tenant))
         #: an ordering strategy's name, written on the attempt and skip events (None for
         #: priority and round_robin, whose events stay as they were), and the reason for
         #: its choice, written on the next attempt

@@ -420,7 +420,8 @@ class ConsoleModel:
         self.total_requests += 1
         self._requests.append(event.t)
         trail = self.requests[event.id] = RequestTrail(event.id, event.route, event.t)
-        trail.steps.append((event.t, "router", f"request for {event.route}"))
+        trail.steps.append((event.t, "router", f"request for {event.route}" + (
+            f" from tenant {event.tenant}" if event.tenant else "")))
         if len(self.requests) > RECENT_REQUESTS:
             self.requests.popitem(last=False)
 
