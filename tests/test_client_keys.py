@@ -336,3 +336,34 @@ async def test_hostile_key_headers_are_refused_plainly(tmp_path: Path) -> None:
                                                 "messages": MESSAGES})
         assert anthropic_style.status_code == 401
         assert anthropic_style.json()["type"] == "error"  # Anthropic's shape
+
+
+async def test_the_keys_may_live_in_a_file_of_their_own_read_again_by_reload(
+        tmp_path: Path) -> None:
+    keys = tmp_path / "clients.yaml"
+    keys.write_text(f"alpha: {{keys: [{digest(ALPHA_KEY)}]}}\n")
+    text = config_text("http://x/v1") + "gateway: {clients: clients.yaml}\n"
+    config = load_router_config(tmp_path / "router.yaml", text=text)
+    assert config.gateway_clients.identify(ALPHA_KEY) is not None
+    keys.write_text("alpha: {keys: [not-a-digest]}\n")
+    with pytest.raises(ConfigError) as bad:
+        load_router_config(tmp_path / "router.yaml", text=text)
+    assert str(keys) in str(bad.value) and "alpha.keys[0]" in str(bad.value)
+    keys.unlink()
+    with pytest.raises(ConfigError) as missing:
+        load_router_config(tmp_path / "router.yaml", text=text)
+    assert str(keys) in str(missing.value)
+    async with upstream() as fake:
+        keys.write_text(f"alpha: {{keys: [{digest(ALPHA_KEY)}]}}\n")
+        async with served(tmp_path, config_text(fake.url) + "gateway: {clients: clients.yaml}\n"
+                          ) as gw, client(gw.url, ALPHA_KEY) as old, \
+                client(gw.url, NEW_KEY) as new, \
+                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+            await old.chat.completions.create(model="chat", messages=MESSAGES)
+            keys.write_text(f"alpha: {{keys: [{digest(NEW_KEY)}]}}\n")
+            answer = await http.post("/api/resilience/reload",
+                                     headers={"authorization": f"Bearer {TOKEN}"})
+            assert answer.status_code == 200, answer.text
+            with pytest.raises(openai.AuthenticationError):
+                await old.chat.completions.create(model="chat", messages=MESSAGES)
+            await new.chat.completions.create(model="chat", messages=MESSAGES)

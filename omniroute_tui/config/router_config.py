@@ -33,7 +33,7 @@ from .limits import (
 from .operators import OperatorTokens, parse_operators
 from .overrides import OverridePatch, parse_overrides, read_first_token, validate_settings
 from .prescan import check_counts
-from .problems import Path
+from .problems import ConfigError, Path
 from .readers import (
     read_bool,
     read_duration,
@@ -146,6 +146,8 @@ class RouterConfig:
     gateway_operators: OperatorTokens = field(default_factory=OperatorTokens)
     #: who may send requests, by tenant, with its limits (empty: anyone may)
     gateway_clients: ClientKeys = field(default_factory=ClientKeys)
+    #: the file `gateway.clients` names, when the tenants live in a file of their own
+    gateway_clients_file: str | None = None
     gateway_limits: GatewayLimits = field(default_factory=GatewayLimits)
     gateway_metrics: MetricsAccess = MetricsAccess.TOKEN
     #: whether an answer names its provider/connection/model in `x-omniroute-served-by`
@@ -537,6 +539,7 @@ def load_router_config(
     limits = GatewayLimits()
     operators = OperatorTokens()
     clients = ClientKeys()
+    clients_file = None
     metrics = MetricsAccess.TOKEN
     served_by_header = True
     if "store" in data and (store := read_mapping(src, data["store"], ("store",))) is not None:
@@ -568,7 +571,12 @@ def load_router_config(
         if "operators" in gw:
             operators = parse_operators(src, gw["operators"], ("gateway", "operators"))
         if "clients" in gw:
-            clients = parse_clients(src, gw["clients"], ("gateway", "clients"))
+            value = gw["clients"]
+            if isinstance(value, str):
+                clients_file = str(_beside(src, value))
+                clients = _clients_file(src, clients_file)
+            else:
+                clients = parse_clients(src, value, ("gateway", "clients"))
             _check_client_routes(src, clients, routes, providers)
         if "metrics" in gw:
             metrics = _metrics_access(src, gw["metrics"], ("gateway", "metrics"))
@@ -584,10 +592,29 @@ def load_router_config(
         store_redis=store_redis, store_prefix=prefix, store_lease_max_ms=lease_max,
         store_retention=retention,
         gateway_listen=listen, gateway_token_file=token_file, gateway_operators=operators,
-        gateway_clients=clients, gateway_limits=limits,
+        gateway_clients=clients, gateway_clients_file=clients_file, gateway_limits=limits,
         gateway_metrics=metrics, gateway_served_by_header=served_by_header,
         source=src.name, version=src.version, raw=data,
     )
+
+
+def _beside(src: Source, value: str) -> FsPath:
+    """A file the config names: as written when absolute, else beside the config."""
+    name = FsPath(value)
+    return name if name.is_absolute() else FsPath(src.name).parent / name
+
+
+def _clients_file(src: Source, name: str) -> ClientKeys:
+    """`gateway.clients: <file>`: the tenants in a YAML file of their own, read again
+    with the config on every reload; its problems name it."""
+    try:
+        clients_src = load_source(name)
+    except ConfigError as exc:
+        src.problems.extend(exc.problems)
+        return ClientKeys()
+    clients = parse_clients(clients_src, clients_src.data, ())
+    src.problems.extend(clients_src.problems)
+    return clients
 
 
 def _check_client_routes(src: Source, clients: ClientKeys, routes: Mapping[str, Route],

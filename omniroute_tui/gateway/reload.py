@@ -83,16 +83,20 @@ def dropped_sections(before: Mapping[str, Any] | None, after: Mapping[str, Any] 
     return problems
 
 
-def load_settled(path: str, load: Callable[[str], RouterConfig]) -> RouterConfig:
+def load_settled(path: str, load: Callable[[str], RouterConfig],
+                 also: str | None = None) -> RouterConfig:
     """`load(path)`, taken only if the file's size and modification time are the same
-    after it was read and parsed as before: a file changing under the reader (an editor
-    or a deploy writing it) is read again, up to SETTLE_READS times, then refused. Runs
-    in a worker thread (its pauses block nothing else)."""
+    after it was read and parsed as before, and those of the file of client keys it
+    names (`also`: the one the running config named): a file changing under the reader
+    (an editor or a deploy writing it) is read again, up to SETTLE_READS times, then
+    refused. Runs in a worker thread (its pauses block nothing else)."""
     for _ in range(SETTLE_READS):
-        before = _stat(path)
+        before = _stat(path), _stat(also) if also is not None else None
         config = load(path)
-        if _stat(path) == before:
+        named = config.gateway_clients_file
+        if named == also and (_stat(path), _stat(also) if also else None) == before:
             return config
+        also = named  # (a new file of client keys: read once more, watching it)
         time.sleep(SETTLE_PAUSE_S)
     raise ConfigError([Problem(path, None, "(file)", (
         f"changed while it was read, {SETTLE_READS} times: it is being written; not "
@@ -163,7 +167,8 @@ class ConfigReloader:
             status = self.status
             status.last_attempt_ms = epoch_ms()
             try:
-                config = await asyncio.to_thread(load_settled, self.path, self._load)
+                config = await asyncio.to_thread(load_settled, self.path, self._load,
+                                                 self.config.gateway_clients_file)
             except ConfigError as exc:
                 return self._refused(actor, exc.problems, started)
             except Exception as exc:  # a bug in reading: the running config stays all the same
