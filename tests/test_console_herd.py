@@ -8,6 +8,7 @@ import re
 import pytest
 from textual.widgets import Static
 
+from omniroute_tui.console.model.console_model import HerdChart
 from omniroute_tui.console.screens.modals import DetailScreen
 from omniroute_tui.console.widgets.herd_chart import (
     MARKERS,
@@ -115,6 +116,23 @@ async def test_the_legend_never_covers_the_data(scenario: str, at_ms: int,
         assert chart.plot.region.height >= 8
         canvas = _canvas(chart)
         assert not any(label in canvas for label, _, _ in drawn.lines)  # no name in the plot
+
+
+async def test_the_engines_line_is_drawn_over_the_naive_one() -> None:
+    """In the demo's first seconds both policies send the same: the engine's ● is what
+    shows where they meet, the naive ○ only where the naive one sends more."""
+    async with piloted("5", scenario="429-storm", at_ms=15_000, size=(80, 24)) as (app, _):
+        chart = app.query_one(HerdChartPlot)
+        same = HerdChart([("alpha", [0.0, 5.0, 10.0], [4.0, 4.0, 4.0])],
+                         [("alpha", [0.0, 5.0, 10.0], [4.0, 4.0, 4.0])], [], [], 10)
+        chart.draw(same)
+        canvas = _canvas(chart)
+        assert MARKERS[0][0] in canvas and MARKERS[0][1] not in canvas
+        more = HerdChart([("alpha", [0.0, 5.0, 10.0], [4.0, 4.0, 4.0])],
+                         [("alpha", [0.0, 5.0, 10.0], [4.0, 40.0, 4.0])], [], [], 10)
+        chart.draw(more)
+        canvas = _canvas(chart)
+        assert MARKERS[0][0] in canvas and MARKERS[0][1] in canvas
 
 
 def test_the_legend_wraps_between_entries() -> None:

@@ -57,8 +57,9 @@ def round_ticks(top: float, count: int = 5) -> list[float]:
 
 
 def legend(chart: HerdChart) -> list[tuple[str, str]]:
-    """One (entry, colour) per line the chart draws, in the order drawn: `●● alpha`,
-    then the compared policy's `○○ alpha naive` (a line with no attempt is not drawn)."""
+    """One (entry, colour) per line the chart draws: `●● alpha`, then the compared
+    policy's `○○ alpha naive` (a line with no attempt is not drawn; the engine's are
+    drawn last, over the compared ones)."""
     entries = [(f"{MARKERS[i % len(MARKERS)][0] * 2} {visible(label)}",
                 _COLOURS[i % len(_COLOURS)]) for i, (label, _, _) in enumerate(chart.lines)]
     entries += [(f"{MARKERS[i % len(MARKERS)][1] * 2} {visible(label)}",
@@ -151,13 +152,15 @@ class HerdChartPlot(Vertical):
         for _, start, end in chart.open_spans:
             # the key explains the shading, once for every span
             plt.plot([start, end], [top, top], fillx=True, color="gray", marker="░")
-        for i, (_, xs, ys) in enumerate(chart.lines):
-            plt.plot(xs, ys, color=_COLOURS[i % len(_COLOURS)],
-                     marker=MARKERS[i % len(MARKERS)][0])
+        # the compared policy's first, the engine's over them: where both have a point
+        # in a cell, the engine's marker is the one shown
         for i, (_, xs, ys) in enumerate(chart.compared):
             if any(ys):
                 plt.plot(xs, ys, color=_COLOURS[i % len(_COLOURS)],
                          marker=MARKERS[i % len(MARKERS)][1])
+        for i, (_, xs, ys) in enumerate(chart.lines):
+            plt.plot(xs, ys, color=_COLOURS[i % len(_COLOURS)],
+                     marker=MARKERS[i % len(MARKERS)][0])
         for _, start, end in chart.faults:
             plt.vline(start, "red")
             if end <= chart.end_s:  # a fault still on has no end line (it read as one now)
