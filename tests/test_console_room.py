@@ -21,7 +21,7 @@ from omniroute_tui.console.model.attach import AttachBackend, fetch_state
 from omniroute_tui.console.model.console_model import ConsoleModel
 from omniroute_tui.console.room import RoomServer
 from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
-from omniroute_tui.console.widgets.panels import EventLog
+from omniroute_tui.console.widgets.panels import EventLog, StatusBar
 
 from .console_helpers import console_app, say_yes, settle
 from .gateway_helpers import free_port
@@ -95,6 +95,24 @@ async def test_two_viewers_follow_the_trainers_pause_and_speed() -> None:
                 p: v.state for p, v in viewers[0].model.providers.items()}  # type: ignore[attr-defined]
             await one.pause()
             await two.pause()
+
+
+async def test_the_trainer_sees_how_many_viewers_follow() -> None:
+    """The status bar counts the viewers following now (repainted each frame; the test's
+    app has no frame timer, so it repaints as a frame would)."""
+    async with room() as (trainer, pilot, url):
+        status = trainer.query_one(StatusBar)
+
+        def shown() -> str:
+            trainer.refresh_view()
+            return str(status.render())
+
+        assert "paused │ room: 0 viewers │" in shown()
+        async with attached_viewer(url):
+            assert trainer.room_viewers() == 1
+            assert "room: 1 viewer │" in shown()
+        await eventually(lambda: trainer.room_viewers() == 0, what="the viewer gone")
+        assert "room: 0 viewers" in shown()
 
 
 async def test_viewers_cannot_drive_and_say_why() -> None:

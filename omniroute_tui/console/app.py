@@ -223,6 +223,9 @@ class ConsoleApp(OperatorActions, ReplayControls):
         guard = "token required" if room.token else "read-only, open to anyone who can reach it"
         self.notify(f"room on {room.url} ({guard})", timeout=10)
 
+    def room_viewers(self) -> int | None:
+        return None if self.room is None else self.room.viewers
+
     def refresh_view(self) -> None:
         super().refresh_view()
         if self.room is not None and self.backend.replay is not None:

@@ -82,6 +82,10 @@ class PaneView(App[None]):
     _history: list[Pane]  # the panes shown before, for escape
     servers_down: list[str]  # what this console served and stopped on its own (`ROOM`)
 
+    def room_viewers(self) -> int | None:
+        """How many viewers follow the room this console serves (None: it serves none)."""
+        return None
+
     @property
     def behind_a_dialog(self) -> bool:
         """A dialog (a confirmation, help, a detail, the palette) is over the panes."""
@@ -198,6 +202,9 @@ class PaneView(App[None]):
         opened, cooling, locked = model.counts(now)
         age = "–" if model.last_event_at is None else format_ms(max(0, now - model.last_event_at))
         mode = backend.status()
+        viewers = self.room_viewers()
+        if viewers is not None:  # the trainer sees who follows
+            mode += f" │ room: {viewers} viewer{'' if viewers == 1 else 's'}"
         success = "–" if ok is None else f"{ok * 100:.0f}%"
         # badges first: a narrow terminal cuts the end of the line, never them
         why = f" ({self.read_only_why})" if self.read_only_why else ""

@@ -97,6 +97,12 @@ class RoomServer:
                                  on_end=self._ended, closing=self.events.close)
         self.server = self.listener.server
 
+    @property
+    def viewers(self) -> int:
+        """The viewers following now: each has the event stream open (a browser tab too,
+        through the console it runs)."""
+        return self.events.subscribers
+
     def _ended(self, failure: str) -> None:
         if self.on_end is not None:
             self.on_end(failure)
