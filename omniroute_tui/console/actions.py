@@ -74,6 +74,8 @@ ACTIONS: tuple[ConsoleAction, ...] = (
     ConsoleAction("slower", "minus", "Slower", "slow the scenario down", show=False,
                   key_display="-"),
     ConsoleAction("step", "n", "Step", "advance one virtual second while paused", show=False),
+    ConsoleAction("jump", "f", "Jump", "play on to the next fault's start (a lesson: its "
+                  "next step) and pause there; a room's viewers follow", show=False),
     ConsoleAction("restart", "R", "Restart", "replay the scenario from the start",
                   show=False, destructive=True),
     ConsoleAction("reset_breaker", "r", "Reset", "reset the selected provider's breaker",
@@ -104,7 +106,7 @@ PANE_KEYS: dict[Pane, tuple[str, ...]] = {
     Pane.LOCKOUTS: ("detail", "sort", "clear", "clear_provider_lockouts", "filter"),
     Pane.EVENTS: ("filter", "times", "move('down')", "move('up')", "move('top')",
                   "move('bottom')", "freeze"),
-    Pane.SCENARIO: ("pause", "faster", "slower", "step", "restart", "detail"),
+    Pane.SCENARIO: ("pause", "faster", "slower", "step", "jump", "restart", "detail"),
     Pane.REQUESTS: ("filter", "detail", "sort"),
     Pane.AUDIT: ("detail", "filter"),
 }

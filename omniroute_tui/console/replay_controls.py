@@ -54,6 +54,13 @@ class ReplayControls(PaneView):
             replay.step(1000)
             self.refresh_view()
 
+    def action_jump(self) -> None:
+        """To the next fault's start (a lesson: its next step), paused there; a room's
+        viewers follow."""
+        if replay := self._replay("jump"):
+            self.notify(replay.jump(), timeout=6)
+            self.refresh_view()
+
     def action_restart(self) -> None:
         replay = self.backend.replay
         if replay is None:

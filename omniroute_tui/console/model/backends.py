@@ -189,6 +189,21 @@ class SimulationBackend:
     def step(self, virtual_ms: int = 1000) -> None:
         self.advance(virtual_ms)
 
+    def jump(self) -> str:
+        """Play on to the next fault's start, and pause there (a trainer's "look what
+        happens now"); what it reached, said in words."""
+        from .console_model import clock_text
+
+        now = self.now_ms()
+        ahead = [(t, fault) for t, fault, phase in self._scenario.fault_edges(
+            self._scenario.duration_ms) if phase == "start" and t > now]
+        self.paused = True
+        if not ahead:
+            return "no fault ahead in this run"
+        at, fault = ahead[0]
+        self.advance(at - now)
+        return f"{clock_text(at)}: fault {fault.name} starts on {fault.target}"
+
     def status(self) -> str:
         from .console_model import clock_text
 

@@ -133,6 +133,24 @@ class LessonBackend(SimulationBackend):
         if step is not None and step.compare is not None:
             self.compare_with(step.compare)
 
+    def jump(self) -> str:
+        """Play on to the lesson's next step (past a paused one), and hold there."""
+        progress = self.progress
+        shown = progress.index
+        if progress.waiting:
+            progress.proceed()
+            self.settle()
+        while progress.index == shown and not self.run.done:
+            upcoming = progress.next_time_ms()
+            self.advance(EVENT_SLICE_MS if upcoming is None
+                         else max(1, upcoming - self.now_ms()))
+        self.paused = True
+        step = progress.current
+        if step is None or progress.index == shown:
+            return "no lesson step ahead"
+        first = " ".join(step.text.split())[:60]
+        return f"step {progress.index + 1} of {len(progress.lesson.steps)}: {first}"
+
     def proceed(self) -> bool:
         if not self.progress.proceed():
             return False
