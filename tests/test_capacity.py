@@ -25,6 +25,16 @@ from omniroute_tui.router.routes import Route, Target
 from .helpers import OK, Recorder, fail
 
 MAX_WAIT = 5000  # admission.max_wait's default
+#: a config of one provider with one key, `%s` where its connection's fields may go on
+ONE_KEY = """\
+providers:
+  alpha:
+    base_url: http://alpha.test/v1
+    models: [m]
+    connections: [{id: k0, api_key: sk-alpha-key-0001%s}]
+routes:
+  r: {targets: [alpha/m]}
+"""
 
 
 def capped(caps: tuple[int, ...] = (2,), provider_cap: int = 0, max_queued: int = 100,
@@ -192,15 +202,7 @@ def test_a_failed_attempt_frees_its_slot_for_its_own_retry() -> None:
 
 
 def test_a_reload_that_raises_the_cap_hands_slots_to_waiters() -> None:
-    text = """\
-providers:
-  alpha:
-    base_url: http://alpha.test/v1
-    models: [m]
-    connections: [{id: k0, api_key: sk-alpha-key-0001, max_in_flight: %d}]
-routes:
-  r: {targets: [alpha/m]}
-"""
+    text = ONE_KEY.replace("%s", ", max_in_flight: %d")
     clock = ManualClock()
     config = load_router_config("c.yaml", text=text % 1)
     router = config.build(clock)
@@ -385,3 +387,92 @@ def test_the_simulator_replays_a_capped_key_with_its_queue() -> None:
     assert responses.count(200) == 60  # two slots of 1 s for 30 s
     assert responses.count(429) == len(responses) - 60 > 0
     assert metrics["requests"] == len(responses)
+
+
+# -- found in review ----------------------------------------------------------------------
+
+def test_a_retry_on_the_same_provider_waits_its_turn_behind_the_queue() -> None:
+    """Provider cap 1: when A's attempt fails, its slot goes to the waiting B; A's retry
+    on the provider's other key is not taken past the cap."""
+    router, clock, _ = capped((0, 0), provider_cap=1)
+    a = router.start("a", "r")
+    attempt(a)
+    b = router.start("b", "r")
+    queued(b)
+    clock.advance(100)
+    a.record(429, fail(FailureKind.RATE_LIMITED))
+    retried = a.next_step()
+    assert isinstance(retried, Response) and retried.status == 429  # nothing else to try
+    assert router.engine.in_flight("alpha") == (1, 0)  # B's reserved slot
+    assert attempt(b).connection == "k1"  # k0 cools: B takes the other key
+
+
+def test_a_slot_on_a_key_that_starts_cooling_wakes_no_one() -> None:
+    """k0 answers 429 (30 s): its slot goes back without waking a waiter, who would find
+    k0 cooling and k1 full and be answered 429; k1's end hands its slot on."""
+    router, clock, _ = capped((1, 1))
+    a, b = router.start("a", "r"), router.start("b", "r")
+    assert (attempt(a).connection, attempt(b).connection) == ("k0", "k1")
+    waiters = [router.start(f"w{i}", "r") for i in range(3)]
+    tickets = [queued(w).queue for w in waiters]
+    clock.advance(50)
+    a.record(429, fail(FailureKind.RATE_LIMITED, 30_000))
+    assert all(t is not None and t.reserved is None for t in tickets)
+    assert router.engine.in_flight("alpha") == (1, 3)
+    b.record(200, OK)
+    assert [t.reserved is not None for t in tickets if t is not None] == [True, False, False]
+    assert attempt(waiters[0]).connection == "k1"
+
+
+def test_a_wait_for_a_full_key_ends_when_a_cooling_one_is_back() -> None:
+    router, clock, rec = capped((1, 0))
+    holder = router.start("h", "r")
+    assert attempt(holder).connection == "k0"
+    other = router.start("o", "r")
+    assert attempt(other).connection == "k1"
+    other.record(429, fail(FailureKind.RATE_LIMITED, 2000))  # k1 cools (our floor: 3 s)
+    other.cancel()
+    back = router.engine.connection_snapshot("alpha", "k1").cooling_until - clock.now_ms()
+    waiter = router.start("w", "r")
+    wait = queued(waiter)
+    assert wait.delay_ms == back + 50  # k1's return and the admission margin, not 5 s
+    assert rec.of("skip")[-1]["retry_after_ms"] == back
+
+
+def test_a_resume_refused_for_the_retry_budget_gives_its_probe_slot_back() -> None:
+    from omniroute_tui.engine import StreamCut
+
+    clock = ManualClock()
+    engine = ResilienceEngine([ProviderSpec("alpha", ("a",), default_settings()),
+                               ProviderSpec("beta", ("b",), default_settings())], clock)
+    router = Router(engine, {"r": Route("r", (Target("alpha", "m"), Target("beta", "m")),
+                                        stream_resume=True)})
+    engine.force_open("beta", 1000, actor="test")
+    clock.advance(1001)  # beta HALF_OPEN
+    engine.layers("beta").budget.tokens = 0
+    routing = router.start("x", "r")
+    assert attempt(routing).provider == "alpha"
+    routing.record(200, OK, stream=True)
+    routing.end_stream(StreamCut.RESET, relayed_bytes=10, relayed_chunks=2)
+    assert routing.resume(StreamCut.RESET, 2) is None
+    assert engine.layers("beta").breaker.snapshot(clock.now_ms()).probes_in_flight == 0
+    probe = attempt(router.start("y", "r"))  # alpha's key cools for the cut: beta probes
+    assert (probe.provider, probe.probe) == ("beta", True)
+
+
+def test_a_cap_a_reload_adds_counts_the_attempts_that_start_after_it() -> None:
+    """As docs/design.md §6 says: what was in flight uncapped is not counted."""
+    text = ONE_KEY
+    clock = ManualClock()
+    config = load_router_config("c.yaml", text=text % "")
+    router = config.build(clock)
+    for i in range(3):
+        streaming = router.start(f"s{i}", "r")
+        attempt(streaming)
+        streaming.record(200, OK, stream=True)
+    load_router_config("c.yaml", text=text % ", max_in_flight: 2").reconfigure(
+        router, previous=config)
+    assert router.engine.in_flight("alpha") == (0, 0)
+    for i in range(2):
+        attempt(router.start(f"n{i}", "r"))
+    queued(router.start("n2", "r"))

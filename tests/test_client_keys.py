@@ -265,34 +265,90 @@ async def test_two_gateways_share_one_budget_through_redis(tmp_path: Path, prefi
                 await api.chat.completions.create(model="chat", messages=MESSAGES)
 
 
+@pytest.mark.parametrize("stranger", ["lots", "nan", "inf", "0x10", "-1000000", "1e3",
+                                      "9" * 16, "list"])
 async def test_a_strangers_value_in_redis_fails_open_counted_and_logged(
-        prefix: str, caplog: pytest.LogCaptureFixture) -> None:
-    """A counter key holding what is not a count (another program's, a stranger's): the
-    request is let in, counted by the replica alone, and the failure is logged and
-    counted; a key of another type the same."""
+        prefix: str, stranger: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A counter holding what is not a count (another program's key, a stranger's): the
+    request is let in and counted by the replica alone, and the failure logged and
+    counted; Redis is then left alone for a while (a hung one costs one wait)."""
     client_ = redis.asyncio.Redis.from_url(REDIS_URL)
     try:
         usage = RedisUsage(client_, prefix)
         tenant = Tenant("t", rpm=1)
         now = 1_000 * WINDOW_MS + 5
         keys = usage._keys("t", now)
-        await client_.set(keys[1], "lots")
+        if stranger == "list":
+            await client_.rpush(keys[4], "x")
+        else:
+            await client_.set(keys[1], stranger)
         assert await usage.admit(tenant, now) is None
         assert usage.errors == 1
         assert "Redis failed to admit for tenant t" in caplog.text
         assert await usage.admit(tenant, now) is not None  # its own count: 1 of 1
-        assert usage.errors == 2
-        await client_.delete(keys[1])
-        await client_.rpush(keys[4], "x")
         await usage.spend(tenant, 10, now)
-        assert usage.errors == 3
-        await client_.delete(keys[4])
-        await usage.spend(tenant, 10, now)
-        assert usage.errors == 3
-        assert int(await client_.get(keys[4])) == 10
-        assert await client_.pttl(keys[3]) > 0  # counters expire on their own
+        assert usage.errors == 1  # counted alone meanwhile, Redis not asked
     finally:
+        await client_.delete(*usage._keys("t", now))
         await client_.aclose()
+
+
+async def test_counts_in_redis_expire_on_their_own(prefix: str) -> None:
+    client_ = redis.asyncio.Redis.from_url(REDIS_URL)
+    try:
+        usage = RedisUsage(client_, prefix)
+        tenant = Tenant("t", rpm=5)
+        now = 1_000 * WINDOW_MS + 5
+        assert await usage.admit(tenant, now) is None
+        await usage.spend(tenant, 10, now)
+        keys = usage._keys("t", now)
+        assert int(await client_.get(keys[1])) == 1
+        assert int(await client_.get(keys[4])) == 10
+        assert 0 < await client_.pttl(keys[1]) <= 2 * WINDOW_MS
+        assert 0 < await client_.pttl(keys[3]) <= 2 * WINDOW_MS
+        assert usage.errors == 0
+    finally:
+        await client_.delete(*usage._keys("t", now))
+        await client_.aclose()
+
+
+async def test_models_are_listed_to_a_key_and_only_what_its_tenant_may_use(
+        tmp_path: Path) -> None:
+    async with running_gateway(tmp_path, gateway_section=clients_section()) as gw, \
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+        assert (await http.get("/v1/models")).status_code == 401
+        listed = await http.get("/v1/models", headers={"authorization": f"Bearer {ALPHA_KEY}"})
+        assert [m["id"] for m in listed.json()["data"]] == ["chat"]
+        everything = await http.get("/v1/models", headers={"x-api-key": BETA_KEY})
+        assert len(everything.json()["data"]) > 1
+
+
+def test_an_embeddings_usage_counts_its_prompt_tokens() -> None:
+    from omniroute_tui.drivers.usage import Usage, usage_of
+
+    assert usage_of(b'{"usage": {"prompt_tokens": 5000, "total_tokens": 5000}}') == \
+        Usage(5000, 0)
+    assert usage_of(b'{"usage": {"prompt_tokens": 5, "total_tokens": 9}}') is None
+
+
+async def test_a_reload_cannot_turn_client_keys_off_and_none_is_refused(
+        tmp_path: Path) -> None:
+    assert any("no tenants" in p for p in problems("gateway:\n  clients: {}\n"))
+    def text(url: str, clients: bool) -> str:
+        extra = {"gateway": {"clients": {"alpha": {"keys": [digest(ALPHA_KEY)]}}}} \
+            if clients else {}
+        return config_text(url, extra=extra)
+
+    async with upstream() as fake, served(tmp_path, text("http://x/v1", True)) as gw, \
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+        gw.path.write_text(text(fake.url, False))
+        answer = await http.post("/api/resilience/reload",
+                                 headers={"authorization": f"Bearer {TOKEN}"})
+        assert answer.status_code != 200
+        assert "turns them off" in answer.text
+        refused = await http.post("/v1/chat/completions",
+                                  json={"model": "chat", "messages": MESSAGES})
+        assert refused.status_code == 401  # still on
 
 
 def test_the_manuals_example_loads() -> None:

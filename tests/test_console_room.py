@@ -363,16 +363,15 @@ async def test_a_lesson_is_served_to_a_room_and_viewers_follow_its_steps() -> No
 
 
 async def test_the_trainer_jumps_to_the_next_fault_and_the_viewers_follow() -> None:
-    async with room() as (trainer, pilot, url):
-        async with attached_viewer(url) as (_, _, backend):
-            await pilot.press("f")  # at 40 s: the next fault starts at 75 s
-            replay = trainer.backend.replay
-            assert replay is not None and (replay.now_ms(), replay.paused) == (75_000, True)
-            await eventually(lambda: backend.now_ms() == 75_000 and backend.room is not None
-                             and backend.room["paused"], what="the viewer at 75 s")
-            assert any("anthropic-blip starts on anthropic" in str(n.message)
-                       for n in trainer._notifications)
-            for _ in range(3):  # then 100 s, 130 s, and nothing ahead: it stays paused
-                await pilot.press("f")
-            assert (replay.now_ms(), replay.paused) == (130_000, True)
-            assert any("no fault ahead" in str(n.message) for n in trainer._notifications)
+    async with room() as (trainer, pilot, url), attached_viewer(url) as (_, _, backend):
+        await pilot.press("f")  # at 40 s: the next fault starts at 75 s
+        replay = trainer.backend.replay
+        assert replay is not None and (replay.now_ms(), replay.paused) == (75_000, True)
+        await eventually(lambda: backend.now_ms() == 75_000 and backend.room is not None
+                         and backend.room["paused"], what="the viewer at 75 s")
+        assert any("anthropic-blip starts on anthropic" in str(n.message)
+                   for n in trainer._notifications)
+        for _ in range(3):  # then 100 s, 130 s, and nothing ahead: it stays paused
+            await pilot.press("f")
+        assert (replay.now_ms(), replay.paused) == (130_000, True)
+        assert any("no fault ahead" in str(n.message) for n in trainer._notifications)

@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import openai
@@ -19,6 +20,7 @@ from starlette.routing import Route
 
 from .gateway_helpers import TOKEN, gateway_for, serving
 from .helpers import Recorder
+from .test_gateway_reload import served
 from .waiting import eventually
 
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -146,3 +148,34 @@ async def test_a_full_queue_is_refused_with_429_and_retry_after() -> None:
         upstream.gate.set()
         assert len(await asyncio.gather(*tasks)) == 5
         assert upstream.most == 2
+
+
+async def test_a_reload_that_adds_a_key_serves_the_queued_request_on_it(
+        tmp_path: Path) -> None:
+    """The waiter began under the old config, whose mapping lacks the new key: it is sent
+    with the new key's credential, not answered 500."""
+    def text(url: str, keys: int) -> str:
+        return yaml.safe_dump({
+            "providers": {"seat": {"base_url": url, "models": ["m"], "connections": [
+                {"id": f"k{i}", "api_key": f"sk-seat-key-000{i}", "max_in_flight": 1}
+                for i in range(keys)]}},
+            "routes": {"chat": {"targets": ["seat/m"]}}})
+
+    upstream = Upstream()
+    async with serving(upstream.app()) as url, served(tmp_path, text(url, 1)) as gw, \
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+        engine = gw.gateway.router.engine
+        body = {"model": "chat", "messages": [{"role": "user", "content": "x"}]}
+        first = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+        await eventually(lambda: upstream.held == 1, what="the first upstream")
+        waiting = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+        await eventually(lambda: engine.in_flight("seat") == (1, 1), what="one queued")
+        gw.path.write_text(text(url, 2))
+        reload = await http.post("/api/resilience/reload",
+                                 headers={"authorization": f"Bearer {TOKEN}"})
+        assert reload.status_code == 200, reload.text
+        await eventually(lambda: upstream.held == 2, what="the queued one sent on k1")
+        upstream.gate.set()
+        answers = await asyncio.gather(first, waiting)
+        assert [a.status_code for a in answers] == [200, 200]
+        assert answers[1].headers["x-omniroute-served-by"] == "seat/k1/m"

@@ -67,6 +67,10 @@ def parse_clients(src: Source, value: Any, path: Path) -> ClientKeys:
     body = read_mapping(src, value, path)
     if body is None:
         return ClientKeys()
+    if not body:  # an empty file or `{}` would open the gateway to anyone, unsaid
+        src.problem(path, "no tenants: name at least one, or leave gateway.clients out to "
+                          "take requests without client keys")
+        return ClientKeys()
     if len(body) > MAX_TENANTS:
         src.problem(path, f"{len(body):,} tenants: at most {MAX_TENANTS:,}")
         return ClientKeys()

@@ -223,7 +223,16 @@ class AsyncDriver:
                 error=f"provider {attempt.provider!r} has no base_url" if how is not None
                 else f"{attempt.provider}/{attempt.model} no longer serves the request",
             )
-        connection = next(c for c in provider.connections if c.id == attempt.connection)
+        connection = next((c for c in provider.connections if c.id == attempt.connection),
+                          None)
+        if connection is None:  # a reload added it after this request began: its key is
+            current = self.providers.get(attempt.provider)  # in the config in force
+            connection = None if current is None else next(
+                (c for c in current.connections if c.id == attempt.connection), None)
+        if connection is None:
+            return UpstreamReply(0, Classification(FailureKind.NETWORK), error=(
+                f"connection {attempt.connection!r} of {attempt.provider!r} is in no config "
+                "this request can read"))
         upstream_body = request.upstream_body(how, attempt.model)
         stream = request.stream and request.endpoint.streams
         translate = None

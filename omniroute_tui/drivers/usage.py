@@ -28,7 +28,8 @@ def usage_of(content: bytes, previous: Usage | None = None) -> Usage | None:
     parsed for two numbers; the key inside a string would be escaped, `\\"usage\\"`, and
     is not found). None when there is none or it does not hold two whole counts; an
     Anthropic stream's `message_delta` holds only its output tokens, taken with the
-    input tokens of `previous` (its `message_start`'s)."""
+    input tokens of `previous` (its `message_start`'s); an embedding's holds its prompt
+    tokens and a total of as many (nothing completed)."""
     at = content.rfind(_KEY)
     if at < 0:
         return None
@@ -52,6 +53,10 @@ def _counts(value: Any, previous: Usage | None = None) -> Usage | None:
     output = _count(value.get("output_tokens"))
     if output is not None and previous is not None:
         return Usage(previous.prompt_tokens, output)
+    # embeddings: the prompt's tokens and their total, nothing completed
+    prompt, total = _count(value.get("prompt_tokens")), _count(value.get("total_tokens"))
+    if prompt is not None and total == prompt and "completion_tokens" not in value:
+        return Usage(prompt, 0)
     return None
 
 

@@ -1,9 +1,11 @@
 """A provider's caps on attempts in flight, and its queue of requests waiting for a slot
 (`max_in_flight`, `max_queued`: docs/design.md §6).
 
-Sans-IO like the rest of the core: a slot freed hands itself to the oldest waiter (it is
-reserved for it, so a request arriving meanwhile cannot take it) and calls the waiter's
-`wake`, which its driver set (an asyncio event, a virtual-time step).
+Sans-IO like the rest of the core: a slot freed on a key that can take a request now
+hands itself to the oldest waiter (it is reserved for it, so a request arriving meanwhile
+cannot take it) and calls the waiter's `wake`, which its driver set (an asyncio event, a
+virtual-time step). A slot on a key that has just started cooling wakes nobody: the
+waiter would find nothing to use and be answered 429.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ class Capacity:
     flight until its request takes it or gives it back."""
 
     __slots__ = ("busy", "connections", "in_flight", "limit", "limits", "max_queued",
-                 "waiters")
+                 "usable", "waiters")
 
     def __init__(self, connections: tuple[str, ...], limit: int, limits: Mapping[str, int],
-                 max_queued: int) -> None:
+                 max_queued: int, usable: Callable[[str, int], bool]) -> None:
         self.connections = connections
+        #: whether a key can take a request at a time (enabled, not cooling): the pool's
+        self.usable = usable
         self.limit = limit
         self.limits = dict(limits)
         self.max_queued = max_queued
@@ -62,7 +66,6 @@ class Capacity:
         slot the new caps open."""
         self.connections = connections
         self.limit, self.limits, self.max_queued = limit, dict(limits), max_queued
-        self.fill()
 
     def full(self) -> bool:
         """The provider's own cap is reached."""
@@ -80,11 +83,16 @@ class Capacity:
         busy = self.busy
         busy[connection] = busy.get(connection, 0) + 1
 
-    def release(self, connection: str) -> None:
-        """An attempt on `connection` ended: its slot goes to the oldest waiter."""
+    def release(self, connection: str, now: int) -> None:
+        """An attempt on `connection` ended (its result told to the pool first): its slot
+        goes to the oldest waiter, on that key if it can take a request, else on another
+        that can (a provider's own cap)."""
         self.give_back(connection)
         if self.waiters:
-            self._hand(connection)
+            if self.usable(connection, now):
+                self._hand(connection)
+            else:
+                self.fill(now)
 
     def give_back(self, connection: str) -> None:
         """A slot is free again, and nobody is told (its holder walks on at once; `fill`
@@ -104,10 +112,11 @@ class Capacity:
         ticket.queues.append(self)
         return True
 
-    def fill(self) -> None:
-        """Hand every free slot to a waiter (after a reload, or a slot given back)."""
+    def fill(self, now: int) -> None:
+        """Hand every free slot on a usable key to a waiter (after a reload, or a slot
+        given back)."""
         for connection in self.connections:
-            while self.waiters and self.has_room(connection):
+            while self.waiters and self.has_room(connection) and self.usable(connection, now):
                 self._hand(connection)
 
     def _hand(self, connection: str) -> None:

@@ -157,7 +157,7 @@ class ProviderLayers:
         self.dedup = FailureDedup(settings.dedup)
         self.budget = RetryBudget(settings.retry_budget)
         #: the caps on attempts in flight and the queue for a slot; None when uncapped
-        capacity = Capacity(*spec.capacity_args())
+        capacity = Capacity(*spec.capacity_args(), self._usable)
         self.capacity: Capacity | None = capacity if capacity.capped else None
         #: when an attempt here last failed (any kind but `cancelled`), and until when the
         #: slot of the one request that may ride a cooling key is taken (a lease of
@@ -224,12 +224,23 @@ class ProviderLayers:
         args = spec.capacity_args()
         if self.capacity is not None:  # what is in flight stays counted
             self.capacity.reconfigure(*args)
+            self.capacity.fill(now)  # to the waiters, any slot the new caps open
             if not self.capacity.capped:
                 self.capacity = None
-        elif args[1] or args[2]:
-            self.capacity = Capacity(*args)
+        elif args[1] or args[2]:  # counts the attempts that start from now on
+            self.capacity = Capacity(*args, self._usable)
         self._on_failure = self._consequences()
         return added, removed
+
+    def _usable(self, connection: str, now: int) -> bool:
+        """Whether a key can take a request now: still configured, enabled, not cooling
+        (a capacity's test before it hands a slot on it)."""
+        pool = self.pool
+        position = pool.position.get(connection)
+        if position is None:
+            return False
+        cooldown = pool.cooldowns[position]
+        return not cooldown.disabled and cooldown.cooling_until <= now
 
     def retire(self) -> None:
         """The provider left the config: requests in flight finish on it, unannounced."""

@@ -490,8 +490,15 @@ class Gateway:
         return Response(reply.content, reply.status, headers=headers)
 
     async def models(self, request: Request) -> Response:
+        """`GET /v1/models`: the routes and provider/models; with client keys, a key is
+        asked and only what its tenant may use is listed."""
         names = list(self.router.routes)
         names += [f"{p}/{m}" for p, config in self.providers.items() for m in config.all_models]
+        if self.clients.on:
+            tenant = self.clients.tenant(request.headers)
+            if tenant is None:
+                return self.clients.unauthenticated_response(Endpoint.CHAT)
+            names = [name for name in names if tenant.may_use(name)]
         return JSONResponse({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "omniroute"}
             for name in names]})

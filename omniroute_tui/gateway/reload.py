@@ -176,6 +176,11 @@ class ConfigReloader:
                 return self._refused(actor, (Problem(self.path, None, "(file)",
                                                      f"could not be read: {exc}"),), started)
             dropped = dropped_sections(self.config.raw, config.raw, self.path)
+            if self.config.gateway_clients and not config.gateway_clients:
+                dropped.append(Problem(self.path, None, "gateway.clients", (
+                    f"client keys are on ({len(self.config.gateway_clients.tenants)} "
+                    "tenants) and this file turns them off: anyone who reaches the port "
+                    "could send; restart the gateway with it to mean that")))
             if dropped:
                 return self._refused(actor, tuple(dropped), started)
             routes = RouteChanges.between(self.config.routes, config.routes)

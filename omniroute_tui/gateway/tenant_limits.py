@@ -10,7 +10,9 @@ and its tokens count when it ends (a tenant may pass a limit by one request's to
 
 When Redis does not answer within `REDIS_TIMEOUT_S` (down, slow, or a stranger's value
 under a key), the replica counts in memory for that request, logs it (once a minute) and
-counts it: the limits then hold per replica, and traffic is not refused for it.
+counts it: the limits then hold per replica, and traffic is not refused for it. After a
+failure it counts in memory for `REDIS_BACKOFF_S` before it asks Redis again, so a hung
+Redis costs one request a wait, not every request.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ WINDOW_MS = 60_000
 DAY_MS = 86_400_000
 #: the longest a request waits for Redis to say whether its tenant is under its limits
 REDIS_TIMEOUT_S = 0.25
+#: after Redis failed, how long the replica counts alone before it asks again
+REDIS_BACKOFF_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -149,14 +153,16 @@ class LocalUsage:
 
 #: reads a tenant's five counters and counts the request if it is under every limit, in
 #: one step (two replicas cannot both take the last request of a minute). A value that is
-#: not a number (a stranger's) fails the call: the replica then counts in memory.
+#: not a count, digits only (a stranger's: `nan`, `inf`, `0x10`, `-5`, a list), fails
+#: the call: the replica then counts in memory.
 _ADMIT = """
 local values = {}
 for i = 1, 5 do
-  local raw = redis.call('GET', KEYS[i])
-  local number = tonumber(raw or '0')
-  if number == nil then return redis.error_reply('not a count: ' .. KEYS[i]) end
-  values[i] = number
+  local raw = redis.call('GET', KEYS[i]) or '0'
+  if not string.match(raw, '^%d+$') or string.len(raw) > 15 then
+    return redis.error_reply('not a count: ' .. KEYS[i])
+  end
+  values[i] = tonumber(raw)
 end
 local window, elapsed = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rpm, tpm, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -183,6 +189,7 @@ class RedisUsage:
         self.local = LocalUsage()
         self.errors = 0
         self._logged_at = -math.inf
+        self._away_until = -math.inf  # Redis failed: counted alone until then (monotonic)
 
     def _keys(self, tenant: str, now_ms: int) -> list[str]:
         minute, day = now_ms // WINDOW_MS, now_ms // DAY_MS
@@ -191,6 +198,8 @@ class RedisUsage:
                 f"{base}:t:{minute}", f"{base}:d:{day}"]
 
     async def admit(self, tenant: Tenant, now_ms: int) -> Refusal | None:
+        if time.monotonic() < self._away_until:
+            return self.local.admit_now(tenant, now_ms)
         keys = self._keys(tenant.name, now_ms)
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S):
@@ -209,6 +218,9 @@ class RedisUsage:
     async def spend(self, tenant: Tenant, tokens: int, now_ms: int) -> None:
         if tokens <= 0:
             return
+        if time.monotonic() < self._away_until:
+            self.local.spend_now(tenant, tokens, now_ms)
+            return
         minute_key, day_key = self._keys(tenant.name, now_ms)[3:]
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S), \
@@ -223,12 +235,13 @@ class RedisUsage:
     def _failed(self, what: str, tenant: Tenant, exc: BaseException) -> None:
         self.errors += 1
         now = time.monotonic()
+        self._away_until = now + REDIS_BACKOFF_S
         if now - self._logged_at >= 60:
             self._logged_at = now
             log.warning("client limits: Redis failed to %s for tenant %s (%s: %s); this "
-                        "replica counts alone until it answers (%d failures so far)", what,
-                        tenant.name, type(exc).__name__, str(exc)[:200] or "timed out",
-                        self.errors)
+                        "replica counts alone, and asks Redis again in %.0f s (%d failures "
+                        "so far)", what, tenant.name, type(exc).__name__,
+                        str(exc)[:200] or "timed out", REDIS_BACKOFF_S, self.errors)
 
     def forget(self, kept: set[str]) -> None:
         self.local.forget(kept)

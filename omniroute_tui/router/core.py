@@ -438,10 +438,6 @@ class RequestRouting:
             self._busy = None
             busy.finished(attempt.connection, now - attempt.started_at)
         kind = outcome.kind
-        held = self._held
-        if held is not None and not (stream and kind is None):  # a stream's is held on
-            self._held = None
-            held[0].release(held[1])
         if rate_limits is not None:
             self.router.headroom.note(attempt.provider, attempt.connection, now, rate_limits)
         elif kind is None and self.router.headroom.out:
@@ -453,14 +449,17 @@ class RequestRouting:
                 self._stream = (attempt, status)
             else:
                 self._note_result(now, attempt, status, outcome, reason)
+                self._release(now)
             self._next = self.response
             return
-        if stream and kind is None:
+        if stream and kind is None:  # its slot is held until the stream ends
             self.records.append(AttemptRecord(self._label, attempt.connection, status, None))
             self._stream = (attempt, status)
             self._next = self._respond(now, status, attempt, None, None)
             return
         self._note_result(now, attempt, status, outcome, reason)
+        if self._held is not None:  # after the pool has heard: a key now cooling wakes no one
+            self._release(now)
         then = _RESPOND if kind is None else _THEN[kind]
         if then is _RESPOND:
             self._next = self._respond(now, status, attempt, None, None)
@@ -489,14 +488,12 @@ class RequestRouting:
         if stream is None:
             return
         self._stream = None
-        held = self._held
-        if held is not None:
-            self._held = None
-            held[0].release(held[1])
         attempt, status = stream
         outcome = _CANCELLED if cancelled else _OK if cut is None else _STREAM_CUT
-        self._apply_result(self.engine.clock.now_ms(), attempt, status, outcome,
-                           None if cancelled else cut, relayed_bytes, relayed_chunks)
+        now = self.engine.clock.now_ms()
+        self._apply_result(now, attempt, status, outcome, None if cancelled else cut,
+                           relayed_bytes, relayed_chunks)
+        self._release(now)
 
     def resume(self, cut: StreamCut, relayed_chunks: int) -> Attempt | None:
         """After a stream cut after its first content (its `end_stream` called), the
@@ -537,7 +534,7 @@ class RequestRouting:
         if self._wait is not None:  # it gave up while waiting
             refill = self._end_wait(now)
             if refill is not None:
-                refill.fill()
+                refill.fill(now)
         attempt = self._inflight
         if attempt is None and isinstance(self._next, Attempt):
             attempt = self._next
@@ -556,11 +553,15 @@ class RequestRouting:
         if busy is not None:
             self._busy = None
             busy.finished(attempt.connection, now - attempt.started_at)
+        self._note_result(now, attempt, 0, _CANCELLED)
+        self._release(now)
+
+    def _release(self, now: int) -> None:
+        """The slot the attempt held on a capped provider, to the next waiter (§6)."""
         held = self._held
         if held is not None:
             self._held = None
-            held[0].release(held[1])
-        self._note_result(now, attempt, 0, _CANCELLED)
+            held[0].release(held[1], now)
 
     # -- the algorithm -----------------------------------------------------------------
 
@@ -580,7 +581,7 @@ class RequestRouting:
             return self._walked_all(now)
         finally:
             if refill is not None:  # the slot reserved for it, if it did not take it
-                refill.fill()
+                refill.fill(now)
 
     def _walked_all(self, now: int) -> Step:
         """Every target walked in this pass without an answer: a wait, or the answer."""
@@ -675,8 +676,8 @@ class RequestRouting:
             connection = next(candidates, None)
             capacity = layers.capacity
             full_here = False  # a key was passed over at its cap (§6)
-            if capacity is not None:
-                while connection is not None and capacity.connection_full(connection):
+            if capacity is not None:  # the provider's cap too: a retry here waits its turn
+                while connection is not None and not capacity.has_room(connection):
                     full_here = True
                     connection = next(candidates, None)
             cooling_until = None
@@ -697,9 +698,10 @@ class RequestRouting:
                     if self._on_provider:
                         continue
                     layers.breaker.release(admission)
-                    if full_here:
+                    if full_here:  # when a cooling key is back, the wait may end sooner
                         assert capacity is not None
-                        self._skip_full(now, target, capacity)
+                        self._skip_full(now, target, capacity,
+                                        layers.unavailable(now, target.model).retry_after_ms)
                         continue
                     unavailable = layers.unavailable(now, target.model)
                     self._skip(now, target, unavailable.reason, unavailable.retry_after_ms)
@@ -713,6 +715,8 @@ class RequestRouting:
                 return None
             if self._on_provider or self._resumed:
                 if not self._spend(now, layers):
+                    if not self._on_provider:  # a resume's fresh admission (a probe slot)
+                        layers.breaker.release(admission)
                     self._skip(now, target, SkipReason.RETRY_BUDGET, None)
                     self._candidates, self._carried = None, False
                     continue
@@ -850,9 +854,11 @@ class RequestRouting:
         return [record.connection for record in self.records
                 if record.target.partition("/")[0] == provider]
 
-    def _skip_full(self, now: int, target: Target, capacity: Capacity) -> None:
-        """Pass over a target whose provider, or every key it could use, is full (§6)."""
-        self._skip(now, target, SkipReason.AT_CAPACITY, None)
+    def _skip_full(self, now: int, target: Target, capacity: Capacity,
+                   retry_after_ms: int | None = None) -> None:
+        """Pass over a target whose provider, or every key it could use, is full (§6);
+        `retry_after_ms`: when a key of it now cooling comes back."""
+        self._skip(now, target, SkipReason.AT_CAPACITY, retry_after_ms)
         if self._full is None:
             self._full = []
         self._full.append((capacity, self.skips[-1]))
