@@ -18,6 +18,13 @@ span per request and one per attempt, batched and sent over OTLP/HTTP) to a loca
 off and with them on: its CPU per request against the same gateway without is what tracing
 costs (target: within 5 %).
 
+With `--client-keys`, a gateway asking for client keys (`gateway.clients`: one tenant with
+every limit set, far above the load, so each request is identified and checked against its
+requests and tokens a minute and a day) runs in the same rounds, and one more that counts
+them in Redis as a fleet does (`store.redis`: 127.0.0.1:6379, under a prefix of its own,
+deleted after; left out when no Redis answers) beside the same fleet replica without keys:
+their CPU per request against the same gateway without keys is what the door costs.
+
 A further gateway, the same but with aiohttp's client for its upstream calls
 (`aiohttp_upstream.py`), is measured in the same rounds: docs/gateway.md says why the gateway
 keeps its own client, with these numbers. With `--baseline TREE`, a third one runs from
@@ -55,6 +62,9 @@ routes:
   chat: {targets: [fake/m]}
 """
 BODY = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+#: the client key every request carries (a gateway without client keys ignores it)
+CLIENT_KEY = "sk-bench-client-0001"
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 #: where the running Python's console scripts are (the venv's bin)
@@ -77,6 +87,49 @@ def gateway_process(config: Path, port: int, *options: str, token: str = "",
         [str(BIN / "omniroute-gateway"), "--config", str(config), "--listen",
          f"127.0.0.1:{port}", *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "OMNIROUTE_TOKEN": token, **(env or {})})
+
+
+def client_key_gateways(folder: Path, data: dict[str, Any], ports: dict[str, int],
+                        pids: dict[str, int], procs: list[subprocess.Popen[bytes]],
+                        log_format: str) -> str | None:
+    """Start the gateways asking for client keys (in memory; in Redis when one answers);
+    returns the Redis key prefix used, to delete after."""
+    import hashlib
+    import uuid
+
+    import redis
+
+    huge = 10 ** 9
+    clients = {"bench": {"keys": [hashlib.sha256(CLIENT_KEY.encode()).hexdigest()],
+                         "rpm": huge, "tpm": huge, "tokens_per_day": huge}}
+    configs = {"keys": {**data, "gateway": {**(data.get("gateway") or {}),
+                                            "clients": clients}}}
+    prefix = None
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+        prefix = f"bench-{uuid.uuid4().hex[:8]}"
+        fleet = {"redis": REDIS_URL, "prefix": prefix}
+        configs["fleet"] = {**data, "store": fleet}  # the same replica, without keys
+        configs["keys_redis"] = {**configs["keys"], "store": fleet}
+    except redis.RedisError as exc:
+        print(f"no Redis at {REDIS_URL} ({exc}): client keys counted in memory only")
+    for name, config in configs.items():
+        path = folder / f"router-{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        ports[name] = free_port()
+        procs.append(gateway_process(path, ports[name], "--log-format", log_format))
+        pids[name] = procs[-1].pid
+    return prefix
+
+
+def forget_redis_prefix(prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    keys = list(client.scan_iter(match=f"{prefix}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
 
 
 def free_port() -> int:
@@ -148,7 +201,8 @@ async def latencies(direct: str, gateways: dict[str, str], count: int, body: dic
             assert _whole(reply, stream), reply.text
             for name, url in gateways.items():
                 start = time.perf_counter()
-                through = await http.post(f"{url}/v1/chat/completions", json=body)
+                through = await http.post(f"{url}/v1/chat/completions", json=body,
+                                          headers={"authorization": f"Bearer {CLIENT_KEY}"})
                 took[name] = (time.perf_counter() - start) * 1000
                 assert _whole(through, stream), (name, through.text)
             if i >= 50:  # warm-up done
@@ -221,6 +275,9 @@ def main() -> None:
                         help="every request asks for a stream and reads it to its end")
     parser.add_argument("--tracing", action="store_true",
                         help="also measure a gateway exporting traces to a local receiver")
+    parser.add_argument("--client-keys", action="store_true",
+                        help="also measure gateways asking for client keys: counting in "
+                             "memory, and in Redis")
     parser.add_argument("--serve-aiohttp", nargs=2, metavar=("CONFIG", "PORT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -273,6 +330,11 @@ def main() -> None:
                     procs.append(gateway_process(path, ports[name], "--log-format",
                                                  args.log_format, env=traced))
                     pids[name] = procs[-1].pid
+            redis_prefix = None
+            if args.client_keys:
+                redis_prefix = client_key_gateways(
+                    Path(folder), yaml.safe_load(config.read_text()), ports, pids, procs,
+                    args.log_format)
             gateways = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
             for url in gateways.values():
                 wait_until_up(f"{url}/health")
@@ -290,6 +352,8 @@ def main() -> None:
                                                   args.seconds, body))
         finally:
             stop(procs)
+            if redis_prefix is not None:
+                forget_redis_prefix(redis_prefix)
         spans_text = spans.read_text() if spans.exists() else ""
     d50, d99 = statistics.median(ms["direct"]), percentile(ms["direct"], 0.99)
     kind = "streamed requests" if args.stream else "requests"
@@ -301,6 +365,10 @@ def main() -> None:
         labels.append(("baseline", "gateway, baseline"))
     if "tracing" in ms:
         labels += [("tracing", "gateway, tracing"), ("tracing_metrics", "… and metrics")]
+    labels += [(name, label) for name, label in (("keys", "gateway, client keys"),
+                                                 ("fleet", "fleet replica"),
+                                                 ("keys_redis", "… client keys"))
+               if name in ms]
     for name, label in labels:
         t50, t99 = statistics.median(ms[name]), percentile(ms[name], 0.99)
         print(f"  {label + ':':18s}  median {t50:6.2f} ms   p99 {t99:6.2f} ms   "
@@ -319,6 +387,13 @@ def main() -> None:
               f"({cpu_us['tracing_metrics'] / cpu_us['metrics'] - 1:+.1%}); target within "
               f"5 %; the receiver got {received:,} spans for 2 x {args.requests + 50:,} "
               "requests")
+    for name, base, what in (("keys", "gateway", "client keys on against off"),
+                             ("keys_redis", "fleet", "a fleet replica's client keys (in "
+                              "Redis) against the same replica without")):
+        if name in ms:
+            print(f"  {what}: CPU {cpu_us[name]:,.0f} against {cpu_us[base]:,.0f} µs "
+                  f"a request ({cpu_us[name] / cpu_us[base] - 1:+.1%}); median "
+                  f"{statistics.median(ms[name]) - statistics.median(ms[base]):+.2f} ms")
     own, other = statistics.median(ms["gateway"]), statistics.median(ms["aiohttp"])
     print(f"  aiohttp's client costs {other - own:+.2f} ms a request more than ours")
     if "baseline" in ms:

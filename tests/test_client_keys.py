@@ -423,3 +423,33 @@ async def test_the_keys_may_live_in_a_file_of_their_own_read_again_by_reload(
             with pytest.raises(openai.AuthenticationError):
                 await old.chat.completions.create(model="chat", messages=MESSAGES)
             await new.chat.completions.create(model="chat", messages=MESSAGES)
+
+
+async def test_tokens_go_to_redis_together_and_alone_when_it_fails(prefix: str) -> None:
+    """Answers' tokens are sent in one round trip a tenth of a second; a send that fails
+    counts them on this replica instead, and the gateway's stop sends what is pending."""
+    client_ = redis.asyncio.Redis.from_url(REDIS_URL)
+    try:
+        usage = RedisUsage(client_, prefix)
+        one, two = Tenant("one", tpm=100), Tenant("two", tpm=100)
+        now = 1_000 * WINDOW_MS + 5
+        for tenant, tokens in ((one, 30), (two, 5), (one, 40)):
+            usage.spend_soon(tenant, tokens, now)
+        assert await client_.get(usage._keys("one", now)[3]) is None  # not yet sent
+        await usage.flush()
+        assert [int(await client_.get(usage._keys(t, now)[k])) for t in ("one", "two")
+                for k in (3, 4)] == [70, 70, 5, 5]
+        usage.spend_soon(one, 31, now)
+        await usage.close()  # a stop sends what is pending
+        assert int(await client_.get(usage._keys("one", now)[3])) == 101
+        assert (await usage.admit(one, now)) is not None  # 101 of 100 tokens a minute
+        await client_.delete(usage._keys("two", now)[4])
+        await client_.rpush(usage._keys("two", now)[4], "x")  # the next send fails
+        usage.spend_soon(two, 7, now)
+        await usage.flush()
+        assert usage.errors == 1
+        assert usage.local._counts["two"].day_tokens == 7  # counted here instead
+    finally:
+        for name in ("one", "two"):
+            await client_.delete(*usage._keys(name, now))
+        await client_.aclose()

@@ -45,6 +45,9 @@ DAY_MS = 86_400_000
 REDIS_TIMEOUT_S = 0.25
 #: after Redis failed, how long the replica counts alone before it asks again
 REDIS_BACKOFF_S = 5.0
+#: answers' tokens are sent to Redis together, this often: one round trip for all the
+#: answers of that time, not one an answer
+SPEND_BATCH_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,12 @@ class RedisUsage:
         self.errors = 0
         self._logged_at = -math.inf
         self._away_until = -math.inf  # Redis failed: counted alone until then (monotonic)
+        #: tokens not sent yet, by key (with the key's lifetime), and by tenant (to count
+        #: them alone if the send fails)
+        self._pending: dict[str, tuple[int, int]] = {}
+        self._unsent: list[tuple[Tenant, int, int]] = []
+        self._sending: asyncio.TimerHandle | None = None
+        self._sends: set[asyncio.Task[None]] = set()
 
     def _keys(self, tenant: str, now_ms: int) -> list[str]:
         minute, day = now_ms // WINDOW_MS, now_ms // DAY_MS
@@ -215,22 +224,58 @@ class RedisUsage:
         return refusal(tenant, (r0, r1), (t0, t1), day, now_ms) or Refusal(
             "rpm", r1, tenant.rpm, 1000)  # refused by a count that moved meanwhile
 
-    async def spend(self, tenant: Tenant, tokens: int, now_ms: int) -> None:
+    def spend_soon(self, tenant: Tenant, tokens: int, now_ms: int) -> None:
+        """Count an answer's tokens: sent with the others of the next `SPEND_BATCH_S`."""
         if tokens <= 0:
             return
         if time.monotonic() < self._away_until:
             self.local.spend_now(tenant, tokens, now_ms)
             return
         minute_key, day_key = self._keys(tenant.name, now_ms)[3:]
+        pending = self._pending
+        pending[minute_key] = (pending.get(minute_key, (0, 0))[0] + tokens, 2 * WINDOW_MS)
+        pending[day_key] = (pending.get(day_key, (0, 0))[0] + tokens, 2 * DAY_MS)
+        self._unsent.append((tenant, tokens, now_ms))
+        if self._sending is None:
+            self._sending = asyncio.get_running_loop().call_later(SPEND_BATCH_S, self._send)
+
+    def _send(self) -> None:
+        self._sending = None
+        task = asyncio.get_running_loop().create_task(self.flush())
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def spend(self, tenant: Tenant, tokens: int, now_ms: int) -> None:
+        """Count an answer's tokens and send them now."""
+        self.spend_soon(tenant, tokens, now_ms)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Send the tokens not sent yet in one round trip; if Redis fails, this replica
+        counts them alone. Never raises: it runs as a task nobody awaits."""
+        pending, unsent = self._pending, self._unsent
+        if not pending:
+            return
+        self._pending, self._unsent = {}, []
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S), \
                     self._redis.pipeline(transaction=False) as pipe:
-                pipe.incrby(minute_key, tokens).pexpire(minute_key, 2 * WINDOW_MS)
-                pipe.incrby(day_key, tokens).pexpire(day_key, 2 * DAY_MS)
+                for key, (tokens, lifetime_ms) in pending.items():
+                    pipe.incrby(key, tokens).pexpire(key, lifetime_ms)
                 await pipe.execute()
-        except Exception as exc:
-            self._failed("spend", tenant, exc)
-            self.local.spend_now(tenant, tokens, now_ms)
+        except Exception as exc:  # down, slow, a stranger's value: counted here instead
+            self._failed("count tokens", unsent[0][0], exc)
+            for tenant, tokens, now_ms in unsent:
+                self.local.spend_now(tenant, tokens, now_ms)
+
+    async def close(self) -> None:
+        """The gateway stops: what is pending is sent now."""
+        if self._sending is not None:
+            self._sending.cancel()
+            self._sending = None
+        await self.flush()
+        if self._sends:
+            await asyncio.wait(set(self._sends), timeout=REDIS_TIMEOUT_S * 2)
 
     def _failed(self, what: str, tenant: Tenant, exc: BaseException) -> None:
         self.errors += 1
