@@ -120,7 +120,8 @@ async def test_restart_keeps_pause_and_a_finished_replay_says_so() -> None:
     async with piloted(at_ms=200_000) as (app, pilot):  # the demo lasts 3 minutes
         status = str(app.query_one("#status", Static).render())
         assert "finished (R replays)" in status
-        await pilot.press("5")
+        assert app.screen.heading == "scorecard: demo"  # type: ignore[attr-defined]
+        await pilot.press("escape", "5")
         await pilot.pause()
         assert "finished: R replays it" in str(app.query_one("#timeline", Static).render())
         await say_yes(pilot, "R")

@@ -187,3 +187,38 @@ async def test_a_fault_still_on_has_its_start_line_and_no_end_line(at_ms: int,
     async with piloted("5", at_ms=at_ms, size=(120, 36)) as (app, pilot):
         top = _canvas(app.query_one(HerdChartPlot)).splitlines()[0]
         assert top.count("┬") == lines  # each fault line meets the plot's top border
+
+
+async def test_a_finished_replay_shows_its_scorecard_once_and_s_again() -> None:
+    """At the run's end the scorecard comes up by itself: the engine beside naive, per
+    provider and per fault, the numbers `omniroute-sim run` reports for the same run."""
+    from simulator.scenario import Policy, load_scenario
+    from simulator.virtual import run_virtual
+
+    from .console_helpers import SCENARIOS_DIR
+
+    async with piloted(scenario="429-storm", at_ms=290_000) as (app, pilot):
+        await pilot.press("S")
+        assert not isinstance(app.screen, DetailScreen)  # not before the end
+        replay = app.backend.replay
+        assert replay is not None
+        replay.step(20_000)  # past the end, its requests answered
+        app.refresh_view()
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        title, fields, lines = app.screen.heading, dict(app.screen.current), app.screen.history
+        assert title == "scorecard: 429-storm"
+        scenario = load_scenario(SCENARIOS_DIR / "429-storm.yaml")
+        engine = run_virtual(scenario, Policy.RESILIENT)
+        naive = run_virtual(scenario, Policy.NAIVE)
+        assert fields["requests"] == f"{engine['requests']:,} · {naive['requests']:,}"
+        assert fields["attempts"].startswith(f"{engine['attempts']:,} (")
+        for fault, stats in engine["faults"].items():
+            assert any(line.startswith(f"  {fault}: engine {stats['attempts']:,} attempts")
+                       for line in lines), (fault, lines)
+        await pilot.press("escape")
+        app.refresh_view()
+        await pilot.pause()
+        assert not isinstance(app.screen, DetailScreen)  # once by itself
+        await pilot.press("S")
+        assert isinstance(app.screen, DetailScreen)

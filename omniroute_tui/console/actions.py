@@ -76,6 +76,9 @@ ACTIONS: tuple[ConsoleAction, ...] = (
     ConsoleAction("step", "n", "Step", "advance one virtual second while paused", show=False),
     ConsoleAction("jump", "f", "Jump", "play on to the next fault's start (a lesson: its "
                   "next step) and pause there; a room's viewers follow", show=False),
+    ConsoleAction("scorecard", "S", "Scorecard", "the finished run in numbers: attempts, "
+                  "failures and recovery per provider and fault, engine against naive "
+                  "(shown by itself at the end)", show=False),
     ConsoleAction("restart", "R", "Restart", "replay the scenario from the start",
                   show=False, destructive=True),
     ConsoleAction("reset_breaker", "r", "Reset", "reset the selected provider's breaker",
@@ -106,7 +109,8 @@ PANE_KEYS: dict[Pane, tuple[str, ...]] = {
     Pane.LOCKOUTS: ("detail", "sort", "clear", "clear_provider_lockouts", "filter"),
     Pane.EVENTS: ("filter", "times", "move('down')", "move('up')", "move('top')",
                   "move('bottom')", "freeze"),
-    Pane.SCENARIO: ("pause", "faster", "slower", "step", "jump", "restart", "detail"),
+    Pane.SCENARIO: ("pause", "faster", "slower", "step", "jump", "scorecard", "restart",
+                    "detail"),
     Pane.REQUESTS: ("filter", "detail", "sort"),
     Pane.AUDIT: ("detail", "filter"),
 }

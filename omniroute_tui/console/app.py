@@ -89,6 +89,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
     ) -> None:
         super().__init__()
         self.room = room  # `--serve-room`: this console's replay, served to viewers
+        #: the replay whose scorecard was shown by itself at its end
+        self._scored: object = None
         self.listen = listen
         self.token = token
         self.metrics = metrics  # who may scrape the served gateway's /metrics
@@ -228,6 +230,11 @@ class ConsoleApp(OperatorActions, ReplayControls):
 
     def refresh_view(self) -> None:
         super().refresh_view()
+        replay = self.backend.replay
+        if (replay is not None and replay.finished and self._scored is not replay
+                and not self.behind_a_dialog):
+            self._scored = replay  # once a run: `S` shows it again
+            self.action_scorecard()
         if self.room is not None and self.backend.replay is not None:
             # pause, speed and restarts reach viewers, and the attempts their charts draw
             self.room.follow(self.backend.replay, self.model.series)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .model.backends import SimulationBackend
 from .model.console_model import ConsoleModel
 from .painting import PaneView
+from .screens.modals import DetailScreen
 from .widgets.keyed_table import KeyedTable
 from .widgets.panels import EventLog
 
@@ -60,6 +61,16 @@ class ReplayControls(PaneView):
         if replay := self._replay("jump"):
             self.notify(replay.jump(), timeout=6)
             self.refresh_view()
+
+    def action_scorecard(self) -> None:
+        """The finished run in numbers, against the compared policy (docs/console.md)."""
+        if replay := self._replay("score"):
+            card = replay.scorecard()
+            if card is None:
+                self.notify("the scorecard comes at the run's end: f and n go on, or let "
+                            "it play", severity="warning")
+                return
+            self.push_screen(DetailScreen(*card))
 
     def action_restart(self) -> None:
         replay = self.backend.replay

@@ -148,6 +148,21 @@ class SimulationBackend:
         self.comparison: AttemptSeries | None = AttemptSeries()
         self._naive = VirtualRun(scenario, Policy.NAIVE)
         self._naive.bus.subscribe(self.comparison.on_event, AttemptEvent)
+        self._scorecard: tuple[str, list[tuple[str, str]], list[str]] | None = None
+
+    def scorecard(self) -> tuple[str, list[tuple[str, str]], list[str]] | None:
+        """The finished run's scorecard against the compared policy (None before the
+        end: the reports close the runs' open windows, so they are read once, at it)."""
+        if not self.finished:
+            return None
+        if self._scorecard is None:
+            from .scorecard import scorecard
+
+            compared = self._naive
+            compared.advance_to(self.run.now_ms)
+            self._scorecard = scorecard(self._scenario.name, self.run.finish(),
+                                        compared.finish(), str(compared.policy))
+        return self._scorecard
 
     def compare_with(self, policy: str) -> None:
         """Draw the herd chart against `policy` (a lesson's step chooses it): its replay
