@@ -167,12 +167,20 @@ async def test_a_replay_from_the_start_is_marked_in_the_viewers_events() -> None
         assert log.render_line(0).text.rstrip() == f"   <1s  {mark}"
 
 
-async def test_a_viewers_herd_chart_draws_the_trainers_run() -> None:
+@asynccontextmanager
+async def viewers_chart() -> AsyncIterator[tuple[Any, Any, Any, AttachBackend, HerdChartPlot]]:
+    """A room at 40 s of the demo and a viewer on its scenario pane, its chart drawn: the
+    trainer, the trainer's pilot, the viewer, its backend and its chart."""
     async with room() as (trainer, pilot, url), attached_viewer(
             url, size=(100, 30)) as (viewer, seen, backend):
         await seen.press("5")
-        chart = viewer.query_one(HerdChartPlot)  # type: ignore[attr-defined]
+        chart = viewer.query_one(HerdChartPlot)
         await eventually(lambda: chart._make is not None, what="the chart drawn")
+        yield trainer, pilot, viewer, backend, chart
+
+
+async def test_a_viewers_herd_chart_draws_the_trainers_run() -> None:
+    async with viewers_chart() as (trainer, pilot, viewer, backend, chart):
 
         def same_as_the_trainers(now: int) -> bool:
             assert chart._make is not None
@@ -194,6 +202,34 @@ async def test_a_viewers_herd_chart_draws_the_trainers_run() -> None:
         timeline = str(viewer.query_one("#timeline").render())  # type: ignore[attr-defined]
         assert "the trainer's run at 00:45.0; attempts per second on each provider " \
                "since its start" in timeline
+
+
+async def test_a_viewers_chart_has_the_naive_line_and_the_fault_lines() -> None:
+    """Trainees are shown the herd: the trainer's compared policy, per second as the
+    trainer's chart draws it, and the scenario's fault windows, joined late or followed
+    over the stream."""
+    async with viewers_chart() as (trainer, pilot, viewer, backend, chart):
+        def theirs(now: int) -> Any:
+            replay = trainer.backend.replay
+            assert replay is not None
+            return trainer.model.herd_chart(now, 40, compared=replay.comparison, faults=[
+                (f.name, f.at_ms, f.until_ms) for f in replay.scenario.faults])
+
+        def same(now: int) -> bool:
+            assert chart._make is not None
+            drawn, expected = chart._make(40), theirs(now)
+            return (drawn.compared, drawn.faults, drawn.compared_policy) == (
+                expected.compared, expected.faults, "naive")
+
+        assert same(40_000)  # from the room's state: joined at 40 s
+        drawn = chart._make(40)  # type: ignore[misc]
+        assert sum(sum(ys) for _, _, ys in drawn.compared) > 0
+        assert [name for name, *_ in drawn.faults] == ["openai-429-storm"]
+        await pilot.press("f")  # to 75 s, where the next fault starts: over the stream
+        await eventually(lambda: backend.now_ms() == 75_000 and viewer.refresh_view()
+                         is None and same(75_000), what="the viewer's lines up to 75 s")
+        shown = str(chart.query_one("#herd-key").render())
+        assert "hollow ○ naive" in shown and "fault start/end" in shown
 
 
 def test_a_rooms_attempts_of_another_shape_are_left_out() -> None:
@@ -375,3 +411,27 @@ async def test_the_trainer_jumps_to_the_next_fault_and_the_viewers_follow() -> N
             await pilot.press("f")
         assert (replay.now_ms(), replay.paused) == (130_000, True)
         assert any("no fault ahead" in str(n.message) for n in trainer._notifications)
+
+
+async def test_a_rooms_faults_and_compared_policy_of_another_shape_are_left_out() -> None:
+    """The faults and the compared policy's attempts are a room's too: odd ones are
+    dropped, never raised on, and a frame's seconds only for the providers named."""
+    backend = AttachBackend("http://127.0.0.1:9", None, on_event=lambda _: None,
+                            on_state=lambda _: None)
+    try:
+        state = {"breakers": [{"provider": "alpha"}], "faults": [
+            ["storm", 1000, 5000], ["bad", -1, 5], ["short"], "x", [None, 1, 2],
+            ["big", 1, 2**60]], "compared": {"policy": "naive", "attempts": {
+                "alpha": [[1, 4], [2, "x"]], "ghost": [[1, 1]]}}}
+        backend._take_state(state)
+        assert backend.room_faults == [("storm", 1000, 5000)]
+        assert backend.comparison is not None
+        assert dict(backend.comparison.counts) == {"alpha": {1: 4}}
+        for odd in (None, 7, "naive", {"policy": 3}, {"policy": "naive", "attempts": [1]}):
+            backend._take_state({**state, "faults": odd, "compared": odd})
+        backend.follow_room({"now": 2000, "speed": 2.0, "compared": {
+            "policy": "naive", "attempts": {"alpha": [[2, 9]], "ghost": [[2, 1]]}}})
+        assert backend.comparison is not None
+        assert dict(backend.comparison.counts) == {"alpha": {2: 9}}
+    finally:
+        await backend._client.aclose()

@@ -245,8 +245,12 @@ class PaneView(App[None]):
                 f"{backend.title}: a router on real time; attempts per second on each "
                 f"provider over the last {LIVE_CHART_S // 60} minutes {seen}")
             second = now - now % 1000  # the chart is drawn by whole seconds
+            # a room sends its scenario's faults and the trainer's compared policy
+            compared = backend.comparison if in_room else None
+            faults = getattr(backend, "room_faults", ()) if in_room else ()
             self.query_one(HerdChartPlot).show(
-                lambda points: self.model.live_chart(second, points, run_clock=in_room),
+                lambda points: self.model.live_chart(second, points, run_clock=in_room,
+                                                     compared=compared, faults=faults),
                 xlabel="scenario seconds" if in_room else "seconds before now")
             return
         width = max(20, self.size.width - 40)

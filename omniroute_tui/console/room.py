@@ -58,11 +58,12 @@ def replay_document(replay: SimulationBackend, run: int) -> dict[str, Any]:
     return doc
 
 
-def attempts_document(series: AttemptSeries, now_ms: int) -> dict[str, list[list[int]]]:
+def attempts_document(series: AttemptSeries, now_ms: int, since_s: int | None = None
+                      ) -> dict[str, list[list[int]]]:
     """Each provider's attempts per second over the last LIVE_CHART_S seconds up to
-    `now_ms`, as `[second, count]` pairs (seconds without attempts left out): what a
-    viewer joining late (or again) needs to draw the run so far."""
-    since = now_ms // 1000 - LIVE_CHART_S
+    `now_ms` (or from `since_s`), as `[second, count]` pairs (seconds without attempts
+    left out): what a viewer joining late (or again) needs to draw the run so far."""
+    since = max(now_ms // 1000 - LIVE_CHART_S, since_s or 0)
     return {provider: [[second, count] for second, count in sorted(counts.items())
                        if since <= second and count]
             for provider, counts in series.counts.items()}
@@ -86,6 +87,7 @@ class RoomServer:
         self._run = 0
         self._last: tuple[object, ...] = ()
         self._last_sent = 0.0
+        self._compared_s = 0  # the compared policy's seconds sent in frames from here on
         self._history: deque[Event] = deque(maxlen=HISTORY_LIMIT)
         self._audit: deque[OperatorEvent] = deque(maxlen=HISTORY_LIMIT)
         self.bus.subscribe(self._history.append, *STATE_CHANGE_CLASSES)
@@ -134,14 +136,20 @@ class RoomServer:
                 moved = json.dumps(replay_document(replay, self._run), separators=(",", ":"))
                 self.events.close(final=encode_frame("replay", moved))
             self._replay = replay
+            self._compared_s = 0
             replay.run.bus.subscribe(self._relay(replay))
         doc = replay_document(replay, self._run)
+        compared = replay.comparison
+        if compared is not None:  # the seconds of the compared policy since the last frame
+            doc["compared"] = {"policy": compared.policy, "attempts": attempts_document(
+                compared, doc["now"], since_s=self._compared_s)}
         # while paused, a step moves the clock: that is news too
         changed = (doc["paused"], doc["speed"], doc["finished"], doc["run"], str(doc.get("lesson")),
                    doc["now"] if doc["paused"] else None)
         now = time.monotonic()
         if changed != self._last or (not doc["paused"] and now - self._last_sent >= RESYNC_S):
             self._last, self._last_sent = changed, now
+            self._compared_s = max(0, doc["now"] // 1000 - 1)  # the last one may grow
             self.events.send("replay", json.dumps(doc, separators=(",", ":")))
 
     def _relay(self, replay: SimulationBackend) -> Any:
@@ -194,13 +202,20 @@ class RoomServer:
         return JSONResponse(body)
 
     async def state(self, request: Request, replay: SimulationBackend) -> Response:
-        attempts = ({} if self._attempts is None else
-                    attempts_document(self._attempts, replay.now_ms()))
-        routes = None if replay.scenario is None else replay.scenario.config.routes
-        return JSONResponse({**state_document(replay.engine, replay.providers, routes),
-                             "store": None, "config": None,
-                             "replay": replay_document(replay, self._run),
-                             "attempts": attempts})
+        now = replay.now_ms()
+        attempts = ({} if self._attempts is None else attempts_document(self._attempts, now))
+        scenario = replay.scenario
+        routes = None if scenario is None else scenario.config.routes
+        compared = replay.comparison
+        return JSONResponse({
+            **state_document(replay.engine, replay.providers, routes),
+            "store": None, "config": None, "replay": replay_document(replay, self._run),
+            "attempts": attempts,
+            "faults": [] if scenario is None else [
+                [f.name, f.at_ms, min(f.until_ms, scenario.duration_ms)]
+                for f in scenario.faults],
+            "compared": None if compared is None else {
+                "policy": compared.policy, "attempts": attempts_document(compared, now)}})
 
     async def event_stream(self, request: Request, replay: SimulationBackend) -> Response:
         response = EventStreamResponse(self.events.stream())

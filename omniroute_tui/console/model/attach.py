@@ -20,12 +20,15 @@ from ...clock import SystemClock
 from ...config.durations import format_ms
 from ...engine.events import Event, event_from_dict
 from .backends import RealTimeBackend
+from .console_model import AttemptSeries, load_counts
 
 __all__ = ["AttachBackend", "AttachError", "GatewayDown", "RemoteOperator", "fetch_state"]
 
 log = logging.getLogger("omniroute.attach")
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+#: a room's faults a viewer takes at most (a scenario has far fewer)
+MAX_ROOM_FAULTS = 1000
 HEALTH_EVERY_S = 5.0  # how often an attached console reads the gateway's /health
 
 
@@ -151,6 +154,11 @@ class AttachBackend(RealTimeBackend):
         #: a room's replay as it said last (None for a gateway), and when (monotonic s)
         self.room: dict[str, Any] | None = None
         self._room_at = 0.0
+        #: a room's scenario faults (name, from ms, to ms) and its trainer's compared
+        #: policy's attempts, for the herd chart
+        self.room_faults: list[tuple[str, int, int]] = []
+        self.comparison: AttemptSeries | None = None
+        self._named: set[str] = set()  # the providers the state named
         self._bugs: set[str] = set()  # the places whose bug was logged with its traceback
 
     def _bug(self, where: str, exc: Exception) -> str:
@@ -170,6 +178,7 @@ class AttachBackend(RealTimeBackend):
                 and isinstance(replay.get("speed"), int | float)):
             before = self.room
             self.room, self._room_at = replay, time.monotonic()
+            self._compare(replay.get("compared"))
             self.title = f"room {self.url} {replay.get('scenario', '')}".rstrip()
             if before is not None and replay.get("run") != before.get("run"):
                 self._moved = True
@@ -285,9 +294,31 @@ class AttachBackend(RealTimeBackend):
         self._take_state(reply.json())
 
     def _take_state(self, document: dict[str, Any]) -> None:
-        """A state document: the model's, and who the gateway says the token is."""
+        """A state document: the model's, who the gateway says the token is, and a room's
+        faults and compared policy."""
         self.read_caller(document)
         self._on_state(document)
+        faults = document.get("faults")
+        if isinstance(faults, list):
+            self.room_faults = [
+                (f[0][:100], f[1], f[2]) for f in faults[:MAX_ROOM_FAULTS]
+                if isinstance(f, list) and len(f) == 3 and isinstance(f[0], str)
+                and all(type(n) is int and 0 <= n < 2**53 for n in f[1:])]
+        breakers = document.get("breakers")
+        if isinstance(breakers, list):  # the providers the state names
+            self._named = {b["provider"] for b in breakers
+                           if isinstance(b, dict) and isinstance(b.get("provider"), str)}
+        self.comparison = None
+        self._compare(document.get("compared"))
+
+    def _compare(self, compared: object) -> None:
+        """A room's compared policy's attempts (the state's whole, or a frame's latest)."""
+        if not isinstance(compared, dict) or not isinstance(compared.get("policy"), str):
+            return
+        policy = compared["policy"][:40]
+        if self.comparison is None or self.comparison.policy != policy:
+            self.comparison = AttemptSeries(policy=policy)
+        load_counts(self.comparison, compared.get("attempts"), self._named)
 
     def read_caller(self, document: dict[str, Any]) -> None:
         """`caller` of a gateway's state: the token's name and role (`read` or `operate`);

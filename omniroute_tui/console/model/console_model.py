@@ -275,6 +275,24 @@ class AttemptSeries:
         return xs, ys
 
 
+def load_counts(series: AttemptSeries, attempts: object, providers: Iterable[str]) -> None:
+    """A room's attempts per second (`{provider: [[second, count], ...]}`) into `series`,
+    each second's count as the room says it. Only `providers`, at most LIVE_CHART_S
+    seconds each; anything of another shape is left out (a room's document is not ours
+    to trust)."""
+    if not isinstance(attempts, dict):
+        return
+    known = set(providers)
+    for provider, pairs in attempts.items():
+        if provider not in known or not isinstance(pairs, list):
+            continue
+        counts = series.counts.setdefault(provider, Counter())
+        for pair in pairs[-LIVE_CHART_S:]:
+            if (isinstance(pair, list) and len(pair) == 2
+                    and all(type(n) is int and 0 <= n < 2**53 for n in pair)):
+                counts[pair[0]] = pair[1]
+
+
 @dataclass
 class HerdChart:
     """What the scenario pane's chart draws: attempts per second on each provider, the
@@ -719,20 +737,9 @@ class ConsoleModel:
                        and isinstance(route.get("strategy"), str)}
 
     def _load_attempts(self, attempts: object) -> None:
-        """A room's attempts per second so far (`{provider: [[second, count], ...]}`):
-        they stand for what this model counted of those seconds. Only the providers the
-        state named, at most LIVE_CHART_S seconds each; anything of another shape is left
-        out (a room's document is not ours to trust)."""
-        if not isinstance(attempts, dict):
-            return
-        for provider, pairs in attempts.items():
-            if provider not in self.providers or not isinstance(pairs, list):
-                continue
-            counts = self.series.counts.setdefault(provider, Counter())
-            for pair in pairs[-LIVE_CHART_S:]:
-                if (isinstance(pair, list) and len(pair) == 2
-                        and all(type(n) is int and 0 <= n < 2**53 for n in pair)):
-                    counts[pair[0]] = pair[1]
+        """A room's attempts per second so far: they stand for what this model counted
+        of those seconds (`load_counts`)."""
+        load_counts(self.series, attempts, self.providers)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -809,11 +816,13 @@ class ConsoleModel:
         return budget, str(v.deduped), waits, skipped
 
     def live_chart(self, now: int, bins: int, window_s: int = LIVE_CHART_S, *,
-                   run_clock: bool = False) -> HerdChart:
+                   run_clock: bool = False, compared: AttemptSeries | None = None,
+                   faults: Iterable[tuple[str, int, int]] = ()) -> HerdChart:
         """Attempts per second on each provider over the last `window_s` seconds: on
         real time (a router, an attached gateway) x in seconds before now; on a run's
         clock (a room's replay) in the run's seconds, from its start while it is younger
-        than the window."""
+        than the window, with the trainer's compared policy and fault lines when the room
+        sends them."""
         end_s = max(1, -(-now // 1000))
         since = max(0, end_s - window_s) if run_clock else end_s - window_s
         shift = 0 if run_clock else end_s  # real time: x counts back from now
@@ -825,7 +834,13 @@ class ConsoleModel:
                  for name, v in self.providers.items() for start, until in v.open_spans
                  if until < 0 or until / 1000 > since]
         spans = [(name, max(a, since - shift), b) for name, a, b in spans]
-        return HerdChart(lines, [], spans, [], end_s - shift, "", start_s=since - shift)
+        other = [] if compared is None else [
+            (f"{name} {compared.policy}",
+             *compared.binned(name, end_s, bins, since_s=since)) for name in self.providers]
+        windows = [(name, at / 1000 - shift, until / 1000 - shift) for name, at, until in faults
+                   if at <= now and until / 1000 > since]
+        return HerdChart(lines, other, spans, windows, end_s - shift,
+                         "" if compared is None else compared.policy, start_s=since - shift)
 
     def herd_chart(self, now: int, bins: int, *, compared: AttemptSeries | None = None,
                    faults: Iterable[tuple[str, int, int]] = ()) -> HerdChart:
