@@ -5,15 +5,23 @@ opened by hand that read everything sent). Prints, for each kind, the memory (RS
 (cores, over a window of play) of the trainer, of the viewers one by one and together, and
 the machine's speed, so figures from two machines can be compared.
 
-    .venv/bin/python bench/room_viewers.py [--viewers 20] [--seconds 20] [--speed 5]
+With `--browser`, the tabs are real: the distribution's Chromium (through playwright, as
+the browser test drives it) opens the room's page N times, and the browser's own
+processes are measured too, by proportional set size (PSS: its processes share much of
+their memory, which RSS would count once a process), per tab and in all. Left out, with
+why, where Chromium or playwright is missing.
+
+    .venv/bin/python bench/room_viewers.py [--viewers 20] [--seconds 20] [--speed 5] [--browser]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -62,6 +70,86 @@ def rss_mib(pid: int) -> float:
 
 def children(pid: int) -> list[int]:
     return [child for child, _ in child_processes(pid)]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`: a browser's renderers, GPU and utility processes."""
+    found, todo = [], [pid]
+    while todo:
+        below = children(todo.pop())
+        found += below
+        todo += below
+    return found
+
+
+def pss_mib(pid: int) -> float:
+    """A process's proportional set size: shared pages divided among their sharers."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def marked(marker: str) -> int | None:
+    """The process whose command line holds `marker` (the browser we launched)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    return int(entry.name)
+    return None
+
+
+async def browser_tabs(url: str, viewers: int, seconds: float, trainer: int) -> None:
+    """N real tabs of the room's page in one Chromium: the browser's processes, the page
+    server and the tabs' consoles, measured over `seconds`."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        print("no playwright here: real browser tabs left out (make test installs it)")
+        return
+    if chromium is None:
+        print("no Chromium here: real browser tabs left out (make browser installs it)")
+        return
+    web_port = free_port()
+    marker = f"--omniroute-bench={os.getpid()}-{web_port}"  # Chromium ignores it
+    with spawned("-m", "omniroute_tui.console", "--attach", url, "--web",
+                 "--port", str(web_port)) as page_server:
+        wait_for(lambda: listening(web_port), 30, "the room's page")
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=chromium, args=[
+                "--no-sandbox", "--disable-gpu", marker])
+            try:
+                for _ in range(viewers):
+                    tab = await browser.new_page(viewport={"width": 1280, "height": 800})
+                    await tab.goto(f"http://127.0.0.1:{web_port}")
+                wait_for(lambda: len(children(page_server.pid)) == viewers, 60,
+                         "every tab's console")
+                await asyncio.sleep(5)
+                root = marked(marker)
+                if root is None:
+                    raise SystemExit("the browser's process was not found")
+                browser_pids = [root, *descendants(root)]
+                consoles = children(page_server.pid)
+                pids = [trainer, page_server.pid, *consoles, *browser_pids]
+                cores, rss = measure(pids, seconds)
+                pss = [pss_mib(pid) for pid in browser_pids]
+            finally:
+                await browser.close()
+    print(f"{viewers} real browser tabs (Chromium {len(browser_pids)} processes, "
+          f"--attach URL --web):")
+    report("trainer", cores[:1], rss[:1])
+    report("page server", cores[1:2], rss[1:2])
+    report("tab consoles", cores[2:2 + viewers], rss[2:2 + viewers])
+    browser_cores = cores[2 + viewers:]
+    print(f"  {'Chromium':<22} {len(browser_pids):>3} process(es): CPU "
+          f"{sum(browser_cores):5.2f} cores in all; PSS {sum(pss):7.1f} MiB in all")
+    print(f"  a tab costs the serving machine {sum(rss[2:2 + viewers]) / viewers:.0f} MiB "
+          f"and {sum(cores[2:2 + viewers]) / viewers:.3f} cores (its console), and the "
+          f"viewer's browser {sum(pss) / viewers:.0f} MiB and "
+          f"{sum(browser_cores) / viewers:.3f} cores")
 
 
 def wait_for(check: object, timeout_s: float, what: str) -> None:
@@ -177,6 +265,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--speed", default="5")
     parser.add_argument("--scenario", default="429-storm")
+    parser.add_argument("--browser", action="store_true",
+                        help="also open the room's page in real Chromium tabs (playwright)")
     args = parser.parse_args()
     print(machine())
     port = free_port()
@@ -221,6 +311,8 @@ def main() -> None:
             wait_for(lambda: children(page.pid) == [], 60, "the tab consoles ending")
             print(f"  after the tabs dropped their connections: every tab console ended in "
                   f"{time.monotonic() - start:.1f} s")
+        if args.browser:
+            asyncio.run(browser_tabs(url, args.viewers, args.seconds, trainer.pid))
 
 
 if __name__ == "__main__":
