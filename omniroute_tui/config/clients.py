@@ -8,13 +8,12 @@ UTC day. Absent, the gateway takes requests from anyone who reaches its port, as
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .operators import DIGEST, NAME, token_digest
 from .problems import Path
 from .readers import read_mapping, read_name, read_str, reject_unknown
 from .yaml_source import Source
@@ -25,8 +24,6 @@ __all__ = ["MAX_TENANTS", "ClientKeys", "Tenant", "parse_clients"]
 MAX_TENANTS = 1000
 #: keys at most per tenant (rotation needs two; a team may have one per service)
 MAX_KEYS = 100
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 #: a limit at most: the counts stay exact in Redis' Lua numbers (doubles)
 _LIMIT_MAX = 10**9
 
@@ -58,7 +55,7 @@ class ClientKeys:
     def identify(self, key: str) -> Tenant | None:
         """The tenant whose key this is, or None. Found by the digest of what was sent,
         so the time it takes says nothing of any key."""
-        return self.by_digest.get(hashlib.sha256(key.encode()).hexdigest())
+        return self.by_digest.get(token_digest(key))
 
 
 def parse_clients(src: Source, value: Any, path: Path) -> ClientKeys:
@@ -78,7 +75,7 @@ def parse_clients(src: Source, value: Any, path: Path) -> ClientKeys:
     tenants: dict[str, Tenant] = {}
     for name, entry in body.items():
         where = path + (str(name),)
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             src.problem(where, "a tenant's name is 1 to 64 of A-Z a-z 0-9 . _ @ - (not "
                                "starting with a sign)")
             continue
@@ -100,7 +97,7 @@ def parse_clients(src: Source, value: Any, path: Path) -> ClientKeys:
             if digest is None:
                 continue
             digest = digest.strip().lower()
-            if not _DIGEST.fullmatch(digest):
+            if not DIGEST.fullmatch(digest):
                 src.problem(at, "the SHA-256 of the key, 64 hex digits (printf %s \"$KEY\" | "
                                 "sha256sum), never the key itself")
             elif digest in digests:

@@ -23,15 +23,17 @@ from .problems import Path
 from .readers import read_mapping, read_str, reject_unknown
 from .yaml_source import Source
 
-__all__ = ["MAX_REASON_CHARS", "SINGLE_TOKEN_NAME", "Operator", "OperatorTokens", "Role",
+__all__ = ["DIGEST", "MAX_REASON_CHARS", "NAME", "SINGLE_TOKEN_NAME", "Operator",
+           "OperatorTokens", "Role",
            "parse_operators", "token_digest"]
 
 #: the name the single token of `--token-file` / `$OMNIROUTE_TOKEN` has in the audit
 SINGLE_TOKEN_NAME = "operator"
 #: what of a reason the audit keeps
 MAX_REASON_CHARS = 120
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
-_DIGEST = re.compile(r"[0-9a-f]{64}")
+#: a name a config gives a person or a team (an operator, a tenant), and a SHA-256 in hex
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class Role(StrEnum):
@@ -101,7 +103,7 @@ def parse_operators(src: Source, value: Any, path: Path) -> OperatorTokens:
     found: dict[str, Operator] = {}
     for name, entry in body.items():
         where = path + (str(name),)
-        if not isinstance(name, str) or not _NAME.fullmatch(name) or \
+        if not isinstance(name, str) or not NAME.fullmatch(name) or \
                 name == SINGLE_TOKEN_NAME:
             src.problem(where, "an operator's name is 1 to 64 of A-Z a-z 0-9 . _ @ - "
                                f"(not starting with a sign), and not {SINGLE_TOKEN_NAME!r} "
@@ -119,7 +121,7 @@ def parse_operators(src: Source, value: Any, path: Path) -> OperatorTokens:
         if digest is None:
             continue
         digest = digest.strip().lower()
-        if not _DIGEST.fullmatch(digest):
+        if not DIGEST.fullmatch(digest):
             src.problem(where + ("token_sha256",), "the SHA-256 of the token, 64 hex digits "
                         "(printf %s \"$TOKEN\" | sha256sum), never the token itself")
             continue

@@ -63,9 +63,11 @@ def attempts_document(series: AttemptSeries, now_ms: int, since_s: int | None = 
     """Each provider's attempts per second over the last LIVE_CHART_S seconds up to
     `now_ms` (or from `since_s`), as `[second, count]` pairs (seconds without attempts
     left out): what a viewer joining late (or again) needs to draw the run so far."""
-    since = max(now_ms // 1000 - LIVE_CHART_S, since_s or 0)
-    return {provider: [[second, count] for second, count in sorted(counts.items())
-                       if since <= second and count]
+    end = now_ms // 1000
+    since = max(end - LIVE_CHART_S, since_s or 0)
+    # the seconds asked for, not the whole series (a frame asks for one or two)
+    return {provider: [[second, counts[second]] for second in range(since, end + 1)
+                       if counts.get(second)]
             for provider, counts in series.counts.items()}
 
 
