@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["watch"]
+__all__ = ["SendSoon", "watch"]
 
 
 def watch(task: asyncio.Task[Any], what: str, *, logger: logging.Logger,
@@ -59,3 +59,36 @@ def watch(task: asyncio.Task[Any], what: str, *, logger: logging.Logger,
 
     task.add_done_callback(ended)
     return release
+
+
+class SendSoon:
+    """What waits is sent together a moment later: `soon(delay_s)` runs `send` as a task
+    after `delay_s` (once, however often it is asked meanwhile); `close` sends what is
+    left now and waits for the sends in flight, within `timeout_s`. `send` never raises:
+    it runs as a task nobody awaits."""
+
+    def __init__(self, send: Callable[[], Awaitable[object]]) -> None:
+        self._send = send
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[object]] = set()
+        self.closed = False
+
+    def soon(self, delay_s: float) -> None:
+        if self._timer is None and not self.closed:
+            self._timer = asyncio.get_running_loop().call_later(delay_s, self._start)
+
+    def _start(self) -> None:
+        self._timer = None
+        task: asyncio.Task[object] = asyncio.get_running_loop().create_task(
+            self._send())  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self, timeout_s: float) -> None:
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        await self._send()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)

@@ -416,7 +416,7 @@ async def test_the_trainer_jumps_to_the_next_fault_and_the_viewers_follow() -> N
 async def test_a_rooms_faults_and_compared_policy_of_another_shape_are_left_out() -> None:
     """The faults and the compared policy's attempts are a room's too: odd ones are
     dropped, never raised on, and a frame's seconds only for the providers named."""
-    backend = AttachBackend("http://127.0.0.1:9", None, on_event=lambda _: None,
+    backend = AttachBackend("http://127.0.0.1:9", None, on_event=lambda *_: None,
                             on_state=lambda _: None)
     try:
         state = {"breakers": [{"provider": "alpha"}], "faults": [

@@ -23,6 +23,7 @@ from omniroute_tui.engine.events import LockoutEvent, ResultEvent
 from omniroute_tui.fleet.redis_link import FleetHealth
 from omniroute_tui.gateway.app import client_error
 from omniroute_tui.gateway.client_keys import ClientGate
+from omniroute_tui.gateway.request_records import MemoryRecords, RequestRecorder
 from omniroute_tui.gateway.tenant_limits import LocalUsage
 from omniroute_tui.metrics import OTHER, AnswerCounters, build_registry, exposition
 from omniroute_tui.router import Attempt, Response, Route, Router, Strategy, Target, Wait
@@ -90,6 +91,9 @@ CONTRACT = {
     "omniroute_client_tokens": "counter",
     "omniroute_client_unauthenticated": "counter",
     "omniroute_client_limit_errors": "counter",
+    "omniroute_request_records": "counter",
+    "omniroute_request_records_dropped": "counter",
+    "omniroute_request_records_open": "gauge",
 }
 
 
@@ -155,6 +159,8 @@ class Setup:
         registry.setdefault("clients", ClientGate(
             ClientKeys(MappingProxyType({}), MappingProxyType({"team": Tenant("team")})),
             LocalUsage(), lambda: T0, client_error))
+        registry.setdefault("records", RequestRecorder(
+            self.engine.bus, MemoryRecords(), replica=None, wall_ms=self.clock.now_ms))
         self.registry = build_registry(self.router, clock=self.clock, **registry)  # type: ignore[arg-type]
 
     def request(self, rid: str, model: str,

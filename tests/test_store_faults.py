@@ -226,7 +226,7 @@ async def test_a_file_whose_version_claims_tables_it_lacks_is_corrupt(tmp_path: 
     with pytest.raises(StoreError) as info:
         await SqliteStore.open(db)
     assert info.value.problem is StoreProblem.CORRUPT
-    assert "lacks the tables history, requests" in str(info.value)
+    assert "lacks the tables history, records, requests" in str(info.value)
     assert _digest(db) == before
 
 

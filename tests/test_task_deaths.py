@@ -98,7 +98,7 @@ async def test_an_attached_link_whose_handler_raises_says_so_and_attaches_again(
     notes: list[str] = []
     histories: list[list[Event]] = []
 
-    def on_event(event: Event) -> None:
+    def on_event(event: Event, replica: str | None = None) -> None:
         if isinstance(event, OperatorEvent) and event.target == "healthy":
             raise RuntimeError("a bug in the console")
         seen.append(event)
@@ -137,7 +137,7 @@ async def test_an_attached_health_watch_that_raises_says_so_and_goes_on(caplog: 
             raise RuntimeError("a bug reading the health")
         return httpx.Response(503)
 
-    backend = AttachBackend("http://gateway.test", TOKEN, on_event=lambda _: None,
+    backend = AttachBackend("http://gateway.test", TOKEN, on_event=lambda *_: None,
                             on_state=lambda _: None)
     backend._client = httpx.AsyncClient(base_url=backend.url,
                                         transport=httpx.MockTransport(answer))

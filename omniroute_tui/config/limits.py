@@ -90,7 +90,9 @@ class StoreRetention:
     State changes are rare (well under 1 % of events) and are what a console or an
     incident review wants days later; per-request events are the bulk and only their
     recent past is worth a replay (`omniroute-sim record --db`). Kept apart, a burst of
-    traffic never pushes a breaker's transitions out. The defaults fill about 110 MB.
+    traffic never pushes a breaker's transitions out. Decision records (one a request,
+    `GET /api/requests/{id}`) are kept for an hour at 100 req/s. The defaults fill about
+    210 MB.
     """
 
     history_max_age_ms: int = 7 * _DAY_MS
@@ -99,6 +101,9 @@ class StoreRetention:
     #: an hour at 20 req/s is ~345,600 events at 4.8 a request; 500,000 leave room for an
     #: incident's retries (6.9 events a request), about 80 MB
     requests_max_events: int = 500_000
+    records_max_age_ms: int = _HOUR_MS
+    #: an hour at 100 req/s with 10 % to spare, about 250 bytes each with the index: 100 MB
+    records_max_entries: int = 400_000
     audit_max_age_ms: int = 90 * _DAY_MS
     audit_max_entries: int = 100_000
 
@@ -108,13 +113,15 @@ _RETENTION_SECTIONS = {
     "history": ("max_events", "history_max_age_ms", "history_max_events"),
     "requests": ("max_events", "requests_max_age_ms", "requests_max_events"),
     "audit": ("max_entries", "audit_max_age_ms", "audit_max_entries"),
+    "records": ("max_entries", "records_max_age_ms", "records_max_entries"),
 }
 RETENTION_FIELDS = tuple(_RETENTION_SECTIONS)
 
 
 def parse_retention(src: Source, store: dict[str, Any], path: Path) -> StoreRetention:
-    """`store.history`, `store.requests`, `store.audit`: `max_age` a duration from one
-    minute to ten years, `max_events` (`max_entries`) a count from 100 to 5,000,000."""
+    """`store.history`, `store.requests`, `store.audit`, `store.records`: `max_age` a
+    duration from one minute to ten years, `max_events` (`max_entries`) a count from 100
+    to 5,000,000."""
     changes: dict[str, Any] = {}
     for section, (count_name, age_field, count_field) in _RETENTION_SECTIONS.items():
         if section not in store:

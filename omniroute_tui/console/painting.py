@@ -12,7 +12,9 @@ from textual.widgets import Input, Static, TabbedContent
 
 from ..config.durations import format_ms
 from ..config.hidden import visible
+from ..gateway.request_ids import is_request_id
 from .actions import command_words
+from .model.attach import AttachBackend, AttachError
 from .model.backends import Backend
 from .model.console_model import (
     COLUMNS,
@@ -24,6 +26,7 @@ from .model.console_model import (
     clock_text,
 )
 from .model.panes import Pane
+from .model.request_why import recorded_why
 from .screens.modals import DetailScreen, GlossaryScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable
@@ -436,11 +439,29 @@ class PaneView(App[None]):
             matches = [k for k in self.model.requests if text.lower() in k.lower()]
             key = matches[0] if len(matches) == 1 else None
         if key is None:
+            if isinstance(self.backend, AttachBackend) and is_request_id(text):
+                self.run_worker(self._fetch_request(self.backend, text), group="why",
+                                exclusive=True, exit_on_error=False)
             return
         table.select_key(key)
         detail = self.model.detail(Pane.REQUESTS, key, self.backend.now_ms())
         if detail is not None:
             self.push_screen(DetailScreen(*detail))
+
+    async def _fetch_request(self, backend: AttachBackend, request_id: str) -> None:
+        """A request this console did not see (before it attached, or served by another
+        replica): its why from the gateway's records."""
+        try:
+            found = await backend.request_record(request_id)
+        except AttachError as exc:
+            self.notify(f"request {request_id}: {exc}", severity="warning")
+            return
+        detail = None if found is None else recorded_why(request_id, found)
+        if detail is None:
+            self.notify(f"no request {request_id} is kept by the gateway",
+                        severity="warning")
+            return
+        self.push_screen(DetailScreen(*detail))
 
     def _apply_filter(self, text: str) -> None:
         """Set the active pane's filter (the other panes keep theirs) and give the keys

@@ -282,6 +282,9 @@ class RedisLink:
         #: told of every other replica's event as it arrives (replica id, the event's
         #: JSON object): a gateway streams them to its attached consoles
         self.on_remote: Callable[[str, dict[str, Any]], None] | None = None
+        #: True while an event `on_remote` was told of is merged: what the merge makes
+        #: this engine say again is that event's echo (the event streams say it once)
+        self.relaying = False
         self._config: tuple[str, int] | None = None  # (version, loaded at) this one runs
         self._config_versions: dict[str, str] | None = None
         self._config_refused: dict[bytes, bytes] = {}  # counted once, until they change
@@ -677,12 +680,15 @@ class RedisLink:
                 self._reject(where, f"relaying it raised {type(exc).__name__}", str(exc)[:80])
         try:
             if relay:
+                self.relaying = True
                 self.peer.hear(read.event)
             else:
                 self.peer.hear_state(read.event)
         except Exception as exc:  # one entry must not end the loop
             self._reject(where, f"applying it raised {type(exc).__name__}", str(exc)[:80])
             return
+        finally:
+            self.relaying = False
         if relay:
             self.applied += 1
             lag = max(0, self._clock() - read.event.t)

@@ -48,7 +48,8 @@ from .openapi import MANAGEMENT_OPENAPI
 from .protocol import client_log
 from .relay_response import RelayResponse
 from .reload import ConfigReloader
-from .request_ids import REQUEST_ID_HEADER, RequestIds
+from .request_ids import REQUEST_ID_HEADER, RequestIds, is_request_id
+from .request_records import RecordsUnavailable, RequestRecorder, records_for
 from .scrapes import Scrapes
 from .validation import BadRequest, ClientGone, check_body, json_object, read_body
 
@@ -168,8 +169,14 @@ class Gateway:
             clients, usage_for(None if fleet is None else fleet.client,
                                "omniroute" if fleet is None else fleet.prefix),
             self.driver.wall.now_ms, client_error)
-        self.events = EventBroadcaster(router.engine.bus,
-                                       replica=None if fleet is None else fleet.replica)
+        #: each request's decision record, for `GET /api/requests/{id}` on any replica
+        self.records = RequestRecorder(
+            router.engine.bus, records_for(fleet, store, None if config is None
+                                           else config.store_retention),
+            replica=None if fleet is None else fleet.replica, wall_ms=router.engine.now)
+        self.events = EventBroadcaster(
+            router.engine.bus, replica=None if fleet is None else fleet.replica,
+            echo=None if fleet is None else lambda: fleet.relaying)
         if fleet is not None:
             fleet.on_remote = self._remote
         self._audit: deque[OperatorEvent] = deque(maxlen=1000)
@@ -196,7 +203,8 @@ class Gateway:
         self.metrics = None if self.answers is None else build_registry(
             router, clock=router.engine.clock, store=store, fleet=fleet,
             config_status=self.status, answers=self.answers,
-            traces=None if tracing is None else tracing.exporter, clients=self.clients)
+            traces=None if tracing is None else tracing.exporter, clients=self.clients,
+            records=self.records)
         #: `/metrics` bodies, shared by scrapes that come together
         self.scrapes = None if self.metrics is None else Scrapes(
             self.metrics, router.engine.clock, router.engine.bus)
@@ -272,6 +280,8 @@ class Gateway:
                 Route("/api/resilience/events", read(self.event_stream), methods=["GET"]),
                 Route("/api/resilience/audit", read(self.audit), methods=["GET"]),
                 Route("/api/resilience/history", read(self.history), methods=["GET"]),
+                Route("/api/requests/{request_id}", read(self.request_record),
+                      methods=["GET"]),
                 Route("/api/resilience/breakers/{provider}/reset",
                       operate(self.reset_breaker), methods=["POST"]),
                 Route("/api/resilience/breakers/{provider}/force-open",
@@ -299,6 +309,7 @@ class Gateway:
 
     async def aclose(self) -> None:
         self.events.close()
+        await self.records.close()
         await self.clients.close()
         await self.client.aclose()
 
@@ -423,6 +434,7 @@ class Gateway:
                   endpoint: Endpoint = Endpoint.CHAT, tenant: Tenant | None = None) -> None:
         """The request's access line, naming this replica when it is one of a fleet and
         the tenant when client keys are on."""
+        self.records.finish(request_id, status)
         _answered(request_id, status, route=route, completion=completion, endpoint=endpoint,
                   replica=self.fleet.replica if self.fleet is not None else None,
                   tenant=None if tenant is None else tenant.name)
@@ -630,6 +642,26 @@ class Gateway:
         if self.store is not None:
             return JSONResponse({"events": await self.store.state_changes(limit)})
         return JSONResponse({"events": [e.to_dict() for e in self._history][-limit:]})
+
+    async def request_record(self, request: Request) -> Response:
+        """A request's decision steps by its id (`x-request-id`), from any replica: what
+        the records keep (the last hour by default) and what is in flight here."""
+        request_id = request.path_params["request_id"]
+        if not is_request_id(request_id):
+            return error_response(400, "a request id is 1 to 128 characters of A-Z a-z 0-9 "
+                                  ". _ : -", param="request_id")
+        try:
+            found = await self.records.lookup(request_id)
+        except RecordsUnavailable as exc:
+            return error_response(503, f"the request records cannot be read now ({exc}); "
+                                  "try again", type_="unavailable", code="records_unavailable",
+                                  headers={"Retry-After": "1"})
+        if found is None:
+            return error_response(
+                404, f"no request {request_id} is kept: records are kept "
+                f"{self.records.kept_for()} in {self.records.sink.where}",
+                code="not_found")
+        return JSONResponse(found)
 
     async def audit(self, request: Request) -> Response:
         if self.store is not None:

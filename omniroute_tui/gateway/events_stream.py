@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.responses import StreamingResponse
 
@@ -72,8 +72,12 @@ class EventBroadcaster:
     """
 
     def __init__(self, bus: EventBus, queue_limit: int = QUEUE_LIMIT,
-                 replica: str | None = None, *, queue_bytes: int = QUEUE_BYTES) -> None:
+                 replica: str | None = None, *, queue_bytes: int = QUEUE_BYTES,
+                 echo: Callable[[], bool] | None = None) -> None:
+        """`echo()`: whether the engine's event now is its merge of another replica's,
+        which is streamed as that replica's (`relay`): not streamed twice."""
         self.queue_limit = queue_limit
+        self._echo = echo
         self.queue_bytes = queue_bytes
         #: in a fleet, every frame says which replica's event it is
         self._tag = "" if replica is None else f',"replica":{json.dumps(replica)}'
@@ -94,7 +98,7 @@ class EventBroadcaster:
 
     def _on_event(self, event: Event) -> None:
         """On the routing path: keep the event; the flush encodes it."""
-        if self._readers:
+        if self._readers and (self._echo is None or not self._echo()):
             self._pending.append(event)
             if self._flush_soon is None:
                 self._arm_flush()

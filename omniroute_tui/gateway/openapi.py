@@ -108,6 +108,35 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                                        "Oldest first, at most `limit` (default 1000)."),
                           "400": _ERRORS["400"], "401": _ERRORS["401"]},
         }},
+        "/api/requests/{request_id}": {"get": {
+            "summary": "A request's decision steps by its id (its answer's `x-request-id`), "
+                       "on any replica: its records (the replica that served it, the "
+                       "status the client got, and its events: request, attempts, "
+                       "results, skips, waits, budget, response), kept for the last hour "
+                       "by default, and its events so far if it is in flight here.",
+            "parameters": [{"name": "request_id", "in": "path", "required": True,
+                            "schema": {"type": "string",
+                                       "pattern": "^[A-Za-z0-9._:-]{1,128}$"}}],
+            "responses": {"200": _json({
+                "type": "object", "required": ["id", "kept_in", "records"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "kept_in": {"enum": ["redis", "database", "memory"]},
+                    "records": {"type": "array", "items": {
+                        "type": "object", "required": ["replica", "status", "events"],
+                        "properties": {
+                            "replica": {"type": ["string", "null"]},
+                            "status": {"type": ["integer", "null"]},
+                            "events": {"type": "array", "items": {"type": "object"}}}}},
+                    "in_flight": {"type": "object"},
+                    "unreadable_records": {"type": "integer"}}},
+                "Oldest first; a client that reused the id has several."),
+                "400": _ERRORS["400"], "401": _ERRORS["401"],
+                "404": _json(_ref("Error"), "No record of that id is kept (past the "
+                                            "records' age, or never seen)."),
+                "503": _json(_ref("Error"), "Where records are kept did not answer "
+                                            "(with `Retry-After`).")},
+        }},
         "/api/resilience/breakers/{provider}/reset": {"post": _action(
             "Breaker to CLOSED, counters zeroed.", parameters=(_PROVIDER,))},
         "/api/resilience/breakers/{provider}/force-open": {"post": _action(

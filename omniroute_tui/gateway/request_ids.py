@@ -15,11 +15,16 @@ import re
 import secrets
 from collections.abc import Iterable
 
-__all__ = ["MAX_ID_CHARS", "REQUEST_ID_HEADER", "RequestIds"]
+__all__ = ["MAX_ID_CHARS", "REQUEST_ID_HEADER", "RequestIds", "is_request_id"]
 
 REQUEST_ID_HEADER = b"x-request-id"
 MAX_ID_CHARS = 128
 _SAFE = re.compile(rb"[A-Za-z0-9._:-]{1,%d}" % MAX_ID_CHARS)
+
+
+def is_request_id(text: str) -> bool:
+    """Whether `text` could be a request's id (ours, or a client's we took)."""
+    return _SAFE.fullmatch(text.encode("utf-8", "replace")) is not None
 
 
 class RequestIds:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.clients import Tenant
+from ..tasks import SendSoon
 
 __all__ = [
     "DAY_MS",
@@ -197,8 +198,7 @@ class RedisUsage:
         #: them alone if the send fails)
         self._pending: dict[str, tuple[int, int]] = {}
         self._unsent: list[tuple[Tenant, int, int]] = []
-        self._sending: asyncio.TimerHandle | None = None
-        self._sends: set[asyncio.Task[None]] = set()
+        self._sender = SendSoon(self.flush)
 
     def _keys(self, tenant: str, now_ms: int) -> list[str]:
         minute, day = now_ms // WINDOW_MS, now_ms // DAY_MS
@@ -236,14 +236,7 @@ class RedisUsage:
         pending[minute_key] = (pending.get(minute_key, (0, 0))[0] + tokens, 2 * WINDOW_MS)
         pending[day_key] = (pending.get(day_key, (0, 0))[0] + tokens, 2 * DAY_MS)
         self._unsent.append((tenant, tokens, now_ms))
-        if self._sending is None:
-            self._sending = asyncio.get_running_loop().call_later(SPEND_BATCH_S, self._send)
-
-    def _send(self) -> None:
-        self._sending = None
-        task = asyncio.get_running_loop().create_task(self.flush())
-        self._sends.add(task)
-        task.add_done_callback(self._sends.discard)
+        self._sender.soon(SPEND_BATCH_S)
 
     async def spend(self, tenant: Tenant, tokens: int, now_ms: int) -> None:
         """Count an answer's tokens and send them now."""
@@ -270,12 +263,7 @@ class RedisUsage:
 
     async def close(self) -> None:
         """The gateway stops: what is pending is sent now."""
-        if self._sending is not None:
-            self._sending.cancel()
-            self._sending = None
-        await self.flush()
-        if self._sends:
-            await asyncio.wait(set(self._sends), timeout=REDIS_TIMEOUT_S * 2)
+        await self._sender.close(REDIS_TIMEOUT_S * 2)
 
     def _failed(self, what: str, tenant: Tenant, exc: BaseException) -> None:
         self.errors += 1

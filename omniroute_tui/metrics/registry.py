@@ -24,11 +24,13 @@ def build_registry(router: Router, *, clock: Clock, store: StoreSource | None = 
                    answers: AnswerCounters | None = None,
                    traces: TraceSource | None = None,
                    clients: Collector | None = None,
+                   records: Collector | None = None,
                    build_version: str = __version__) -> CollectorRegistry:
     """A fresh registry for `router`: counters subscribe to its bus now, and the engine's
     state is read at each scrape at `clock`'s time; `answers` are what the gateway counts
     of the answers it passes on (time to first token, tokens); `traces`, the counts of the
-    trace spans' exporter; `clients`, the client keys' counts (`gateway.ClientGate`).
+    trace spans' exporter; `clients`, the client keys' counts (`gateway.ClientGate`);
+    `records`, the request records' (`gateway.RequestRecorder`).
     Performs no I/O."""
     labels = LabelBounds(router)
     traffic = TrafficCounters(router.engine.bus, labels, providers=router.engine.providers(),
@@ -42,8 +44,9 @@ def build_registry(router: Router, *, clock: Clock, store: StoreSource | None = 
                                      store=store, fleet=fleet, fleet_lag=lag,
                                      config_status=config_status, answers=answers,
                                      traces=traces, build_version=build_version))
-    if clients is not None:
-        registry.register(clients)
+    for extra in (clients, records):
+        if extra is not None:
+            registry.register(extra)
     return registry
 
 

@@ -29,10 +29,10 @@ __all__ = [
 #: `PRAGMA application_id` of our files ("OMNR"): a file without it is not ours to touch
 APPLICATION_ID = 0x4F4D4E52
 #: `PRAGMA user_version`; each step in MIGRATIONS takes a file one version up
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 TABLES = frozenset({"meta", "breakers", "connections", "lockouts", "audit", "history",
-                    "requests"})
+                    "requests", "records"})
 #: tables of earlier versions, gone since (a file that has them may still be ours)
 FORMER_TABLES = frozenset({"events"})
 #: the event types of the `history` table; every other type goes to `requests`
@@ -70,10 +70,17 @@ CREATE TABLE IF NOT EXISTS requests (
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS requests_t ON requests (t);
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, t INTEGER NOT NULL, request TEXT NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_t ON records (t);
+CREATE INDEX IF NOT EXISTS records_request ON records (request);
 """
 # `history` holds the state changes (STATE_CHANGE_TYPES), `requests` every other event;
 # `body` is the event's JSON line. Each log is trimmed by age (the index on `t`) and by
-# count (the id, which only grows), docs/design.md §10.
+# count (the id, which only grows), docs/design.md §10. `records` holds one decision
+# record a request (`GET /api/requests/{id}`), compressed, found by the request's id.
 
 #: the state changes as version 3 defined them, written out: a migration says what it
 #: did then, whatever later releases call a state change
@@ -83,7 +90,8 @@ _V3_STATE_TYPES = "'breaker', 'cooldown', 'disabled', 'enabled', 'fault', 'locko
 #: transaction with the rest of the upgrade). Version 1 files (our first release) carried
 #: the version in `meta` and no application id; version 2 adds both pragmas, so a file
 #: that is not ours can be told apart before anything is written; version 3 splits the one
-#: `events` log into `history` (state changes) and `requests`, in their order.
+#: `events` log into `history` (state changes) and `requests`, in their order; version 4
+#: adds the `records` table (SCHEMA, run after every step, creates it).
 MIGRATIONS: dict[int, str] = {
     1: "DELETE FROM meta WHERE key = 'schema_version';",
     2: SCHEMA + f"""
@@ -97,6 +105,7 @@ INSERT INTO requests (t, type, body)
     SELECT t, type, body FROM events WHERE type NOT IN ({_V3_STATE_TYPES}) ORDER BY id;
 DROP TABLE events;
 """,
+    3: "",
 }
 
 BREAKER_COLUMNS = ("provider", "state", "failures", "last_failure_at", "opened_at",

@@ -8,7 +8,8 @@ and is retried with backoff, so a change is never dropped: the retry reads the s
 again, merged with whatever changed meanwhile. `close()` makes one last bounded attempt.
 
 Events go to two logs: `history` (state changes, kept for days) and `requests` (the
-per-request events, kept for the last hour); the audit is a third. Each is trimmed by age
+per-request events, kept for the last hour); the audit is a third, and the gateway's
+decision records (one a request, `put_record`) a fourth. Each is trimmed by age
 and count (`StoreRetention`) every `TRIM_EVERY_MS` of the engine's clock, inside a flush,
 a bounded number of rows at a time (docs/design.md §10).
 """
@@ -24,7 +25,7 @@ import os
 import sqlite3
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -98,13 +99,14 @@ class _Batch:
     audit: list[AuditEntry]
     state_changes: list[Event]
     requests: list[Event]
+    records: list[tuple[int, str, bytes]] = field(default_factory=list)  # (t, request, body)
     #: a reload removed providers, connections or models: their rows are deleted
     forget: bool = False
 
     def size(self) -> int:
         return (len(self.breakers) + len(self.connections) + len(self.lockouts)
                 + len(self.audit) + len(self.state_changes) + len(self.requests)
-                + self.forget)
+                + len(self.records) + self.forget)
 
     def __bool__(self) -> bool:
         return self.size() > 0
@@ -112,7 +114,8 @@ class _Batch:
     def describe(self) -> str:
         counts = ((len(self.breakers), "breaker(s)"), (len(self.connections), "connection(s)"),
                   (len(self.lockouts), "lockout(s)"), (len(self.audit), "audit entries"),
-                  (len(self.state_changes) + len(self.requests), "event(s)"))
+                  (len(self.state_changes) + len(self.requests), "event(s)"),
+                  (len(self.records), "request record(s)"))
         return ", ".join(f"{n} {what}" for n, what in counts if n) or "nothing"
 
 
@@ -152,6 +155,10 @@ class SqliteStore:
         # events waiting for the disk, at most what their log keeps
         self._state_changes: deque[Event] = deque(maxlen=retention.history_max_events)
         self._requests: deque[Event] = deque(maxlen=retention.requests_max_events)
+        self._records: deque[tuple[int, str, bytes]] = deque(
+            maxlen=retention.records_max_entries)
+        #: decision records pushed out of `_records` before they reached the disk
+        self.records_dropped = 0
         self._trimmed_at: int | None = None  # engine clock; None: not since opening
         self._written_since_trim = 0
         self._trim_unfinished = False  # the last trim stopped at TRIM_BATCH rows
@@ -300,6 +307,29 @@ class SqliteStore:
         self._restart = asyncio.get_running_loop().call_later(delay / 1000,
                                                               self._start_flusher)
 
+    def put_record(self, t: int, request_id: str, body: bytes) -> None:
+        """A request's decision record (the gateway's), written with the next flush; past
+        `store.records.max_entries` waiting, the oldest is dropped and counted."""
+        records = self._records
+        if len(records) == records.maxlen:
+            self.records_dropped += 1
+        records.append((t, request_id, body))
+        self._wake.set()
+
+    async def records(self, request_id: str, limit: int) -> list[bytes]:
+        """The decision records kept under `request_id`, oldest first (at most `limit`,
+        the newest): those written, then those waiting for the disk when asked (taken
+        first: a write that ends while the SELECT runs has them in neither place after)."""
+        waiting = [body for batch in (self._writing.records, self._records)
+                   for _, rid, body in batch if rid == request_id]
+        async with self._db.execute(
+            "SELECT body FROM (SELECT id, body FROM records WHERE request = ? "
+            "ORDER BY id DESC LIMIT ?) ORDER BY id", (request_id, limit)) as cur:
+            rows = await cur.fetchall()
+        found = [row[0] for row in rows if isinstance(row[0], bytes)]
+        # a batch written while the SELECT ran may be found twice: the same bytes
+        return list(dict.fromkeys(found + waiting))[-limit:]
+
     def _on_event(self, event: Event) -> None:
         if type(event) in _STATE_CHANGES:
             self._state_changes.append(event)
@@ -350,8 +380,10 @@ class SqliteStore:
         batch, self._dirty = self._dirty, _empty()
         batch.state_changes = list(self._state_changes)
         batch.requests = list(self._requests)
+        batch.records = list(self._records)
         self._state_changes.clear()
         self._requests.clear()
+        self._records.clear()
         return batch
 
     def _put_back(self, batch: _Batch) -> None:
@@ -369,6 +401,13 @@ class SqliteStore:
             pending.clear()
             pending.extend(failed)  # each deque keeps the newest its log would
             pending.extend(newer)
+        records = self._records
+        newer_records = list(records)
+        records.clear()
+        records.extend(batch.records)
+        records.extend(newer_records)
+        self.records_dropped += max(0, len(batch.records) + len(newer_records)
+                                    - (records.maxlen or 0))
 
     def _trim_audit(self) -> None:
         """Operator actions waiting for the disk are bounded: past the bound the oldest
@@ -387,7 +426,8 @@ class SqliteStore:
         if self._engine is None:
             return None
         now = self._engine.now()
-        written = self._written_since_trim + len(batch.state_changes) + len(batch.requests)
+        written = (self._written_since_trim + len(batch.state_changes) + len(batch.requests)
+                   + len(batch.records))
         if (self._trimmed_at is None or self._trim_unfinished
                 or now - self._trimmed_at >= TRIM_EVERY_MS or written >= TRIM_AFTER_ROWS):
             return now
@@ -414,7 +454,8 @@ class SqliteStore:
             raise
         finally:
             self._writing = _empty()
-        self._written_since_trim += len(batch.state_changes) + len(batch.requests)
+        self._written_since_trim += (len(batch.state_changes) + len(batch.requests)
+                                     + len(batch.records))
         if trim_at is not None:
             self._trimmed_at = trim_at
             self._written_since_trim = 0
@@ -480,6 +521,7 @@ class SqliteStore:
              [(e.t, e.TYPE, e.to_json()) for e in batch.state_changes]),
             ("INSERT INTO requests (t, type, body) VALUES (?,?,?)",
              [(e.t, e.TYPE, e.to_json()) for e in batch.requests]),
+            ("INSERT INTO records (t, request, body) VALUES (?,?,?)", batch.records),
             *forgotten,
         ]
         db = self._db
@@ -533,7 +575,8 @@ class SqliteStore:
         for table, max_age_ms, max_rows in (
                 ("history", r.history_max_age_ms, r.history_max_events),
                 ("requests", r.requests_max_age_ms, r.requests_max_events),
-                ("audit", r.audit_max_age_ms, r.audit_max_entries)):
+                ("audit", r.audit_max_age_ms, r.audit_max_entries),
+                ("records", r.records_max_age_ms, r.records_max_entries)):
             async with self._db.execute(
                 f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE t < ? "
                 "ORDER BY t LIMIT ?)", (now - max_age_ms, TRIM_BATCH),

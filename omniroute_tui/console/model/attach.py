@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -120,7 +121,8 @@ class AttachBackend(RealTimeBackend):
 
     mode = "attached"
 
-    def __init__(self, url: str, token: str | None, *, on_event: Callable[[Event], None],
+    def __init__(self, url: str, token: str | None, *,
+                 on_event: Callable[[Event, str | None], None],
                  on_state: Callable[[dict[str, Any]], None],
                  on_history: Callable[[list[Event], list[dict[str, Any]]], None] | None = None,
                  on_note: Callable[[int, str], None] | None = None,
@@ -160,6 +162,26 @@ class AttachBackend(RealTimeBackend):
         self.comparison: AttemptSeries | None = None
         self._named: set[str] = set()  # the providers the state named
         self._bugs: set[str] = set()  # the places whose bug was logged with its traceback
+
+    async def request_record(self, request_id: str) -> dict[str, Any] | None:
+        """What the gateway (any replica of its fleet) keeps of a request, by its id
+        (`GET /api/requests/{id}`); None: nothing; AttachError: it could not say."""
+        try:
+            reply = await self._client.get(f"/api/requests/{quote(request_id, safe='')}")
+        except httpx.HTTPError as exc:
+            raise AttachError(f"the gateway did not answer ({exc or type(exc).__name__})"
+                              ) from None
+        if reply.status_code == 404:
+            return None
+        try:
+            body = reply.json()
+        except ValueError:
+            body = None
+        if reply.status_code != 200 or not isinstance(body, dict):
+            message = (body.get("error", {}).get("message") if isinstance(body, dict)
+                       and isinstance(body.get("error"), dict) else None)
+            raise AttachError(str(message or f"the gateway answered {reply.status_code}"))
+        return body
 
     def _bug(self, where: str, exc: Exception) -> str:
         """An exception of ours, not the gateway's: logged (with its traceback the first
@@ -361,7 +383,10 @@ class AttachBackend(RealTimeBackend):
                                 if kind == "replay":
                                     self.follow_room(data)
                                 else:
-                                    self._on_event(event_from_dict(data))
+                                    replica = data.get("replica")
+                                    self._on_event(event_from_dict(data),
+                                                   replica if isinstance(replica, str)
+                                                   else None)
                             except ValueError:
                                 continue  # a frame from a newer gateway: skip it
                             if kind == "reload":

@@ -394,13 +394,17 @@ class ConsoleModel:
 
     # -- consuming events ---------------------------------------------------------------
 
-    def on_event(self, event: Event) -> None:
+    def on_event(self, event: Event, replica: str | None = None) -> None:
+        """`replica`: in a fleet, the one that emitted it (its events log line says)."""
         self.last_event_at = event.t
         handler = self._handlers.get(type(event))
         if handler is not None:
             handler(event)
         line = describe(event)
         if line is not None:
+            if replica is not None:
+                line = f"{replica} · {line}"
+
             self.events.append((event.t, event.TYPE, line))
             self.event_serial += 1
 
