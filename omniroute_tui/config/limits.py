@@ -92,7 +92,7 @@ class StoreRetention:
     recent past is worth a replay (`omniroute-sim record --db`). Kept apart, a burst of
     traffic never pushes a breaker's transitions out. Decision records (one a request,
     `GET /api/requests/{id}`) are kept for an hour at 100 req/s. The defaults fill about
-    210 MB.
+    190 MB.
     """
 
     history_max_age_ms: int = 7 * _DAY_MS
@@ -102,7 +102,7 @@ class StoreRetention:
     #: incident's retries (6.9 events a request), about 80 MB
     requests_max_events: int = 500_000
     records_max_age_ms: int = _HOUR_MS
-    #: an hour at 100 req/s with 10 % to spare, about 250 bytes each with the index: 100 MB
+    #: an hour at 100 req/s with 10 % to spare, about 230 bytes each with the indexes: 80 MB
     records_max_entries: int = 400_000
     audit_max_age_ms: int = 90 * _DAY_MS
     audit_max_entries: int = 100_000

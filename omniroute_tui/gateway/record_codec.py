@@ -2,10 +2,11 @@
 
 A record is the request's own events (its request, attempts, results, skips, waits,
 budget spends and response) with the replica that served it and the status the client
-got. It is stored for an hour, so its size is the bound: the JSON averages about 590
-bytes a request in the 429 storm, and raw deflate primed with a dictionary of the events'
-own words brings it to about 150 in 8 µs of CPU. The first byte says the format, so a
-later release can change the dictionary and still say "not a record of mine" of the old.
+got. It is stored for an hour, so its size is the bound: the JSON averages about 650
+bytes a request in the 429 storm, and raw deflate primed with a dictionary of the
+events' own words brings it to about 170 in 8 µs of CPU (`bench/request_records.py`).
+The first byte says the format, so a later release can change the dictionary and still
+say "not a record of mine" of the old.
 
 Reading is an entry point: the bytes come from a file or from Redis, which a stranger may
 have written. The inflated size is capped before it is inflated, and every event must be
