@@ -293,7 +293,8 @@ class RedisRecords:
 
     async def flush(self) -> bool:
         """Send what waits, a script call for each 500; on failure what was not sent
-        waits again (newest kept) and the next try is a second away. Never raises: it runs as a task nobody awaits."""
+        waits again (newest kept) and the next try is a second away. Never raises: it
+        runs as a task nobody awaits."""
         sending, self._pending = self._pending, []
         if not sending:
             return True
