@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/omniroute-tui
+	$(BIN)/omniroute-tui --scenario demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

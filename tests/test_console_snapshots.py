@@ -50,3 +50,10 @@ def test_detail_snapshot_at_80x24(snap_compare: Any) -> None:
     # the last columns (whole-cell scrollbars), the history scrolls inside the dialog
     app, _ = console_app(at_ms=110_000)
     assert snap_compare(app, press=["enter"], terminal_size=(80, 24))
+
+
+def test_the_scenario_picker_at_80x24(snap_compare: Any) -> None:
+    # `p` over the paused demo: each scenario's name, then what happens, wrapped in its
+    # own column; the title and the keys stay on screen
+    app, _ = console_app(at_ms=110_000)
+    assert snap_compare(app, press=["p"], terminal_size=(80, 24))

@@ -81,6 +81,8 @@ ACTIONS: tuple[ConsoleAction, ...] = (
                   "(shown by itself at the end)", show=False),
     ConsoleAction("restart", "R", "Restart", "replay the scenario from the start",
                   show=False, destructive=True),
+    ConsoleAction("pick_scenario", "p", "Pick", "replay another shipped scenario from its "
+                  "start (the picker; it opens at start when none was named)", show=False),
     ConsoleAction("reset_breaker", "r", "Reset", "reset the selected provider's breaker",
                   destructive=True),
     ConsoleAction("force_open", "o", "Force open", "isolate the selected provider for 5 min",
@@ -110,7 +112,7 @@ PANE_KEYS: dict[Pane, tuple[str, ...]] = {
     Pane.EVENTS: ("filter", "times", "move('down')", "move('up')", "move('top')",
                   "move('bottom')", "freeze"),
     Pane.SCENARIO: ("pause", "faster", "slower", "step", "jump", "scorecard", "restart",
-                    "detail"),
+                    "pick_scenario", "detail"),
     Pane.REQUESTS: ("filter", "detail", "sort"),
     Pane.AUDIT: ("detail", "filter"),
 }

@@ -116,6 +116,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self._history: list[Pane] = []
         self._collections = PacedCollections()
         self.clock: Callable[[], float] = time.monotonic  # the dialogs' guard time
+        #: started with no scenario named: the picker opens over the demo
+        self.pick_at_start = False
 
     def token_role(self, name: str, role: str) -> None:
         """Attached to a gateway: the token used is `name`'s, of `role`. A `read` token
@@ -175,6 +177,8 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.refresh_view()
         self._focus_pane()
         self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
+        if self.pick_at_start:
+            self.action_pick_scenario()
         if self.autoplay:
             self._collections.start()  # the paint clock runs the full collections
             self._last_tick = time.monotonic()

@@ -183,8 +183,12 @@ def build_app(args: argparse.Namespace, *, attach_state: dict[str, Any] | None =
     else:
         backend = SimulationBackend(scenario, speed=args.speed, subscribers=(model.on_event,))
     model.now = backend.now_ms
-    return ConsoleApp(backend, model, operator=operator,
-                      read_only=args.read_only, listen=listen, token=token, room=room)
+    app = ConsoleApp(backend, model, operator=operator,
+                     read_only=args.read_only, listen=listen, token=token, room=room)
+    # started with nothing named: the picker opens over the demo (escape keeps it)
+    app.pick_at_start = (scenario_name is None and args.config is None and not args.live
+                         and room is None and listen is None)
+    return app
 
 
 def check_room(args: argparse.Namespace) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from ..config.problems import ConfigError
 from .model.backends import SimulationBackend
 from .model.console_model import ConsoleModel
+from .model.lesson_progress import LessonBackend
 from .painting import PaneView
 from .screens.modals import DetailScreen
+from .screens.picker import ScenarioPicker
 from .widgets.keyed_table import KeyedTable
 from .widgets.panels import EventLog
 
@@ -14,6 +17,9 @@ __all__ = ["ReplayControls"]
 
 class ReplayControls(PaneView):
     """Keys that act on a replay; on real time they say there is nothing to act on."""
+
+    #: whether the run was paused when the picker paused it (escape gives it back)
+    _paused_for_picker = False
 
     def _replay(self, what: str) -> SimulationBackend | None:
         """The replay controls, or None with a word to the user on real time."""
@@ -80,9 +86,50 @@ class ReplayControls(PaneView):
         model.routes = dict(self.model.routes)
         restarted = replay.restarted(subscribers=(model.on_event,))
         model.now = restarted.now_ms
-        self.backend, self.model = restarted, model
+        self._run_anew(restarted, model)
+
+    def _run_anew(self, backend: SimulationBackend, model: ConsoleModel) -> None:
+        """Show `backend`'s run in place of the one shown: its tables and logs empty."""
+        self.backend, self.model = backend, model
         for table in self.query(KeyedTable):
             table.reset()
         for log in self.query(EventLog):
             log.clear()
         self.refresh_view()
+
+    def action_pick_scenario(self) -> None:
+        """The picker: another shipped scenario replayed from its start, in place of
+        this one (a room's and a lesson's scenario is the one they started with)."""
+        replay = self._replay("pick a scenario")
+        if replay is None:
+            return
+        if getattr(self, "room", None) is not None or isinstance(replay, LessonBackend):
+            self.notify("a room or a lesson replays the scenario it started with",
+                        severity="warning")
+            return
+        # the run waits while the list is read: escape gives it back as it was
+        self._paused_for_picker, replay.paused = replay.paused, True
+        self.refresh_view()
+        self.push_screen(ScenarioPicker(replay.title), self._picked)
+
+    def _picked(self, name: str | None) -> None:
+        replay = self.backend.replay
+        if replay is None:
+            return
+        if name is None:  # kept: the run goes on as it was
+            replay.paused = self._paused_for_picker
+            self.refresh_view()
+            return
+        from simulator.scenario import load_scenario, resolve_scenario
+
+        try:
+            scenario = load_scenario(resolve_scenario(name))
+        except (ConfigError, ValueError, OSError) as exc:
+            self.notify(f"{name} cannot be replayed: {exc}", severity="error", timeout=10)
+            return
+        model = ConsoleModel(scenario.providers, lambda: 0, routes=scenario.config.routes)
+        backend = SimulationBackend(scenario, speed=replay.speed,
+                                    subscribers=(model.on_event,))
+        model.now = backend.now_ms
+        self._run_anew(backend, model)
+        self.notify(f"replaying {name} from its start", timeout=4)
