@@ -11,8 +11,8 @@ import httpx
 
 from omniroute_tui.console.cli import build_app
 from omniroute_tui.console.model.attach import fetch_state
-from omniroute_tui.console.model.console_model import clock_text
 from omniroute_tui.console.model.panes import Pane
+from omniroute_tui.console.model.text import clock_text
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine.events import RequestEvent
 

@@ -13,8 +13,8 @@ from textual.widgets._footer import FooterKey
 
 from omniroute_tui.config.durations import format_ms
 from omniroute_tui.console.actions import ACTIONS
-from omniroute_tui.console.model.console_model import countdown_text
 from omniroute_tui.console.model.panes import Pane
+from omniroute_tui.console.model.text import countdown_text
 from omniroute_tui.console.screens.modals import ConfirmScreen, HelpScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import BreakerState, FailureKind

@@ -4,7 +4,7 @@ without the log being written again; `t` shows their clock times."""
 
 from __future__ import annotations
 
-from omniroute_tui.console.model.console_model import event_age
+from omniroute_tui.console.model.text import event_age
 from omniroute_tui.console.widgets.panels import EventLog
 
 from .console_helpers import piloted

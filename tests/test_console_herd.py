@@ -8,7 +8,7 @@ import re
 import pytest
 from textual.widgets import Static
 
-from omniroute_tui.console.model.console_model import HerdChart
+from omniroute_tui.console.model.views import HerdChart
 from omniroute_tui.console.screens.modals import DetailScreen
 from omniroute_tui.console.widgets.herd_chart import (
     MARKERS,

@@ -14,8 +14,9 @@ import yaml
 
 from omniroute_tui.console.cli import build_app
 from omniroute_tui.console.model.attach import fetch_state
-from omniroute_tui.console.model.console_model import COLUMNS, SHARE_S, ConsoleModel
+from omniroute_tui.console.model.console_model import COLUMNS, ConsoleModel
 from omniroute_tui.console.model.panes import Pane
+from omniroute_tui.console.model.views import SHARE_S
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 
 from .console_helpers import console_app, piloted, settle

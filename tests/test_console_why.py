@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from omniroute_tui.config.durations import format_ms
-from omniroute_tui.console.model.console_model import describe
+from omniroute_tui.console.model.event_lines import describe
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.screens.modals import DetailScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable

@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -473,3 +476,33 @@ def test_the_reload_signal_reaches_both_gateways_of_a_host(tmp_path: Path) -> No
             if gateway.poll() is None:
                 gateway.kill()
                 gateway.wait()
+
+
+def test_a_column_is_added_in_its_panes_module_alone(tmp_path: Path) -> None:
+    """The development manual's diff, applied to a copy of the package, shows its column
+    on the providers pane, in each row and in a row's detail."""
+    (diff,) = blocks(section(DOCS / "development.md", "Adding a column"), "diff")
+    copy = tmp_path / "src"
+    shutil.copytree(ROOT / "omniroute_tui", copy / "omniroute_tui",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "column.diff").write_text(diff)
+    subprocess.run(["git", "apply", "--recount", str(tmp_path / "column.diff")], cwd=copy,
+                   check=True)
+    changed = subprocess.run(["git", "diff", "--no-index", "--stat", str(ROOT / "omniroute_tui"),
+                              str(copy / "omniroute_tui")], capture_output=True, text=True)
+    assert changed.stdout.count("|") == 1, changed.stdout  # one file touched
+    probe = """
+from omniroute_tui.console.model.console_model import COLUMNS, ConsoleModel
+from omniroute_tui.console.model.panes import Pane
+from simulator.scenario import SCENARIOS_DIR, load_scenario
+scenario = load_scenario(SCENARIOS_DIR / "demo.yaml")
+model = ConsoleModel(scenario.providers, lambda: 0)
+name, row = next(iter(model.provider_rows(0).items()))
+_, pairs, _ = model.detail(Pane.PROVIDERS, name, 0)
+print(COLUMNS[Pane.PROVIDERS][-1][0], row[-1] == model.providers[name].auth, pairs[-1])
+"""
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": f"{copy}{os.pathsep}{ROOT}"},
+                           cwd=tmp_path, check=True)
+    column, same, pair = shown.stdout.split(" ", 2)
+    assert (column, same) == ("auth", "True") and pair.startswith("('auth', ")

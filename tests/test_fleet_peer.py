@@ -21,8 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omniroute_tui.clock import ManualClock, SystemClock
-from omniroute_tui.console.model.console_model import FORCED_OPEN, ConsoleModel
+from omniroute_tui.console.model.console_model import ConsoleModel
 from omniroute_tui.console.model.panes import Pane
+from omniroute_tui.console.model.text import FORCED_OPEN
 from omniroute_tui.engine import Classification, FailureKind
 from omniroute_tui.engine.bus import EventBus
 from omniroute_tui.engine.engine import ResilienceEngine

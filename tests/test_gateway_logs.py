@@ -504,7 +504,8 @@ def test_a_gateway_that_cannot_start_says_why_in_a_json_line(tmp_path: Path) -> 
 
 
 def test_the_requests_pane_shows_a_long_client_id_short_and_the_detail_whole() -> None:
-    from omniroute_tui.console.model.console_model import ConsoleModel, Pane
+    from omniroute_tui.console.model.console_model import ConsoleModel
+    from omniroute_tui.console.model.panes import Pane
     from omniroute_tui.engine.events import RequestEvent, ResponseEvent
 
     model = ConsoleModel({}, lambda: 0)

@@ -8,7 +8,8 @@ import io
 import json
 from typing import Any
 
-from omniroute_tui.console.model.console_model import ConsoleModel, describe
+from omniroute_tui.console.model.console_model import ConsoleModel
+from omniroute_tui.console.model.event_lines import describe
 from omniroute_tui.engine import (
     AttemptEvent,
     BreakerEvent,

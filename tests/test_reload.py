@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from omniroute_tui.clock import ManualClock
 from omniroute_tui.config import load_router_config
-from omniroute_tui.console.model.console_model import ConsoleModel, describe
+from omniroute_tui.console.model.console_model import ConsoleModel
+from omniroute_tui.console.model.event_lines import describe
 from omniroute_tui.engine.classify import Classification
 from omniroute_tui.engine.engine import ResilienceEngine
 from omniroute_tui.engine.events import EnabledEvent, Event, ReloadEvent, event_from_dict

@@ -16,17 +16,11 @@ from ..gateway.request_ids import is_request_id
 from .actions import command_words
 from .model.attach import AttachBackend, AttachError
 from .model.backends import Backend
-from .model.console_model import (
-    COLUMNS,
-    LIVE_CHART_S,
-    RECENT_REQUESTS,
-    SORTS,
-    ConsoleModel,
-    age_text,
-    clock_text,
-)
+from .model.console_model import COLUMNS, RECENT_REQUESTS, SORTS, ConsoleModel
 from .model.panes import Pane
 from .model.request_why import recorded_why
+from .model.text import age_text, clock_text
+from .model.views import LIVE_CHART_S
 from .screens.modals import DetailScreen, GlossaryScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable

@@ -32,8 +32,8 @@ from ..gateway.events_stream import EventBroadcaster, EventStreamResponse, encod
 from ..gateway.server import Listener
 from ..state_document import state_document
 from .model.backends import SimulationBackend
-from .model.console_model import LIVE_CHART_S, AttemptSeries
 from .model.lesson_progress import LessonBackend
+from .model.views import LIVE_CHART_S, AttemptSeries
 
 __all__ = ["RoomServer", "attempts_document", "replay_document"]
 

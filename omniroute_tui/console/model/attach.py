@@ -21,7 +21,7 @@ from ...clock import SystemClock
 from ...config.durations import format_ms
 from ...engine.events import Event, event_from_dict
 from .backends import RealTimeBackend
-from .console_model import AttemptSeries, load_counts
+from .views import AttemptSeries, load_counts
 
 __all__ = ["AttachBackend", "AttachError", "GatewayDown", "RemoteOperator", "fetch_state"]
 
@@ -222,7 +222,7 @@ class AttachBackend(RealTimeBackend):
 
     def status(self) -> str:
         if self.connected and self.room is not None:
-            from .console_model import clock_text
+            from .text import clock_text
 
             lesson = self.room.get("lesson")
             step = (f" · step {lesson['step']} of {lesson['steps']}"

@@ -16,7 +16,7 @@ from ...config.router_config import ProviderConfig, RouterConfig
 from ...engine.bus import EventBus
 from ...engine.engine import ResilienceEngine
 from ...engine.events import AttemptEvent, Event
-from .console_model import AttemptSeries
+from .views import AttemptSeries
 
 if TYPE_CHECKING:
     from simulator.scenario import Scenario
@@ -207,7 +207,7 @@ class SimulationBackend:
     def jump(self) -> str:
         """Play on to the next fault's start, and pause there (a trainer's "look what
         happens now"); what it reached, said in words."""
-        from .console_model import clock_text
+        from .text import clock_text
 
         now = self.now_ms()
         ahead = [(t, fault) for t, fault, phase in self._scenario.fault_edges(
@@ -220,7 +220,7 @@ class SimulationBackend:
         return f"{clock_text(at)}: fault {fault.name} starts on {fault.target}"
 
     def status(self) -> str:
-        from .console_model import clock_text
+        from .text import clock_text
 
         if self.finished:
             return f"sim {clock_text(self._scenario.duration_ms)} finished (R replays)"

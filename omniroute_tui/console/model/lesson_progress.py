@@ -167,7 +167,7 @@ class LessonBackend(SimulationBackend):
 def panel_text(progress: LessonProgress) -> str:
     """What the lesson panel says: the step, its question (and answer once revealed) and
     the key that moves the trainee on."""
-    from .console_model import clock_text
+    from .text import clock_text
 
     lesson, step = progress.lesson, progress.current
     count = len(lesson.steps)

@@ -21,7 +21,7 @@ from textual_plotext import PlotextPlot
 from textual_plotext.plot import Plot
 
 from ...config.hidden import visible
-from ..model.console_model import HerdChart
+from ..model.views import HerdChart
 
 __all__ = ["MARKERS", "HerdChartPlot", "key", "legend", "legend_lines", "round_ticks"]
 

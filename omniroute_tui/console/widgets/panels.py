@@ -18,7 +18,7 @@ from textual.visual import VisualType
 from textual.widgets import RichLog, Static
 
 from ...config.hidden import DESCRIPTION_KEEPS, visible
-from ..model.console_model import clock_text, event_age
+from ..model.text import clock_text, event_age
 from .paint_style import StylePerPaint
 from .scrollbars import whole_cell_scrollbars
 

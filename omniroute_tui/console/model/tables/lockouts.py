@@ -1,0 +1,47 @@
+"""The lockouts pane: a row a model locked on a key, its kind and time left."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ....engine.kinds import FailureKind
+from ..text import LONGEST_DURATION, countdown_text, longest
+
+if TYPE_CHECKING:
+    from ..console_model import ConsoleModel
+
+__all__ = ["COLUMNS", "SORTS", "detail", "order", "rows"]
+
+COLUMNS: tuple[tuple[str, int | None], ...] = (
+    ("provider", None), ("connection", None), ("model", None),
+    ("kind", longest(FailureKind)), ("failures", None),
+    ("remaining", LONGEST_DURATION),
+)
+NAMES = tuple(name for name, _ in COLUMNS)
+SORTS = ("name", "time left", "failures")
+
+
+def rows(model: ConsoleModel, now: int) -> dict[str, tuple[str, ...]]:
+    rows: dict[str, tuple[str, ...]] = {}
+    for (provider, conn, name), v in sorted(model.lockouts.items()):
+        if v.until <= now:
+            continue
+        rows[f"{provider}/{conn}/{name}"] = (
+            provider, conn, name, v.kind, str(v.failures), countdown_text(v.until - now))
+    return rows
+
+
+def order(model: ConsoleModel, sort: str, now: int) -> list[str]:
+    locks = sorted(model.lockouts.values(),
+                   key=lambda lk: -lk.until if sort == "time left" else -lk.failures)
+    return [f"{lk.provider}/{lk.connection}/{lk.model}" for lk in locks]
+
+
+def detail(model: ConsoleModel, key: str, now: int
+           ) -> tuple[str, list[tuple[str, str]], list[str]] | None:
+    parts = key.split("/", 2)
+    lockout = model.lockouts.get((parts[0], parts[1], parts[2]))
+    found = rows(model, now).get(key)
+    if lockout is None or found is None:
+        return None
+    return key, list(zip(NAMES, found, strict=True)), list(lockout.history)
