@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from textual.binding import Binding
 
-from .model.panes import Pane
+from .model.panes import PANES, Pane
 
 __all__ = ["ACTIONS", "PANE_KEYS", "ConsoleAction", "bindings", "command_words"]
 
@@ -27,24 +27,11 @@ class ConsoleAction:
     also: str | None = None  # the same action's conventional key (F1, F10), not in the footer
 
 
-#: the pane keys stay out of the footer: each tab's label starts with its key
+#: the pane keys (one list, `PANES`) stay out of the footer: each tab's label starts with
+#: its key
 ACTIONS: tuple[ConsoleAction, ...] = (
-    ConsoleAction(f"pane('{Pane.OVERVIEW}')", "0", "Overview",
-                  "every layer at a glance (a dashboard from 120x36 up)", show=False),
-    ConsoleAction(f"pane('{Pane.PROVIDERS}')", "1", "Providers", "show the providers pane",
-                  show=False),
-    ConsoleAction(f"pane('{Pane.CONNECTIONS}')", "2", "Conns", "show the connections pane",
-                  show=False),
-    ConsoleAction(f"pane('{Pane.LOCKOUTS}')", "3", "Locks", "show the model lockouts pane",
-                  show=False),
-    ConsoleAction(f"pane('{Pane.EVENTS}')", "4", "Events", "show the events log", show=False),
-    ConsoleAction(f"pane('{Pane.SCENARIO}')", "5", "Faults",
-                  "the scenario: fault timeline, herd chart, lesson (enter)", show=False),
-    ConsoleAction(f"pane('{Pane.REQUESTS}')", "6", "Requests",
-                  "recent requests: enter says why one went where",
-                  show=False),
-    ConsoleAction(f"pane('{Pane.AUDIT}')", "7", "Audit", "who did what and when (operator actions)",
-                  show=False),
+    *(ConsoleAction(f"pane('{spec.pane}')", spec.key, spec.name, spec.help, show=False)
+      for spec in PANES),
     ConsoleAction("filter", "slash", "Filter", "filter the rows of this pane by text",
                   key_display="/", opens_box=True),
     ConsoleAction("command", "colon", "Command", "command line: a pane's name or an action "

@@ -29,7 +29,7 @@ from .collector import PacedCollections
 from .commands import ConsoleCommands
 from .model.backends import Backend
 from .model.console_model import COLUMNS, SORTS, ConsoleModel
-from .model.panes import Pane
+from .model.panes import PANES, Pane
 from .operating import OperatorActions
 from .painting import DASHBOARD_PICKS, DASHBOARD_SIZE
 from .replay_controls import ReplayControls
@@ -135,8 +135,9 @@ class ConsoleApp(OperatorActions, ReplayControls):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield FaultBanner(id="banner")
+        tabs = {spec.pane: spec.label for spec in PANES}
         with TabbedContent(initial=Pane.PROVIDERS, id="panes"):
-            with TabPane("0 Overview", id=Pane.OVERVIEW):
+            with TabPane(tabs[Pane.OVERVIEW], id=Pane.OVERVIEW):
                 yield PlainStatic(id="overview-summary")
                 with Vertical(id="dashboard"):
                     for kind in (Pane.PROVIDERS, Pane.CONNECTIONS, Pane.LOCKOUTS):
@@ -147,23 +148,23 @@ class ConsoleApp(OperatorActions, ReplayControls):
                     log = EventLog(id="dash-events")
                     log.border_title = "Events"
                     yield log
-            with TabPane("1 Providers", id=Pane.PROVIDERS):
+            with TabPane(tabs[Pane.PROVIDERS], id=Pane.PROVIDERS):
                 yield KeyedTable(Pane.PROVIDERS, COLUMNS[Pane.PROVIDERS], id="providers-table")
-            with TabPane("2 Conns", id=Pane.CONNECTIONS):
+            with TabPane(tabs[Pane.CONNECTIONS], id=Pane.CONNECTIONS):
                 yield KeyedTable(Pane.CONNECTIONS, COLUMNS[Pane.CONNECTIONS],
                                  id="connections-table")
-            with TabPane("3 Locks", id=Pane.LOCKOUTS):
+            with TabPane(tabs[Pane.LOCKOUTS], id=Pane.LOCKOUTS):
                 yield KeyedTable(Pane.LOCKOUTS, COLUMNS[Pane.LOCKOUTS], id="lockouts-table")
-            with TabPane("4 Events", id=Pane.EVENTS):
+            with TabPane(tabs[Pane.EVENTS], id=Pane.EVENTS):
                 log = EventLog(id="events-log")
                 log.border_title = "Events"
                 yield log
-            with TabPane("5 Faults", id=Pane.SCENARIO):
+            with TabPane(tabs[Pane.SCENARIO], id=Pane.SCENARIO):
                 yield ScenarioTimeline(id="timeline")
                 yield HerdChartPlot(id="herd")
-            with TabPane("6 Reqs", id=Pane.REQUESTS):
+            with TabPane(tabs[Pane.REQUESTS], id=Pane.REQUESTS):
                 yield KeyedTable(Pane.REQUESTS, COLUMNS[Pane.REQUESTS], id="requests-table")
-            with TabPane("7 Audit", id=Pane.AUDIT):
+            with TabPane(tabs[Pane.AUDIT], id=Pane.AUDIT):
                 yield KeyedTable(Pane.AUDIT, COLUMNS[Pane.AUDIT], id="audit-table")
         yield PlainStatic(id="no-matches")
         yield Input(placeholder="filter rows (enter to apply, escape to clear)", id="filter",

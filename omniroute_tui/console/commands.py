@@ -21,8 +21,8 @@ class ConsoleCommands(Provider):
         app: ConsoleApp = self.app  # type: ignore[assignment]
         # each entry with its key, so that the palette teaches the keys
         entries: list[tuple[str, str, object]] = [
-            (f"{a.description if a.description != 'Conns' else 'Connections'} "
-             f"({a.key_display or a.key})", a.help, partial(app.run_action, a.name))
+            (f"{a.description} ({a.key_display or a.key})", a.help,
+             partial(app.run_action, a.name))
             for a in ACTIONS
             if not (app.read_only and a.destructive)
         ]

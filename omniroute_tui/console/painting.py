@@ -17,7 +17,7 @@ from .actions import command_words
 from .model.attach import AttachBackend, AttachError
 from .model.backends import Backend
 from .model.console_model import COLUMNS, RECENT_REQUESTS, SORTS, ConsoleModel
-from .model.panes import Pane
+from .model.panes import PANES, Pane
 from .model.request_why import recorded_why
 from .model.text import age_text, clock_text
 from .model.views import LIVE_CHART_S
@@ -59,8 +59,7 @@ WIDE_PROVIDERS = _least_width(tuple(range(len(COLUMNS[Pane.PROVIDERS])))) + 6
 SORTED_COLUMNS = {"failures": "fail/thr", "state": "breaker", "cooldown left": "cooldown",
                   "backoff level": "backoff", "time left": "remaining",
                   "slowest": "latency", "most attempts": "attempts"}
-_TITLES = {Pane.PROVIDERS: "Providers", Pane.CONNECTIONS: "Conns", Pane.LOCKOUTS: "Locks",
-           Pane.REQUESTS: "Requests", Pane.AUDIT: "Audit", Pane.EVENTS: "Events"}
+_TITLES = {spec.pane: spec.table_title for spec in PANES}
 #: the panes whose rows are operator targets
 TARGETS = (Pane.PROVIDERS, Pane.CONNECTIONS, Pane.LOCKOUTS)
 
