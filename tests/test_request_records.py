@@ -254,8 +254,9 @@ async def test_redis_down_keeps_records_waiting_and_says_503(tmp_path: Path) -> 
     assert sink.errors == 1 and sink._pending == [("r1", b"\x01a")]  # kept to try again
     with pytest.raises(RecordsUnavailable):
         await sink.get("r1")
-    await sink.close()  # one more try, and no retry left behind once closed
-    assert sink.errors == 2 and sink._sender._timer is None and sink.dropped == 0
+    await sink.close()  # one more try; then lost, counted, and no retry left behind
+    assert sink.errors == 2 and sink._sender._timer is None
+    assert sink.dropped == 1 and sink._pending == []
 
 
 async def test_the_api_says_503_with_retry_after_when_records_cannot_be_read(

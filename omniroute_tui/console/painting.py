@@ -432,7 +432,10 @@ class PaneView(App[None]):
             matches = [k for k in self.model.requests if text.lower() in k.lower()]
             key = matches[0] if len(matches) == 1 else None
         if key is None:
-            if isinstance(self.backend, AttachBackend) and is_request_id(text):
+            # an id no row shows (a route's or a provider's name is a filter): asked of
+            # the gateway's records
+            if (isinstance(self.backend, AttachBackend) and is_request_id(text)
+                    and not self._shown_in_requests(text)):
                 self.run_worker(self._fetch_request(self.backend, text), group="why",
                                 exclusive=True, exit_on_error=False)
             return
@@ -440,6 +443,13 @@ class PaneView(App[None]):
         detail = self.model.detail(Pane.REQUESTS, key, self.backend.now_ms())
         if detail is not None:
             self.push_screen(DetailScreen(*detail))
+
+    def _shown_in_requests(self, text: str) -> bool:
+        """Whether any cell of the requests pane holds `text` (what its filter keeps)."""
+        wanted = text.lower()
+        return any(wanted in cell.lower()
+                   for row in self.model.request_rows(self.backend.now_ms()).values()
+                   for cell in row)
 
     async def _fetch_request(self, backend: AttachBackend, request_id: str) -> None:
         """A request this console did not see (before it attached, or served by another
@@ -449,7 +459,12 @@ class PaneView(App[None]):
         except AttachError as exc:
             self.notify(f"request {request_id}: {exc}", severity="warning")
             return
-        detail = None if found is None else recorded_why(request_id, found)
+        try:
+            detail = None if found is None else recorded_why(request_id, found)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:  # not ours to trust
+            self.notify(f"request {request_id}: the gateway's record cannot be shown "
+                        f"({type(exc).__name__})", severity="warning")
+            return
         if detail is None:
             self.notify(f"no request {request_id} is kept by the gateway",
                         severity="warning")

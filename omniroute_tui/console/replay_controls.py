@@ -125,7 +125,9 @@ class ReplayControls(PaneView):
         try:
             scenario = load_scenario(resolve_scenario(name))
         except (ConfigError, ValueError, OSError) as exc:
+            replay.paused = self._paused_for_picker  # the run goes on as it was
             self.notify(f"{name} cannot be replayed: {exc}", severity="error", timeout=10)
+            self.refresh_view()
             return
         model = ConsoleModel(scenario.providers, lambda: 0, routes=scenario.config.routes)
         backend = SimulationBackend(scenario, speed=replay.speed,

@@ -323,7 +323,14 @@ class Gateway:
         request_id = self.request_ids.for_headers(request.scope["headers"])
         tracing = self.tracing
         if tracing is None:
-            response = await self._proxied(request, request_id, endpoint)
+            try:  # its record ends however the request does
+                response = await self._proxied(request, request_id, endpoint)
+            except asyncio.CancelledError:
+                self.records.finish(request_id, 499)
+                raise
+            except Exception:
+                self.records.finish(request_id, 500)
+                raise
         else:
             scope = request.scope
             tracing.begin(request_id, scope["method"], scope["path"], scope["headers"],
@@ -332,9 +339,11 @@ class Gateway:
                 response = await self._proxied(request, request_id, endpoint)
             except asyncio.CancelledError:
                 tracing.end(request_id, 499)
+                self.records.finish(request_id, 499)
                 raise
             except Exception:
                 tracing.end(request_id, 500)
+                self.records.finish(request_id, 500)
                 raise
             if not isinstance(response, RelayResponse):  # a stream's ends with the stream
                 tracing.end(request_id, response.status_code)

@@ -16,19 +16,21 @@ one the engine could have emitted (`event_from_dict`) or it is left out and coun
 from __future__ import annotations
 
 import json
+import math
 import zlib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..engine.events import event_from_dict
+from ..engine.events import Event, event_from_dict
 
 __all__ = ["MAX_RECORD_BYTES", "DecodedRecord", "decode_record", "encode_record",
            "record_json"]
 
 _FORMAT = b"\x01"
 #: a record of more than this, inflated, is refused (a request of 64 attempts is ~20 KiB)
-MAX_RECORD_BYTES = 256 * 1024
-_MAX_EVENTS = 2000
+MAX_RECORD_BYTES = 64 * 1024
+_MAX_EVENTS = 500
 _WBITS = -12  # raw deflate, a 4 KiB window: records are small, and so is the state
 #: the words records repeat, the most frequent last (deflate finds near ones cheaper)
 _ZDICT = (
@@ -46,10 +48,46 @@ _ZDICT = (
 )
 
 
-def record_json(request_id: str, replica: str | None, status: int, events: list[str]) -> str:
-    """The record of a request whose events are `events` (each its `to_json()`)."""
+def _no_constant(word: str) -> Any:
+    raise ValueError(f"{word} is not a number JSON carries")
+
+
+#: NaN and Infinity refused (the answer's JSON could not carry them); nesting past the
+#: stack is a RecursionError, caught as any other refusal
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+#: what a field declared `int`, `str`, `bool` or `float` must hold (an enum's field is
+#: made one by event_from_dict, or refused there)
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: type(v) is int and -2**63 <= v < 2**63,
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: type(v) is bool,
+    "float": lambda v: type(v) in (int, float) and math.isfinite(v),
+}
+
+
+def _typed(event: Event) -> bool:
+    """Whether each field of `event` holds the type it declares."""
+    for f in fields(event):
+        value = getattr(event, f.name)
+        kinds = str(f.type).replace(" ", "").split("|")
+        if value is None:
+            if "None" not in kinds:
+                return False
+            continue
+        check = _TYPES.get(kinds[0])
+        if check is not None and not check(value):
+            return False
+    return True
+
+
+def record_json(request_id: str, replica: str | None, status: int, events: list[str], *,
+                statuses: list[int] | None = None) -> str:
+    """The record of a request whose events are `events` (each its `to_json()`);
+    `statuses`: requests in flight at once under one id share a record, and these are
+    the statuses each got, in the order they ended."""
+    shared = "" if statuses is None else f',"statuses":{json.dumps(statuses)}'
     return (f'{{"id":{json.dumps(request_id)},"replica":{json.dumps(replica)},'
-            f'"status":{int(status)},"events":[{",".join(events)}]}}')
+            f'"status":{int(status)}{shared},"events":[{",".join(events)}]}}')
 
 
 def encode_record(text: str) -> bytes:
@@ -66,10 +104,13 @@ class DecodedRecord:
     status: int | None
     events: list[dict[str, Any]] = field(default_factory=list)
     unreadable: int = 0
+    statuses: list[int] | None = None  # requests that shared one id: each one's status
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"replica": self.replica, "status": self.status,
                                 "events": self.events}
+        if self.statuses is not None:
+            body["statuses"] = self.statuses
         if self.unreadable:
             body["unreadable_events"] = self.unreadable
         return body
@@ -85,23 +126,30 @@ def decode_record(blob: object, request_id: str) -> DecodedRecord | None:
         text = unpacker.decompress(blob[1:], MAX_RECORD_BYTES)
         if unpacker.unconsumed_tail:
             return None
-        data = json.loads(text)
-    except (zlib.error, ValueError):
+        data = _DECODER.decode(text.decode("utf-8"))
+    except (zlib.error, ValueError, RecursionError):  # a UnicodeDecodeError is a ValueError
         return None
     if not isinstance(data, dict) or data.get("id") != request_id:
         return None
     replica, status, events = data.get("replica"), data.get("status"), data.get("events")
     if not isinstance(events, list) or len(events) > _MAX_EVENTS:
         return None
+    statuses = data.get("statuses")
+    if not (isinstance(statuses, list) and len(statuses) <= 100
+            and all(type(s) is int for s in statuses)):
+        statuses = None
     record = DecodedRecord(replica if isinstance(replica, str) else None,
-                           status if type(status) is int else None)
+                           status if type(status) is int else None, statuses=statuses)
     for item in events:
         try:
             if not isinstance(item, dict):
                 raise ValueError("not an object")
             if item.get("request", item.get("id")) != request_id:
                 raise ValueError("another request's event")
-            record.events.append(event_from_dict(item).to_dict())
+            event = event_from_dict(item)
+            if not _typed(event):
+                raise ValueError("a field of another type")
+            record.events.append(event.to_dict())
         except (ValueError, TypeError, KeyError):
             record.unreadable += 1
     return record

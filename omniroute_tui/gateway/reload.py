@@ -31,7 +31,8 @@ log = logging.getLogger("omniroute.reload")
 #: changed (the rest of the file is in force)
 RESTART_FIELDS = {
     "store_path": "store.path", "store_redis": "store.redis", "store_prefix": "store.prefix",
-    "store_lease_max_ms": "store.lease_max", "store_retention": "store.history/requests/audit",
+    "store_lease_max_ms": "store.lease_max",
+    "store_retention": "store.history/requests/audit/records",
     "gateway_listen": "gateway.listen", "gateway_token_file": "gateway.token_file",
     "gateway_limits": "gateway.limits", "gateway_metrics": "gateway.metrics",
     "gateway_served_by_header": "gateway.served_by_header",

@@ -65,22 +65,37 @@ REDIS_TIMEOUT_S = 1.0
 _PUT_BATCH = 500
 #: each record pushed on its id's list, the list cut to the last ARGV[2] and kept ARGV[1]
 #: ms: one call for a batch, not three commands a record (5 µs of CPU a record sent,
-#: against 34 for a pipeline of the three). A key of another type (a stranger's)
-#: refuses its record alone.
+#: against 34 for a pipeline of the three). A record the list holds already is not
+#: pushed again (a call that timed out here may have run there: its retry is the same
+#: bytes). A key of another type (a stranger's) refuses its record alone; any other
+#: error (out of memory, a replica that turned read-only) stops the call there, and it
+#: returns how many records it went through, to send the rest again.
 _PUT = """
 local refused = 0
 for i = 1, #KEYS do
-  local pushed = redis.pcall('RPUSH', KEYS[i], ARGV[i + 2])
+  local found = redis.pcall('LPOS', KEYS[i], ARGV[i + 2])
+  local pushed = found
+  if found == false then
+    pushed = redis.pcall('RPUSH', KEYS[i], ARGV[i + 2])
+  end
   if type(pushed) == 'table' and pushed.err then
-    refused = refused + 1
-  else
-    redis.call('LTRIM', KEYS[i], -tonumber(ARGV[2]), -1)
-    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    if string.find(pushed.err, 'WRONGTYPE') then
+      refused = refused + 1
+    else
+      return {refused, i - 1, pushed.err}
+    end
+  elseif found == false then
+    redis.pcall('LTRIM', KEYS[i], -tonumber(ARGV[2]), -1)
+    redis.pcall('PEXPIRE', KEYS[i], ARGV[1])
   end
 end
-return refused
+return {refused, #KEYS, ''}
 """
 _STEPS = (AttemptEvent, ResultEvent, SkipEvent, WaitEvent, BudgetEvent, ResponseEvent)
+
+
+def _text(value: object) -> str:
+    return (value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))[:200]
 
 
 class RecordsUnavailable(Exception):
@@ -114,6 +129,10 @@ class RequestRecorder:
         self.replica = replica
         self._wall_ms = wall_ms
         self._open: dict[str, list[str]] = {}
+        #: ids open for more than one request now (a client that sent one id twice at
+        #: once): how many, and the statuses of those ended; their record is written once,
+        #: when the last ends, with every one's events
+        self._shared: dict[str, list[int]] = {}
         self.kept = 0
         self.abandoned = 0
         bus.subscribe(self._begin, RequestEvent)
@@ -125,9 +144,12 @@ class RequestRecorder:
         lines = opened.get(event.id)
         if lines is not None:  # the client sent the id again while the first was open
             lines.append(event.to_json())
+            self._shared.setdefault(event.id, [1])[0] += 1
             return
         if len(opened) >= MAX_OPEN:
-            del opened[next(iter(opened))]
+            oldest = next(iter(opened))
+            del opened[oldest]
+            self._shared.pop(oldest, None)
             self.abandoned += 1
         opened[event.id] = [event.to_json()]
 
@@ -144,12 +166,20 @@ class RequestRecorder:
     def finish(self, request_id: str, status: int) -> None:
         """The request's access line is written: its record goes to the sink. A request
         the router never saw (refused at the door, a body that was not JSON) has none."""
+        shared = self._shared.get(request_id)
+        if shared is not None:
+            shared[0] -= 1
+            shared.append(status)
+            if shared[0] > 0:  # another request under this id is still going
+                return
+            del self._shared[request_id]
         lines = self._open.pop(request_id, None)
         if lines is None:
             return
         self.kept += 1
-        self.sink.put(request_id, self._wall_ms(),
-                      encode_record(record_json(request_id, self.replica, status, lines)))
+        self.sink.put(request_id, self._wall_ms(), encode_record(record_json(
+            request_id, self.replica, status, lines,
+            statuses=None if shared is None else shared[1:])))
 
     async def lookup(self, request_id: str) -> dict[str, Any] | None:
         """What is known of `request_id`: its records, oldest first (each its replica,
@@ -224,13 +254,19 @@ class MemoryRecords:
         self.limit = limit
         self.dropped = 0
         self._records: OrderedDict[str, list[bytes]] = OrderedDict()
+        self._count = 0  # records kept, under every id
 
     def put(self, request_id: str, t: int, blob: bytes) -> None:
         kept = self._records.pop(request_id, None) or []
         kept.append(blob)
-        self._records[request_id] = kept[-PER_ID:]
-        if len(self._records) > self.limit:
-            self._records.popitem(last=False)
+        self._count += 1
+        if len(kept) > PER_ID:
+            del kept[0]
+            self._count -= 1
+        self._records[request_id] = kept
+        while self._count > self.limit:  # the oldest ids go, all their records with them
+            _, gone = self._records.popitem(last=False)
+            self._count -= len(gone)
 
     async def get(self, request_id: str) -> list[bytes]:
         return list(self._records.get(request_id, ()))
@@ -303,10 +339,13 @@ class RedisRecords:
             async with asyncio.timeout(REDIS_TIMEOUT_S):
                 while sent < len(sending):
                     chunk = sending[sent:sent + _PUT_BATCH]
-                    refused += int(await self._put(
+                    answer = await self._put(
                         keys=[self.key(request_id) for request_id, _ in chunk],
-                        args=[self.keep_ms, PER_ID, *[blob for _, blob in chunk]]))
-                    sent += len(chunk)
+                        args=[self.keep_ms, PER_ID, *[blob for _, blob in chunk]])
+                    refused += int(answer[0])
+                    sent += int(answer[1])
+                    if int(answer[1]) < len(chunk):  # Redis refused to write: try later
+                        raise RecordsUnavailable(_text(answer[2]))
         except Exception as exc:  # down or slow: what was not sent waits for the next try
             self.errors += 1
             sending = sending[sent:]
@@ -335,7 +374,7 @@ class RedisRecords:
     async def get(self, request_id: str) -> list[bytes]:
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S):
-                kept = await self._redis.lrange(self.key(request_id), 0, -1)
+                kept = await self._redis.lrange(self.key(request_id), -PER_ID, -1)
         except ResponseError as exc:  # a stranger's key of another type: no record
             if str(exc).startswith("WRONGTYPE"):
                 return [b""]
@@ -346,3 +385,8 @@ class RedisRecords:
 
     async def close(self) -> None:
         await self._sender.close(REDIS_TIMEOUT_S * 2)
+        if self._pending:  # Redis did not take them before the end: lost, and said
+            self.dropped += len(self._pending)
+            log.warning("request records: %d record(s) lost at shutdown: Redis did not "
+                        "take them", len(self._pending))
+            self._pending.clear()

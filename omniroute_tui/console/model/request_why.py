@@ -36,9 +36,10 @@ def recorded_why(request_id: str, found: Mapping[str, Any]) -> Detail | None:
     """The detail view of what a gateway keeps of `request_id`: each of its records
     (a client may reuse an id), oldest first, headed by the replica that served it, then
     what is in flight. None: the answer holds nothing to show."""
+    records = found.get("records")
     parts: list[tuple[str, object, object]] = [
         ("served by", r.get("replica"), r.get("events"))
-        for r in found.get("records", ()) if isinstance(r, Mapping)]
+        for r in (records if isinstance(records, list) else ()) if isinstance(r, Mapping)]
     in_flight = found.get("in_flight")
     if isinstance(in_flight, Mapping):
         parts.append(("in flight on", in_flight.get("replica"), in_flight.get("events")))
