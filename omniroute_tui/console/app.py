@@ -62,7 +62,7 @@ def next_beat(beat: float, now: float) -> float:
     return max(beat + FRAME_S, now + MIN_WAIT_S)
 
 
-class ConsoleApp(OperatorActions, ReplayControls):
+class ConsoleApp(OperatorActions):
     TITLE = "OmniRoute Console"
     CSS_PATH = Path(__file__).parent / "styles" / "console.tcss"
     BINDINGS: ClassVar[list[BindingType]] = bindings()  # type: ignore[assignment]
@@ -118,6 +118,34 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self.clock: Callable[[], float] = time.monotonic  # the dialogs' guard time
         #: started with no scenario named: the picker opens over the demo
         self.pick_at_start = False
+        #: what the replay keys do (pause, speed, step, jump, score, restart, pick)
+        self.replay_controls = ReplayControls(self)
+
+    # -- the replay keys: `replay_controls` ---------------------------------------------------
+
+    def action_pause(self) -> None:
+        self.replay_controls.pause()
+
+    def action_faster(self) -> None:
+        self.replay_controls.faster()
+
+    def action_slower(self) -> None:
+        self.replay_controls.slower()
+
+    def action_step(self) -> None:
+        self.replay_controls.step()
+
+    def action_jump(self) -> None:
+        self.replay_controls.jump()
+
+    def action_scorecard(self) -> None:
+        self.replay_controls.scorecard()
+
+    def action_restart(self) -> None:
+        self.replay_controls.restart()
+
+    def action_pick_scenario(self) -> None:
+        self.replay_controls.pick_scenario()
 
     def token_role(self, name: str, role: str) -> None:
         """Attached to a gateway: the token used is `name`'s, of `role`. A `read` token
@@ -179,7 +207,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         self._focus_pane()
         self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
         if self.pick_at_start:
-            self.action_pick_scenario()
+            self.replay_controls.pick_scenario()
         if self.autoplay:
             self._collections.start()  # the paint clock runs the full collections
             self._last_tick = time.monotonic()
@@ -239,7 +267,7 @@ class ConsoleApp(OperatorActions, ReplayControls):
         if (replay is not None and replay.finished and self._scored is not replay
                 and not self.behind_a_dialog):
             self._scored = replay  # once a run: `S` shows it again
-            self.action_scorecard()
+            self.replay_controls.scorecard()
         if self.room is not None and self.backend.replay is not None:
             # pause, speed and restarts reach viewers, and the attempts their charts draw
             self.room.follow(self.backend.replay, self.model.series)
