@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from textual.actions import ActionParseResult
 from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import BindingType
 from textual.containers import Vertical
+from textual.dom import DOMNode
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from ..config.operators import OperatorTokens
@@ -30,8 +32,8 @@ from .commands import ConsoleCommands
 from .model.backends import Backend
 from .model.console_model import COLUMNS, SORTS, ConsoleModel
 from .model.panes import PANES, Pane
-from .operating import OperatorActions
-from .painting import DASHBOARD_PICKS, DASHBOARD_SIZE
+from .operating import DESTRUCTIVE, OperatorControls
+from .painting import DASHBOARD_PICKS, DASHBOARD_SIZE, PaneView
 from .replay_controls import ReplayControls
 from .screens.modals import ConfirmScreen, DetailScreen, HelpScreen
 from .widgets.command_line import CommandLine
@@ -62,7 +64,7 @@ def next_beat(beat: float, now: float) -> float:
     return max(beat + FRAME_S, now + MIN_WAIT_S)
 
 
-class ConsoleApp(OperatorActions):
+class ConsoleApp(PaneView):
     TITLE = "OmniRoute Console"
     CSS_PATH = Path(__file__).parent / "styles" / "console.tcss"
     BINDINGS: ClassVar[list[BindingType]] = bindings()  # type: ignore[assignment]
@@ -120,6 +122,53 @@ class ConsoleApp(OperatorActions):
         self.pick_at_start = False
         #: what the replay keys do (pause, speed, step, jump, score, restart, pick)
         self.replay_controls = ReplayControls(self)
+        #: what the operator keys do (reset, force-open, clear, enable or disable)
+        self.operator_controls = OperatorControls(self)
+
+    # -- the operator keys: asked first, refused read-only (`operator_controls`) ------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Read-only: the operator actions are out of the footer (their keys still
+        reach `run_action`, which says why they are refused)."""
+        if self.read_only and action in DESTRUCTIVE:
+            return False
+        return super().check_action(action, parameters)
+
+    async def run_action(
+        self, action: str | ActionParseResult, default_namespace: DOMNode | None = None,
+        namespaces: Mapping[str, DOMNode] | None = None,
+    ) -> bool:
+        """Destructive actions are refused in read-only mode and confirmed otherwise."""
+        if isinstance(action, str) and action in DESTRUCTIVE:
+            if self.read_only:
+                self.operator_controls.refuse()
+                return True
+            question = self.operator_controls.question(action)
+            if question is None:
+                return True
+
+            def confirmed(answer: bool | None) -> None:
+                if answer:
+                    self.call_later(super(ConsoleApp, self).run_action, action)
+
+            self.push_screen(ConfirmScreen(question, clock=self.clock), confirmed)
+            return True
+        return await super().run_action(action, default_namespace, namespaces)
+
+    def action_reset_breaker(self) -> None:
+        self.operator_controls.reset_breaker()
+
+    def action_force_open(self) -> None:
+        self.operator_controls.force_open()
+
+    def action_clear(self) -> None:
+        self.operator_controls.clear()
+
+    def action_clear_provider_lockouts(self) -> None:
+        self.operator_controls.clear_provider_lockouts()
+
+    def action_toggle_enabled(self) -> None:
+        self.operator_controls.toggle_enabled()
 
     # -- the replay keys: `replay_controls` ---------------------------------------------------
 

@@ -521,7 +521,7 @@ class PaneView(App[None]):
             self.notify(f"{key} is not in the {pane} pane now", severity="warning")
         table.focus()
 
-    def _selected(self) -> tuple[Pane, str | None]:
+    def selected(self) -> tuple[Pane, str | None]:
         """The kind of the selected row (providers, connections, lockouts) and its key."""
         table = self._table()
         if table is None:
@@ -542,7 +542,7 @@ class PaneView(App[None]):
             self.push_screen(DetailScreen(scenario.name, [
                 ("duration", clock_text(scenario.duration_ms)), *faults], lesson))
             return
-        kind, key = self._selected()
+        kind, key = self.selected()
         if key is None or kind not in SORTS:
             return
         detail = self.model.detail(kind, key, self.backend.now_ms())
