@@ -12,15 +12,13 @@ from textual.widgets import Input, Static, TabbedContent
 
 from ..config.durations import format_ms
 from ..config.hidden import visible
-from ..gateway.request_ids import is_request_id
 from .actions import command_words
-from .model.attach import AttachBackend, AttachError
 from .model.backends import Backend
 from .model.console_model import COLUMNS, RECENT_REQUESTS, SORTS, ConsoleModel
 from .model.panes import PANES, Pane
-from .model.request_why import recorded_why
 from .model.text import age_text, clock_text
 from .model.views import LIVE_CHART_S
+from .request_lookup import RequestLookup
 from .screens.modals import DetailScreen, GlossaryScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable
@@ -419,57 +417,7 @@ class PaneView(App[None]):
             return
         self._apply_filter(event.value)
         if self.active_pane == Pane.REQUESTS and event.value:
-            self._open_request(event.value.strip())
-
-    def _open_request(self, text: str) -> None:
-        """A request id (a client quotes the `x-request-id` of its answer) in the requests
-        pane's filter opens that request's "why" at once: the id itself, or the one
-        request the text matches."""
-        table = self.query_one("#requests-table", KeyedTable)
-        if text in self.model.requests:
-            key: str | None = text
-        else:
-            matches = [k for k in self.model.requests if text.lower() in k.lower()]
-            key = matches[0] if len(matches) == 1 else None
-        if key is None:
-            # an id no row shows (a route's or a provider's name is a filter): asked of
-            # the gateway's records
-            if (isinstance(self.backend, AttachBackend) and is_request_id(text)
-                    and not self._shown_in_requests(text)):
-                self.run_worker(self._fetch_request(self.backend, text), group="why",
-                                exclusive=True, exit_on_error=False)
-            return
-        table.select_key(key)
-        detail = self.model.detail(Pane.REQUESTS, key, self.backend.now_ms())
-        if detail is not None:
-            self.push_screen(DetailScreen(*detail))
-
-    def _shown_in_requests(self, text: str) -> bool:
-        """Whether any cell of the requests pane holds `text` (what its filter keeps)."""
-        wanted = text.lower()
-        return any(wanted in cell.lower()
-                   for row in self.model.request_rows(self.backend.now_ms()).values()
-                   for cell in row)
-
-    async def _fetch_request(self, backend: AttachBackend, request_id: str) -> None:
-        """A request this console did not see (before it attached, or served by another
-        replica): its why from the gateway's records."""
-        try:
-            found = await backend.request_record(request_id)
-        except AttachError as exc:
-            self.notify(f"request {request_id}: {exc}", severity="warning")
-            return
-        try:
-            detail = None if found is None else recorded_why(request_id, found)
-        except (TypeError, ValueError, AttributeError, KeyError) as exc:  # not ours to trust
-            self.notify(f"request {request_id}: the gateway's record cannot be shown "
-                        f"({type(exc).__name__})", severity="warning")
-            return
-        if detail is None:
-            self.notify(f"no request {request_id} is kept by the gateway",
-                        severity="warning")
-            return
-        self.push_screen(DetailScreen(*detail))
+            RequestLookup(self).open(event.value.strip())
 
     def _apply_filter(self, text: str) -> None:
         """Set the active pane's filter (the other panes keep theirs) and give the keys
