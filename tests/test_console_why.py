@@ -8,6 +8,7 @@ from collections import Counter
 from omniroute_tui.config.durations import format_ms
 from omniroute_tui.console.model.event_lines import describe
 from omniroute_tui.console.model.panes import Pane
+from omniroute_tui.console.model.request_steps import request_steps
 from omniroute_tui.console.screens.modals import DetailScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import StreamCut
@@ -96,7 +97,7 @@ def test_the_why_view_and_the_events_pane_name_a_broken_stream_and_its_reason() 
     assert describe(cut) == ("failure alpha/a1/m: stream_cut reset (200) for r113, "
                              "streamed 40 chunk(s), 7,682 bytes")
     late = app.model.requests["r871"]
-    whats = [(layer, what) for _, layer, what in late.steps]
+    whats = [(layer, what) for _, layer, what in request_steps(late.events)]
     assert ("upstream", "failed: timeout: first_token after 5.0s") in whats
     answered = [what for layer, what in whats if what.startswith("answered the client")]
     assert answered == ["answered the client 200 from beta/b1/m after 5.3s"]
@@ -108,6 +109,6 @@ def test_the_why_view_and_the_events_pane_name_a_broken_stream_and_its_reason() 
 
 def test_the_why_view_says_a_cut_streams_relayed_chunks() -> None:
     app, _ = console_app("stream-faults", at_ms=33_000)
-    whats = [what for _, _, what in app.model.requests["r113"].steps]
+    whats = [what for _, _, what in request_steps(app.model.requests["r113"].events)]
     assert "failed: stream_cut (200): reset after 1.2s, streamed 40 chunk(s), 7,682 bytes" \
         in whats

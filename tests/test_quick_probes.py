@@ -10,6 +10,7 @@ from typing import Any
 
 from omniroute_tui.console.model.console_model import ConsoleModel
 from omniroute_tui.console.model.event_lines import describe
+from omniroute_tui.console.model.request_steps import request_steps
 from omniroute_tui.engine import (
     AttemptEvent,
     BreakerEvent,
@@ -306,14 +307,14 @@ def test_the_console_says_a_probe_used_a_cooling_key_and_what_it_freed() -> None
     for event in rec.events:
         model.on_event(event)
     trail = model.requests["r21"]
-    steps = [what for _, _, what in trail.steps]
+    steps = [what for _, _, what in request_steps(trail.events)]
     assert ("attempt 1 on alpha/a1/m as the breaker's probe, on a key cooling for backoff "
             "until 00:22.0 (every key was cooling: the probe tests the provider, not the key)"
             ) in steps
-    assert [what for _, layer, what in trail.steps if layer == "cooldown"] == [
+    assert [what for _, layer, what in request_steps(trail.events) if layer == "cooldown"] == [
         "the probe's success freed alpha/a1 (its backoff was the provider's failing)",
         "the probe's success freed alpha/a2 (its backoff was the provider's failing)"]
-    carried = [what for _, _, what in model.requests["r16"].steps]
+    carried = [what for _, _, what in request_steps(model.requests["r16"].events)]
     assert ("attempt 1 on alpha/a1/m, carried on a key cooling for backoff until 00:22.0 "
             "(every key it could use was cooling and a breaker window had passed since the "
             "provider's last failure)") in carried
@@ -334,7 +335,8 @@ def test_the_console_says_a_carried_request_freed_the_keys() -> None:
     serve(engine, clock, down=(500, 16_000), until=17_000)  # the carried request at 16 s
     for event in rec.events:
         model.on_event(event)
-    assert [what for _, layer, what in model.requests["r16"].steps if layer == "cooldown"] == [
+    carried_steps = request_steps(model.requests["r16"].events)
+    assert [what for _, layer, what in carried_steps if layer == "cooldown"] == [
         "the carried request's success freed alpha/a1 (its backoff was the provider's failing)",
         "the carried request's success freed alpha/a2 (its backoff was the provider's failing)"]
     lines = [line for _, _, line in model.events]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from omniroute_tui.clock import ManualClock
 from omniroute_tui.config import ConfigError, load_router_config
+from omniroute_tui.console.model.request_steps import request_steps
 from omniroute_tui.drivers.async_driver import AsyncDriver
 from omniroute_tui.drivers.upstream import UpstreamReply
 from omniroute_tui.engine import BreakerState, Classification, FailureKind, ResilienceEngine
@@ -756,7 +757,7 @@ def test_the_why_view_says_which_strategy_chose_and_why() -> None:
     assert isinstance(first, Attempt)
     other = serve(router, "2", clock)
     assert other.provider != first.provider
-    steps = model.requests["2"].steps
+    steps = request_steps(model.requests["2"].events)
     assert steps[1] == (0, "strategy", f"least_busy: {other.provider}/m 0 in flight vs 1 on "
                                        f"{first.provider}/m")
     assert steps[2][1:] == ("router", f"attempt 1 on {other.provider}/{other.connection}/m")

@@ -8,6 +8,7 @@ import pytest
 
 from omniroute_tui.config import load_router_config
 from omniroute_tui.config.problems import ConfigError
+from omniroute_tui.console.model.request_steps import request_steps
 from omniroute_tui.engine import BreakerState, FailureKind, StreamCut
 from omniroute_tui.engine.events import event_from_dict
 from omniroute_tui.router import Attempt, RequestRouting, Response, Router
@@ -255,7 +256,8 @@ def test_the_console_says_how_a_stream_ended_and_what_it_relayed() -> None:
     whole, _ = _stream(router, "whole")
     clock.advance(800)
     whole.end_stream(relayed_bytes=9000, relayed_chunks=61)
-    steps = {request: [what for _, layer, what in trail.steps if layer == "upstream"]
+    steps = {request: [what for _, layer, what in request_steps(trail.events)
+                       if layer == "upstream"]
              for request, trail in model.requests.items()}
     assert steps == {
         "cut": ["failed: stream_cut (200): reset after 2.5s, streamed 40 chunk(s), 4,321 bytes"],

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from omniroute_tui.clock import ManualClock
 from omniroute_tui.config import load_router_config
 from omniroute_tui.config.problems import ConfigError
+from omniroute_tui.console.model.request_steps import request_steps
 from omniroute_tui.drivers import AsyncDriver, UpstreamClient
 from omniroute_tui.drivers.resume import (
     RelayedAnswer,
@@ -306,7 +307,7 @@ def test_the_console_why_view_names_the_resume_and_both_attempts() -> None:
     clock.advance(300)
     routing.end_stream(relayed_bytes=2000, relayed_chunks=21)
     trail = model.requests["r1"]
-    steps = [(layer, what) for _, layer, what in trail.steps
+    steps = [(layer, what) for _, layer, what in request_steps(trail.events)
              if layer in ("resume", "upstream") or what.startswith("attempt")]
     assert steps == [
         ("router", "attempt 1 on alpha/a/m"),

@@ -38,17 +38,15 @@ from ...engine.kinds import (
     BreakerReason,
     BreakerState,
     CooldownReason,
-    SkipReason,
 )
-from ...router.routes import RESUME_WHY, Route
+from ...router.routes import Route
 from . import charts, documents, overview
-from .event_lines import describe, lifted, streamed
+from .event_lines import describe, lifted
 from .panes import Pane
 from .tables import TABLES, audit, connections, lockouts, providers, requests
 from .text import (
     clock_text,
     cooldown_kind,
-    precise_ms,
 )
 from .views import (
     LIVE_CHART_S,
@@ -71,13 +69,6 @@ COLUMNS: dict[Pane, tuple[tuple[str, int | None], ...]] = {
 SORTS: dict[Pane, tuple[str, ...]] = {pane: table.SORTS for pane, table in TABLES.items()}
 AUDIT_ROWS = 500  # operator actions the audit pane keeps
 RECENT_REQUESTS = 200  # requests the "why" view keeps, each with its steps
-#: the layer that decided a skip, by its reason
-SKIP_LAYERS = {
-    SkipReason.CIRCUIT_OPEN: "breaker", SkipReason.HALF_OPEN_BUSY: "breaker",
-    SkipReason.ALL_COOLING: "cooldown", SkipReason.ALL_DISABLED: "cooldown",
-    SkipReason.ALL_LOCKED: "lockout", SkipReason.RETRY_BUDGET: "retry budget",
-    SkipReason.UNKNOWN_TARGET: "router", SkipReason.NOT_SERVED: "router",
-}
 EVENT_LOG_LINES = 500
 
 
@@ -174,15 +165,15 @@ class ConsoleModel:
         self.total_requests += 1
         self._requests.append(event.t)
         trail = self.requests[event.id] = RequestTrail(event.id, event.route, event.t)
-        trail.steps.append((event.t, "router", f"request for {event.route}" + (
-            f" from tenant {event.tenant}" if event.tenant else "")))
+        trail.events.append(event)
         if len(self.requests) > RECENT_REQUESTS:
             self.requests.popitem(last=False)
 
-    def _step(self, request: str, t: int, layer: str, what: str) -> RequestTrail | None:
+    def _kept(self, request: str, event: Event) -> RequestTrail | None:
+        """`event` is a step of `request`: kept with its trail, if the trail is kept."""
         trail = self.requests.get(request)
         if trail is not None:
-            trail.steps.append((t, layer, what))
+            trail.events.append(event)
         return trail
 
     def _attempt(self, event: object) -> None:
@@ -191,26 +182,12 @@ class ConsoleModel:
         if view is not None:
             view.attempts.add(event.t)
             view.minute.add(event.t)
-        self.series.add(event.provider, event.t)
-        probe = " as the breaker's probe" if event.probe else ""
-        if event.probe and view is not None:
-            view.probe_request = event.request
-        if event.cooling_until is None:
-            pass
-        elif event.probe:
-            probe += (f", on a key cooling for backoff until {clock_text(event.cooling_until)}"
-                      " (every key was cooling: the probe tests the provider, not the key)")
-        else:
-            if view is not None:
+            if event.probe:
+                view.probe_request = event.request
+            elif event.cooling_until is not None:
                 view.carried_request = event.request
-            probe += (f", carried on a key cooling for backoff until "
-                      f"{clock_text(event.cooling_until)} (every key it could use was cooling "
-                      "and a breaker window had passed since the provider's last failure)")
-        if event.why is not None:  # an ordering strategy's reason, or a resume's
-            self._step(event.request, event.t,
-                       "resume" if event.why.startswith(RESUME_WHY) else "strategy", event.why)
-        trail = self._step(event.request, event.t, "router", f"attempt {event.n} on "
-                           f"{event.provider}/{event.connection}/{event.model}{probe}")
+        self.series.add(event.provider, event.t)
+        trail = self._kept(event.request, event)
         if trail is not None:
             trail.attempts = event.n
 
@@ -219,39 +196,27 @@ class ConsoleModel:
         view = self.providers.get(event.provider)
         if view is not None:
             view.skips[event.reason] += 1
-        back = (f", back in {precise_ms(event.retry_after_ms)}"
-                if event.retry_after_ms is not None else "")
-        trail = self._step(event.request, event.t, SKIP_LAYERS.get(event.reason, "router"),
-                           f"skipped {event.provider}/{event.model}: {event.reason}{back}")
+        trail = self._kept(event.request, event)
         if trail is not None:
-            trail.skipped.append(f"{event.provider} ({event.reason})")
+            trail.skipped.append((event.provider, event.reason))
 
     def _budget(self, event: object) -> None:
         assert isinstance(event, BudgetEvent)
         view = self.providers.get(event.provider)
         if view is not None:
             view.budget_tokens, view.budget_at = event.tokens, event.t
-        what = (f"a retry on {event.provider} spent a token ({event.tokens:g} left)"
-                if event.spent else f"no token left for a retry on {event.provider}")
-        self._step(event.request, event.t, "retry budget", what)
+        self._kept(event.request, event)
 
     def _wait(self, event: object) -> None:
         assert isinstance(event, WaitEvent)
         view = self.providers.get(event.target.split("/", 1)[0])
-        if event.phase == "start":
-            if view is not None:
+        if view is not None:
+            if event.phase == "start":
                 view.waits += 1
                 view.waiting.add(event.request)
-            what = (f"waits {precise_ms(event.delay_ms)} for {event.target} "
-                    f"({event.reason})")
-            if event.reason is SkipReason.FALLBACK_WAIT:
-                what = (f"waits {precise_ms(event.delay_ms)} to try {event.target} again "
-                        "before falling back to another model (fallback_wait)")
-        else:
-            if view is not None:
+            else:
                 view.waiting.discard(event.request)
-            what = f"routes again after waiting {precise_ms(event.delay_ms)}"
-        self._step(event.request, event.t, "admission", what)
+        self._kept(event.request, event)
 
     def _dedup(self, event: object) -> None:
         assert isinstance(event, DedupEvent)
@@ -263,18 +228,14 @@ class ConsoleModel:
         assert isinstance(event, ResultEvent)
         view = self.providers.get(event.provider)
         conn = self.connections.get((event.provider, event.connection))
-        took = precise_ms(event.latency_ms)
-        relayed = streamed(event)
+        self._kept(event.request, event)
         if event.kind is None:
-            self._step(event.request, event.t, "upstream",
-                       f"answered {event.status} in {took}{relayed}")
             if conn is not None:
                 conn.last_error = ""
             return
         text = f"{event.kind} ({event.status})" if event.status else event.kind
         if event.reason is not None:
             text = f"{text}: {event.reason}"
-        self._step(event.request, event.t, "upstream", f"failed: {text} after {took}{relayed}")
         if view is not None:
             view.errors.add(event.t)
             view.last_error, view.last_error_at = text, event.t
@@ -285,10 +246,7 @@ class ConsoleModel:
     def _response(self, event: object) -> None:
         assert isinstance(event, ResponseEvent)
         self._responses.append((event.t, 200 <= event.status < 300))
-        served = f" from {event.served_by}" if event.served_by else ""
-        trail = self._step(event.request, event.t, "router",
-                           f"answered the client {event.status}{served} after "
-                           f"{precise_ms(event.latency_ms)}")
+        trail = self._kept(event.request, event)
         if trail is not None:
             trail.status, trail.attempts = event.status, event.attempts
             trail.waited_ms, trail.latency_ms = event.waited_ms, event.latency_ms
@@ -333,10 +291,7 @@ class ConsoleModel:
             probe = event.reason is CooldownReason.PROBE_FREED
             request = view and (view.probe_request if probe else view.carried_request)
             if request:
-                self._step(request, event.t, "cooldown",
-                           f"the {'probe' if probe else 'carried request'}'s success freed "
-                           f"{event.provider}/{event.connection} "
-                           "(its backoff was the provider's failing)")
+                self._kept(request, event)
         elif event.kind is None:
             conn.history.append(f"{clock_text(event.t)} {lifted(event)}")
         else:

@@ -145,19 +145,19 @@ class HerdChart:
 
 @dataclass
 class RequestTrail:
-    """One recent request and every step of its routing, each with the layer that
-    decided it (the "why" view)."""
+    """One recent request and the events of its routing, in order (the "why" view writes
+    them out as steps: `request_steps`)."""
 
     id: str
     route: str
     started: int
-    steps: list[tuple[int, str, str]] = field(default_factory=list)  # (t, layer, what)
+    events: list[Event] = field(default_factory=list)
     status: int | None = None
     attempts: int = 0
     waited_ms: int = 0
     latency_ms: int | None = None
     served_by: str | None = None
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (provider, reason)
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ....config.durations import format_ms
+from ..request_steps import request_steps
 from ..text import clock_text
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ def rows(model: ConsoleModel, now: int) -> dict[str, tuple[str, ...]]:
     """The recent requests, newest first."""
     rows: dict[str, tuple[str, ...]] = {}
     for trail in reversed(model.requests.values()):
-        why = ", ".join(trail.skipped[:2]) + ("…" if len(trail.skipped) > 2 else "")
+        why = ", ".join(f"{provider} ({reason})" for provider, reason in trail.skipped[:2]) \
+            + ("…" if len(trail.skipped) > 2 else "")
         if trail.waited_ms:
             why = f"{why}; waited" if why else "waited"
         shown = trail.id if len(trail.id) <= REQUEST_ID_CELL else (
@@ -55,5 +57,6 @@ def detail(model: ConsoleModel, key: str, now: int
     if trail is None:
         return None
     cells = rows(model, now)[key]
-    steps = [f"{clock_text(t)}  {layer:>12}  {what}" for t, layer, what in trail.steps]
+    steps = [f"{clock_text(t)}  {layer:>12}  {what}"
+             for t, layer, what in request_steps(trail.events)]
     return f"request {key}", list(zip(NAMES, cells, strict=True)), steps
