@@ -11,6 +11,7 @@ import httpx
 
 from omniroute_tui.console.cli import build_app
 from omniroute_tui.console.model.attach import fetch_state
+from omniroute_tui.console.model.history_lines import history_line
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.model.text import clock_text
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
@@ -177,7 +178,7 @@ async def test_attach_sees_what_happened_before(tmp_path: Path) -> None:
             await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
             model = app.model  # type: ignore[attr-defined]
             # each breaker's transitions, from before the console existed
-            assert any("→ OPEN" in line for line in model.providers["broken"].history)
+            assert any("→ OPEN" in history_line(e) for e in model.providers["broken"].history)
             # the operator's action: in the audit pane, and the forced state says who
             assert [(a[1], a[2], a[3]) for a in model.audit] == [
                 ("operator (dave)", "force_open", "healthy")]
@@ -252,6 +253,7 @@ async def test_an_attaching_console_sees_a_breaker_opened_before_a_burst_and_a_r
             await settle(pilot, lambda: app.backend.connected)  # type: ignore[attr-defined]
             model = app.model  # type: ignore[attr-defined]
             # the transition itself, at its time, from the store's history log
+            lines = [history_line(e) for e in model.providers["broken"].history]
             assert any(line.startswith(clock_text(opened_at)) and "→ OPEN" in line
-                       for line in model.providers["broken"].history)
+                       for line in lines)
             assert any("breaker broken" in line for _, _, line in model.events)

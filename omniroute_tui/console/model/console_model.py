@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 
-from ...config.durations import format_ms
 from ...config.router_config import ProviderConfig
 from ...engine.events import (
     AttemptEvent,
@@ -41,11 +40,11 @@ from ...engine.kinds import (
 )
 from ...router.routes import Route
 from . import charts, documents, overview
-from .event_lines import describe, lifted
+from .event_lines import describe
+from .history_lines import failure_text
 from .panes import Pane
 from .tables import TABLES, audit, connections, lockouts, providers, requests
 from .text import (
-    clock_text,
     cooldown_kind,
 )
 from .views import (
@@ -233,15 +232,13 @@ class ConsoleModel:
             if conn is not None:
                 conn.last_error = ""
             return
-        text = f"{event.kind} ({event.status})" if event.status else event.kind
-        if event.reason is not None:
-            text = f"{text}: {event.reason}"
+        text = failure_text(event)
         if view is not None:
             view.errors.add(event.t)
             view.last_error, view.last_error_at = text, event.t
         if conn is not None:
             conn.last_error = text
-            conn.history.append(f"{clock_text(event.t)} {text} on {event.model}")
+            conn.history.append(event)
 
     def _response(self, event: object) -> None:
         assert isinstance(event, ResponseEvent)
@@ -275,8 +272,7 @@ class ConsoleModel:
             view.open_until = None
             if event.to is BreakerState.CLOSED:
                 view.cycles = 0
-        view.history.append(f"{clock_text(event.t)} {event.from_} → {event.to} "
-                            f"({event.reason}, {event.failures} failures)")
+        view.history.append(event)
 
     def _cooldown(self, event: object) -> None:
         assert isinstance(event, CooldownEvent)
@@ -285,28 +281,22 @@ class ConsoleModel:
             return
         conn.level = event.level
         conn.cooling_until = event.until
+        conn.history.append(event)
         if event.reason is not None:
-            conn.history.append(f"{clock_text(event.t)} {lifted(event)}")
             view = self.providers.get(event.provider)
             probe = event.reason is CooldownReason.PROBE_FREED
             request = view and (view.probe_request if probe else view.carried_request)
             if request:
                 self._kept(request, event)
-        elif event.kind is None:
-            conn.history.append(f"{clock_text(event.t)} {lifted(event)}")
-        else:
+        elif event.kind is not None:
             conn.cooling_kind = cooldown_kind(event.kind, event.hint_ms)
-            hint = f", server said {format_ms(event.hint_ms)}" if event.hint_ms else ""
-            conn.history.append(
-                f"{clock_text(event.t)} cooling {format_ms(max(0, event.until - event.t))} "
-                f"at level {event.level} ({event.kind}{hint})")
 
     def _enabled_changed(self, event: object) -> None:
         assert isinstance(event, DisabledEvent | EnabledEvent)
         conn = self.connections.get((event.provider, event.connection))
         if conn is not None:
             conn.disabled = isinstance(event, DisabledEvent)
-            conn.history.append(f"{clock_text(event.t)} {event.TYPE}: {event.reason}")
+            conn.history.append(event)
 
     def _lockout(self, event: object) -> None:
         assert isinstance(event, LockoutEvent)
@@ -323,8 +313,7 @@ class ConsoleModel:
         view.until = event.until
         if event.kind is not None:
             view.kind = event.kind
-        view.history.append(f"{clock_text(event.t)} {event.kind or 'decay'}: "
-                            f"{event.failures} failures, until {clock_text(event.until)}")
+        view.history.append(event)
 
     def _operator(self, event: object) -> None:
         assert isinstance(event, OperatorEvent)

@@ -60,7 +60,7 @@ class ProviderView:
     attempts: Buckets = field(default_factory=Buckets)
     errors: Buckets = field(default_factory=Buckets)
     minute: Buckets = field(default_factory=lambda: Buckets(SHARE_S))  # for its share
-    history: deque[str] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
+    history: deque[Event] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
     budget_burst: float = 0.0
     budget_tokens: float | None = None  # as the last retry found it
     budget_at: int | None = None  # when the last retry found it so
@@ -171,7 +171,7 @@ class ConnectionView:
     cooling_kind: str = "backoff"  # one of COOLDOWN_KINDS
     disabled: bool = False
     last_error: str = ""
-    history: deque[str] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
+    history: deque[Event] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
 
 
 @dataclass
@@ -182,4 +182,4 @@ class LockoutView:
     kind: str
     failures: int
     until: int
-    history: deque[str] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
+    history: deque[Event] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ....engine.kinds import FailureKind
+from ..history_lines import history_line
 from ..text import COOLDOWN_KINDS, LONGEST_DURATION, countdown_text, level_gauge, longest
 
 if TYPE_CHECKING:
@@ -55,4 +56,4 @@ def detail(model: ConsoleModel, key: str, now: int
     if cview is None:
         return None
     row = rows(model, now)[key]
-    return key, list(zip(NAMES, row, strict=True)), list(cview.history)
+    return key, list(zip(NAMES, row, strict=True)), [history_line(e) for e in cview.history]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ....engine.kinds import FailureKind
+from ..history_lines import history_line
 from ..text import LONGEST_DURATION, countdown_text, longest
 
 if TYPE_CHECKING:
@@ -44,4 +45,4 @@ def detail(model: ConsoleModel, key: str, now: int
     found = rows(model, now).get(key)
     if lockout is None or found is None:
         return None
-    return key, list(zip(NAMES, found, strict=True)), list(lockout.history)
+    return key, list(zip(NAMES, found, strict=True)), [history_line(e) for e in lockout.history]

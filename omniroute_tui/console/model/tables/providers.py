@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ....engine.kinds import BreakerState, FailureKind, SkipReason
+from ..history_lines import history_line
 from ..text import (
     AGE_WIDTH,
     BREAKER_GLYPHS,
@@ -119,4 +120,4 @@ def detail(model: ConsoleModel, key: str, now: int
         pairs.append(("waiting now", ", ".join(sorted(view.waiting)[:6])))
     for reason, count in view.skips.most_common():
         pairs.append((f"skipped: {reason}", str(count)))
-    return key, pairs, list(view.history)
+    return key, pairs, [history_line(e) for e in view.history]
