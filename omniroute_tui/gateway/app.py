@@ -322,33 +322,29 @@ class Gateway:
         """A proxied request; every answer says the request's id in `x-request-id`."""
         request_id = self.request_ids.for_headers(request.scope["headers"])
         tracing = self.tracing
-        if tracing is None:
-            try:  # its record ends however the request does
-                response = await self._proxied(request, request_id, endpoint)
-            except asyncio.CancelledError:
-                self.records.finish(request_id, 499)
-                raise
-            except Exception:
-                self.records.finish(request_id, 500)
-                raise
-        else:
+        if tracing is not None:
             scope = request.scope
             tracing.begin(request_id, scope["method"], scope["path"], scope["headers"],
                           endpoint)
-            try:
-                response = await self._proxied(request, request_id, endpoint)
-            except asyncio.CancelledError:
-                tracing.end(request_id, 499)
-                self.records.finish(request_id, 499)
-                raise
-            except Exception:
-                tracing.end(request_id, 500)
-                self.records.finish(request_id, 500)
-                raise
-            if not isinstance(response, RelayResponse):  # a stream's ends with the stream
-                tracing.end(request_id, response.status_code)
+        try:
+            response = await self._proxied(request, request_id, endpoint)
+        except asyncio.CancelledError:
+            self._cut_short(request_id, 499)
+            raise
+        except Exception:
+            self._cut_short(request_id, 500)
+            raise
+        if tracing is not None and not isinstance(response, RelayResponse):
+            tracing.end(request_id, response.status_code)  # a stream's ends with it
         response.raw_headers.append((REQUEST_ID_HEADER, request_id.encode("ascii")))
         return response
+
+    def _cut_short(self, request_id: str, status: int) -> None:
+        """The request ended in an exception (a bug of ours, or the client gone): its
+        trace and its record end here, as its access line would have ended them."""
+        if self.tracing is not None:
+            self.tracing.end(request_id, status)
+        self.records.finish(request_id, status)
 
     async def stored_response(self, request: Request) -> Response:
         """`/v1/responses/{id}` and its kin read or change a response an upstream stored:
