@@ -47,6 +47,9 @@ PANES = ("overview", "providers", "connections", "lockouts", "events", "scenario
          "requests", "audit")
 #: the panes whose rows a step may select
 ROW_PANES = ("providers", "connections", "lockouts")
+#: a row's key as the console's table keys it: a provider's name, or the names of a
+#: connection or a lockout
+RowKey = str | tuple[str, ...]
 #: bounds on what a lesson file may hold: a lesson is read aloud in a room, not a book
 MAX_FILE_BYTES = 256 * 1024
 MAX_STEPS = 40
@@ -176,7 +179,7 @@ class Step:
     at_ms: int | None = None  # shown at this virtual time ...
     on: EventMatch | None = None  # ... or on the first such event after the step before
     pane: str | None = None
-    row: str | None = None
+    row: RowKey | None = None  # the row the step selects in `pane`
     pause: bool = False
     question: str | None = None
     answer: str | None = None
@@ -184,6 +187,13 @@ class Step:
     checks: tuple[Claim, ...] = ()
     given: tuple[float, ...] = ()  # numbers quoted from the scenario file, not the run
     line: int | None = None
+
+    @property
+    def row_text(self) -> str | None:
+        """The row as the lesson file writes it."""
+        if self.row is None or isinstance(self.row, str):
+            return self.row
+        return "/".join(self.row)
 
     @property
     def trigger(self) -> str:
@@ -306,6 +316,21 @@ def load_lesson(path: str | FsPath, *, text: str | None = None) -> Lesson:
     return Lesson(lesson_name, title, summary, scenario, tuple(steps), src.name)
 
 
+def _row_key(src: Source, pane: Any, text: str | None, path: Path) -> RowKey | None:
+    """A step's row as its pane keys it: a provider's name; `provider/connection`; or
+    `provider/connection/model` (the model last: it may hold a `/`)."""
+    if text is None or pane == "providers":
+        return text
+    parts = 2 if pane == "connections" else 3
+    names = tuple(text.split("/", parts - 1))
+    if len(names) != parts or not all(names):
+        src.problem(path, f"a row of the {pane} pane is "
+                          + ("provider/connection" if parts == 2
+                             else "provider/connection/model") + f", got {text!r}")
+        return None
+    return names
+
+
 def _text(src: Source, value: Any, path: Path, longest: int, *, lines: bool = True
           ) -> str | None:
     """A text a trainee reads: non-empty, at most `longest` characters, every character
@@ -416,7 +441,8 @@ def _step(src: Source, value: Any, path: Path, scenario: Scenario | None) -> Ste
             src.problem(path + ("row",), f"a row is picked in the {', '.join(ROW_PANES)} "
                                          "pane: give `pane` too")
             ok = False
-        row = read_name(src, row, path + ("row",), "the row")
+        row = _row_key(src, pane, read_name(src, row, path + ("row",), "the row"),
+                       path + ("row",))
         ok = ok and row is not None
     pause = read_bool(src, body.get("pause", False), path + ("pause",))
     question = answer = None

@@ -53,7 +53,7 @@ def render_lesson_html(lesson: Lesson, run: LessonRun, results: list[ClaimResult
     steps = []
     for index, step in enumerate(lesson.steps):
         shows = f" · shows the {step.pane} pane" if step.pane else ""
-        row = f" ({_text(step.row)})" if step.row else ""
+        row = "" if step.row_text is None else f" ({_text(step.row_text)})"
         compare = f" · herd chart vs {step.compare}" if step.compare else ""
         question = ""
         if step.question is not None and step.answer is not None:

@@ -437,8 +437,8 @@ def _read_target(
         return None
     if text.strip() == "*":
         return FaultTarget()
-    parts = text.strip().split("/")
-    if len(parts) > 3 or any(not p for p in parts):
+    parts = text.strip().split("/", 2)  # the model last: it may hold a `/` (org/llm)
+    if any(not p for p in parts):
         src.problem(path, f"expected *, provider, provider/connection, provider/*/model or "
                           f"provider/connection/model, got {text!r}")
         return None

@@ -7,6 +7,7 @@ import re
 import subprocess
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,10 +25,12 @@ from .waiting import eventually_sync
 from .web_tabs import process_group
 
 
-def console_app(scenario: str = "demo", at_ms: int = 40_000, *, read_only: bool = False
-                ) -> tuple[ConsoleApp, list[Event]]:
-    """The app paused at `at_ms` with no timers running; also every event it sees."""
-    loaded = load_scenario(SCENARIOS_DIR / f"{scenario}.yaml")
+def console_app(scenario: str | Path = "demo", at_ms: int = 40_000, *,
+                read_only: bool = False) -> tuple[ConsoleApp, list[Event]]:
+    """The app paused at `at_ms` with no timers running; also every event it sees.
+    `scenario`: a shipped one's name, or a file."""
+    loaded = load_scenario(scenario if isinstance(scenario, Path)
+                           else SCENARIOS_DIR / f"{scenario}.yaml")
     seen: list[Event] = []
     model = ConsoleModel(loaded.providers, lambda: 0, routes=loaded.config.routes)
     backend = SimulationBackend(loaded, speed=2.0, subscribers=(model.on_event, seen.append))

@@ -88,19 +88,18 @@ async def test_s_sorts_connections_by_cooldown_left_then_level() -> None:
         table = app.query_one("#connections-table", KeyedTable)
         model, now = app.model, app.backend.now_ms()
 
-        def keys() -> list[str]:
-            return [str(table.coordinate_to_cell_key((i, 0)).row_key.value)
-                    for i in range(table.row_count)]
+        def keys() -> list[tuple[str, str]]:
+            return table.shown_keys  # type: ignore[return-value]
 
         config_order = keys()
         await pilot.press("s")
         await pilot.pause()
-        left = [max(0, model.connections[tuple(k.split("/", 1))].cooling_until - now)
+        left = [max(0, model.connections[k].cooling_until - now)
                 for k in keys()]
         assert left == sorted(left, reverse=True) and left[0] > 0
         await pilot.press("s")
         await pilot.pause()
-        levels = [model.connections[tuple(k.split("/", 1))].level for k in keys()]
+        levels = [model.connections[k].level for k in keys()]
         assert levels == sorted(levels, reverse=True)
         await pilot.press("s")
         await pilot.pause()
@@ -171,17 +170,17 @@ async def test_forced_open_is_its_own_state_with_a_countdown_and_who() -> None:
 def test_cooldowns_say_what_they_wait_for() -> None:
     app, _ = console_app("429-storm", at_ms=35_000)  # the storm's 429s carry Retry-After
     rows = app.model.connection_rows(app.backend.now_ms())
-    assert rows["alpha/a1"][2].endswith(" hinted")
+    assert rows["alpha", "a1"][2].endswith(" hinted")
     model = app.model
     model.on_event(CooldownEvent(40_000, "alpha", "a2", FailureKind.QUOTA_EXHAUSTED, 0,
                                  3_640_000, None))
-    assert model.connection_rows(40_000)["alpha/a2"][2] == "◷ 1h00m quota"
+    assert model.connection_rows(40_000)["alpha", "a2"][2] == "◷ 1h00m quota"
     # a success elsewhere resets the level while the quota wait goes on: not a "lift"
     lifted = CooldownEvent(41_000, "alpha", "a2", None, 0, 3_640_000, None)
     model.on_event(lifted)
-    assert model.events[-1][2] == ("cooldown alpha/a2: backoff level reset to 0, still "
+    assert model.events[-1].line == ("cooldown alpha/a2: backoff level reset to 0, still "
                                    "cooling until 60:40.0")
-    assert model.connection_rows(41_000)["alpha/a2"][2] == "◷ 59m59s quota"
+    assert model.connection_rows(41_000)["alpha", "a2"][2] == "◷ 59m59s quota"
 
 
 async def test_q_quits() -> None:
@@ -241,7 +240,7 @@ def test_countdowns_round_up_to_whole_seconds() -> None:
     assert cooling
     for (provider, conn), view in cooling:
         left = view.cooling_until - now
-        assert rows[f"{provider}/{conn}"][2].startswith(f"◷ {countdown_text(left)} ")
+        assert rows[provider, conn][2].startswith(f"◷ {countdown_text(left)} ")
         assert countdown_text(left) == format_ms(math.ceil(left / 1000) * 1000)
 
 
@@ -259,7 +258,7 @@ async def test_the_requests_cursor_stays_on_its_request_as_rows_arrive() -> None
             app.refresh_view()
             await pilot.pause()
         assert table.selected_key == chosen
-        assert table.get_row_index(chosen) != 2  # newer requests came above it
+        assert table.row_index(chosen) != 2  # newer requests came above it
 
 
 async def test_the_filter_box_shows_the_current_panes_filter() -> None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.command import CommandPalette
 from textual.widgets import TabbedContent
 
 from omniroute_tui.console.screens.modals import ConfirmScreen, DetailScreen, HelpScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import BreakerState, OperatorEvent
+from simulator.scenario import SCENARIOS_DIR
 
-from .console_helpers import console_app, say_yes
+from .console_helpers import console_app, say_yes, settle
 
 
 def operator_events(seen):  # type: ignore[no-untyped-def]
@@ -96,7 +99,7 @@ async def test_clear_cooldown_and_toggle_connection() -> None:
         await pilot.press("2")
         table = app.query_one("#connections-table", KeyedTable)
         table.focus()
-        assert table.selected_key == "openai/prod-1"
+        assert table.selected_key == ("openai", "prod-1")
         assert engine.connection_snapshot("openai", "prod-1").cooling_until > 24_500
         await say_yes(pilot, "c")
         await pilot.pause()
@@ -123,11 +126,40 @@ async def test_clear_one_lockout_then_all_of_a_provider() -> None:
         await say_yes(pilot, "c")
         await pilot.pause()
         left = {(s.connection, s.model) for s in engine.lockout_snapshots("mistral")}
-        assert len(left) == 1 and first is not None and tuple(first.split("/")[1:]) not in left
+        assert len(left) == 1 and isinstance(first, tuple) and first[1:] not in left
         await say_yes(pilot, "C")
         await pilot.pause()
         assert engine.lockout_snapshots("mistral") == ()
     assert [a for a, _, _ in operator_events(seen)] == ["clear_lockouts", "clear_lockouts"]
+
+
+async def test_a_model_named_with_a_slash_is_acted_on_whole(tmp_path: Path) -> None:
+    """A row's key is the tuple of its names, never text split again: a lockout of the
+    model `org/large` is cleared, and the dialog and the audit name it whole."""
+    scenario = tmp_path / "slashes.yaml"
+    scenario.write_text((SCENARIOS_DIR / "demo.yaml").read_text()
+                        .replace("[large, small]", "[org/large, small]")
+                        .replace("mistral/large", "mistral/org/large")
+                        .replace("mistral/*/large", "mistral/*/org/large"))
+    app, seen = console_app(scenario, at_ms=110_000)
+    engine = app.backend.engine
+    before = {(s.connection, s.model) for s in engine.lockout_snapshots("mistral")}
+    assert before == {("m-1", "org/large"), ("m-2", "org/large")}
+    async with app.run_test() as pilot:
+        await pilot.press("3")
+        table = app.query_one("#lockouts-table", KeyedTable)
+        table.focus()
+        assert table.select_key(("mistral", "m-2", "org/large"))
+        await pilot.press("c")
+        await settle(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.question == "Clear the lockout of mistral/m-2/org/large?"
+        await say_yes(pilot)
+        await pilot.pause()
+        assert {(s.connection, s.model) for s in engine.lockout_snapshots("mistral")} == {
+            ("m-1", "org/large")}
+    assert [(a, target) for a, target, _ in operator_events(seen)] == [
+        ("clear_lockouts", "mistral/m-2/org/large")]
 
 
 async def test_filter_keeps_matching_rows() -> None:
@@ -160,7 +192,7 @@ async def test_help_detail_and_palette() -> None:
         await pilot.press(*"jump to connection mistral/m-2", "enter")
         await pilot.pause()
         assert app.query_one(TabbedContent).active == "connections"
-        assert app.query_one("#connections-table", KeyedTable).selected_key == "mistral/m-2"
+        assert app.query_one("#connections-table", KeyedTable).selected_key == ("mistral", "m-2")
 
 
 async def test_restart_replays_from_the_start() -> None:

@@ -122,7 +122,7 @@ async def test_footer_is_never_cut_mid_word() -> None:
 async def test_z_freezes_the_display_while_the_data_goes_on() -> None:
     async with piloted(at_ms=40_000) as (app, pilot):
         table = app.query_one("#providers-table", KeyedTable)
-        before = table.get_row("openai")
+        before = table.shown_row("openai")
 
         def shown_by_the_model() -> list[str]:
             row = app.model.provider_rows(app.backend.now_ms())["openai"]
@@ -134,10 +134,10 @@ async def test_z_freezes_the_display_while_the_data_goes_on() -> None:
         app.backend.step(20_000)  # type: ignore[attr-defined]
         app.refresh_view()
         assert shown_by_the_model() != before  # the data moved on
-        assert table.get_row("openai") == before  # the display did not
+        assert table.shown_row("openai") == before  # the display did not
         await pilot.press("z")
         assert "FROZEN" not in status(app)
-        assert table.get_row("openai") == shown_by_the_model()
+        assert table.shown_row("openai") == shown_by_the_model()
 
 
 async def test_the_events_log_holds_still_while_scrolled_back() -> None:
@@ -171,7 +171,7 @@ async def test_retry_in_keeps_its_width_when_a_breaker_is_forced() -> None:
         await say_yes(pilot, "down", "o")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert table.get_row("anthropic")[3] == "5m" and width() == before
+        assert table.shown_row("anthropic")[3] == "5m" and width() == before
         await pilot.press("7")
         await pilot.pause()
         audit = app.query_one("#audit-table", KeyedTable)
@@ -364,7 +364,7 @@ async def test_a_lost_gateway_leaves_a_mark_in_the_events(tmp_path: Path) -> Non
             await settle(pilot, lambda: app.backend.connected)
             await gw.server.stop()
             await settle(pilot, lambda: not app.backend.connected)
-            lines = [text for _, kind, text in app.model.events if kind == "console"]
+            lines = [e.line for e in app.model.events if e.kind == "console"]
             assert len(lines) == 1 and lines[0].startswith(
                 f"link: DISCONNECTED from {gw.url}")
             await asyncio.sleep(0)

@@ -15,6 +15,7 @@ from textual.widgets import DataTable, RichLog
 
 from omniroute_tui.console.app import FRAME_S, MIN_WAIT_S, next_beat
 from omniroute_tui.console.collector import ROOM_S, PacedCollections
+from omniroute_tui.console.model.event_lines import LogEntry
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
@@ -48,7 +49,8 @@ def _layouts(widget: Any) -> list[bool]:
 
 
 async def test_the_events_log_holds_what_richlog_would_have_written() -> None:
-    lines = [(1000 * i, "result", f"failure p{i % 5}/k{i}: 429 → 全角 {'x' * (i % 90)}")
+    lines = [LogEntry(1000 * i, "console",
+                      f"failure p{i % 5}/k{i}: 429 → 全角 {'x' * (i % 90)}")
              for i in range(700)]
     app = _Widgets()
     async with app.run_test(size=(100, 40)) as pilot:
@@ -57,7 +59,7 @@ async def test_the_events_log_holds_what_richlog_would_have_written() -> None:
         for batch in (lines[:300], lines[300:600], lines[600:]):  # past the 500 they keep
             ours.show(batch)
             # the time column is drawn as a line is painted, not held in the line
-            rich.write(Text("\n".join(text for _, _, text in batch), no_wrap=True, end=""),
+            rich.write(Text("\n".join(entry.line for entry in batch), no_wrap=True, end=""),
                        animate=False)
         await pilot.pause()
         assert [list(strip) for strip in ours.lines] == [list(strip) for strip in rich.lines]
@@ -65,7 +67,7 @@ async def test_the_events_log_holds_what_richlog_would_have_written() -> None:
         assert len(ours.lines) == 500
         stamp = ours._stamp_width()
         assert ours.virtual_size == rich.virtual_size + (stamp, 0)
-        assert list(ours.times) == [t for t, _, _ in lines[-500:]]
+        assert list(ours.times) == [entry.t for entry in lines[-500:]]
         assert ours._start_line == rich._start_line
         for y in (0, 250, 499):  # the text a painted line shows after its time column
             assert ours._render_line(y, 0, 60).text == rich._render_line(y, 0, 60).text
@@ -114,7 +116,7 @@ async def test_a_table_renders_again_only_the_cells_that_changed(
         line = table.render_line(4)  # the header, then k0..k3
         assert "◷ 1.9s hinted" in line.text and "k3" in line.text
         assert "✓ ready" in table.render_line(3).text
-        assert table.get_cell("p/k3", "cooldown") == "◷ 1.9s hinted"
+        assert table.shown_row("p/k3")[2] == "◷ 1.9s hinted"
         table.notify_style_update()  # a new theme, say: nothing rendered before stays
         assert not table._cells and not table._rows
 

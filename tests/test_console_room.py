@@ -155,7 +155,7 @@ async def test_a_replay_from_the_start_is_marked_in_the_viewers_events() -> None
                          what="the viewer on the new run")
         mark = ("room: the trainer replayed demo from the start (run 2); what follows "
                 "is the new run")
-        texts = [text for _, _, text in model.events]
+        texts = [entry.line for entry in model.events]
         assert texts[0] == mark and texts.count(mark) == 1
         assert not any(text.startswith("link:") for text in texts)  # not a lost link
         # what the old run left is gone: the new one starts paused at 0

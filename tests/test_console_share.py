@@ -37,7 +37,7 @@ async def test_the_providers_pane_shows_the_last_minutes_share_of_attempts() -> 
         await pilot.press("1", "w")  # every column (160 show the share, not the fails)
         await pilot.pause()
         table = app.query_one("#providers-table", KeyedTable)
-        shown = {key: table.get_row(key)[_SHARE] for key in ("alpha", "beta")}
+        shown = {key: table.shown_row(key)[_SHARE] for key in ("alpha", "beta")}
         assert shown == {"alpha": "69%", "beta": "31%"}
         await pilot.press(*["n"] * 30)  # 30 virtual seconds on: the storm's first half
         await pilot.pause()
@@ -64,7 +64,7 @@ async def test_the_share_shows_from_100_columns_and_every_column_from_180() -> N
             assert [str(column.key.value) for column in table.columns.values()] == shown
             if "share" in shown:
                 at = shown.index("share")
-                assert [table.get_row(key)[at] for key in ("alpha", "beta")] == [
+                assert [table.shown_row(key)[at] for key in ("alpha", "beta")] == [
                     "69%", "31%"]
             # every column shown is on the screen, none scrolled off to the right
             assert table.virtual_size.width <= table.size.width, width

@@ -3,18 +3,23 @@ that explains every step with the layer that decided it."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
+import pytest
+
 from omniroute_tui.config.durations import format_ms
-from omniroute_tui.console.model.event_lines import describe
+from omniroute_tui.console.model.console_model import ConsoleModel
+from omniroute_tui.console.model.event_lines import describe, logged
 from omniroute_tui.console.model.panes import Pane
 from omniroute_tui.console.model.request_steps import request_steps
 from omniroute_tui.console.screens.modals import DetailScreen
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.engine import StreamCut
-from omniroute_tui.engine.events import ResultEvent
+from omniroute_tui.engine.events import Event, ResultEvent, event_from_dict
 
 from .console_helpers import console_app
+from .shipped_runs import shipped_run
 
 
 def test_providers_say_why_in_a_429_storm() -> None:
@@ -112,3 +117,18 @@ def test_the_why_view_says_a_cut_streams_relayed_chunks() -> None:
     whats = [what for _, _, what in request_steps(app.model.requests["r113"].events)]
     assert "failed: stream_cut (200): reset after 1.2s, streamed 40 chunk(s), 7,682 bytes" \
         in whats
+
+
+@pytest.mark.parametrize("name", ["demo", "stream-faults", "fleet-429-storm",
+                                  "mixed-families", "retry-budget"])
+def test_the_events_log_keeps_exactly_the_events_that_have_a_line(name: str) -> None:
+    """The log keeps events, not their words (`logged` decides, `describe` writes the
+    line when shown): the two agree on every event of the shipped runs."""
+    events = [event_from_dict(json.loads(line))
+              for line in shipped_run(name).trace.splitlines()]
+    assert {type(e).__name__ for e in events if logged(e)}  # the runs log something
+    assert [e for e in events if logged(e) != (describe(e) is not None)] == []
+    model = ConsoleModel({}, lambda: 0)
+    for event in events:
+        model.on_event(event)
+    assert all(isinstance(entry.what, Event) for entry in model.events)

@@ -48,5 +48,6 @@ def test_the_events_log_names_the_replica() -> None:
     model = ConsoleModel({}, ManualClock().now_ms)
     model.on_event(BreakerEvent(5, "alpha", BreakerState.CLOSED, BreakerState.OPEN,
                                 BreakerReason.THRESHOLD, 5, 30_000), "gw-a")
-    [(_, kind, line)] = list(model.events)
+    [entry] = list(model.events)
+    kind, line = entry.kind, entry.line
     assert kind == "breaker" and line.startswith("gw-a · breaker alpha: CLOSED → OPEN")

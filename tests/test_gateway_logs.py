@@ -552,7 +552,7 @@ async def test_the_console_serving_the_gateway_shows_and_logs_the_client_id(
                 app.refresh_view()  # type: ignore[attr-defined]
                 await pilot.pause()
                 table = app.query_one("#requests-table", KeyedTable)  # type: ignore[attr-defined]
-                assert table.get_row("tui-1")[:3] == ["tui-1", "chat", "200"]
+                assert table.shown_row("tui-1")[:3] == ["tui-1", "chat", "200"]
         finally:
             for handler in root.handlers:
                 handler.close()

@@ -379,8 +379,8 @@ async def test_an_attached_console_shows_the_reload_in_its_events_and_audit(
             gw.path.write_text(text)
             answer = await http.post("/api/resilience/reload", headers=AUTH)
             assert answer.status_code == 200
-            await settle(pilot, lambda: any(kind == "reload" for _, kind, _ in model.events))
-            line = next(line for _, kind, line in model.events if kind == "reload")
+            await settle(pilot, lambda: any(e.kind == "reload" for e in model.events))
+            line = next(e.line for e in model.events if e.kind == "reload")
             assert line == f"reload: config {version_of(text)}, -p1"
             await settle(pilot, lambda: any(row[2] == "reload" for row in model.audit))
             _, actor, action, target, result = model.audit[-1]

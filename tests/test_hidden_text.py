@@ -18,6 +18,7 @@ from textual.app import App, ComposeResult
 
 from omniroute_tui.config import ConfigError, load_router_config
 from omniroute_tui.config.hidden import visible
+from omniroute_tui.console.model.event_lines import LogEntry
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.console.widgets.panels import EventLog, StatusBar
 from simulator.cli import main
@@ -197,7 +198,7 @@ async def test_the_console_shows_an_attached_gateways_hidden_names_escaped() -> 
         assert str(status.render()) == f"status {visible(EVIL)}"
         status.update(f"two\nlines {EVIL}")
         log = app.query_one(EventLog)
-        log.show([(1000, "fault", f"fault {EVIL} start")])
+        log.show([LogEntry(1000, "console", f"fault {EVIL} start")])
         await pilot.pause()
         assert table.get_row_at(0) == [f"p/{visible(EVIL)}", "m\\u202ex"]
         assert str(status.render()) == f"two\nlines {visible(EVIL)}"

@@ -155,6 +155,10 @@ GOOD_HEAD = "name: bad\nsummary: s\nscenario: provider-outage\nsteps:\n"
     ("  - {at: 0s, text: \"clear \\x1b[2J\"}", 5, "steps[0].text", "U+001B"),
     ("  - {at: 0s, text: hi, pane: kitchen}", 5, "steps[0].pane", "expected one of"),
     ("  - {at: 0s, text: hi, row: alpha}", 5, "steps[0].row", "give `pane` too"),
+    ("  - {at: 0s, text: hi, pane: connections, row: alpha}", 5, "steps[0].row",
+     "provider/connection, got 'alpha'"),
+    ("  - {at: 0s, text: hi, pane: lockouts, row: alpha//m}", 5, "steps[0].row",
+     "provider/connection/model, got 'alpha//m'"),
     ("  - {at: 0s, text: hi, question: \"why?\"}", 5, "steps[0].answer", "non-empty text"),
     ("  - {at: 0s, text: hi, compare: resilient}", 5, "steps[0].compare", "compares"),
     ("  - {at: 0s, text: hi, pause: yes please}", 5, "steps[0].pause", "true or false"),
@@ -336,6 +340,16 @@ async def test_help_lists_the_lessons_keys_first() -> None:
         # the overview names the lesson's routes as any replay's does (provider-outage's
         # names no strategy: the default's)
         assert app.model.overview_lines(0)[-1] == "routes     chat round_robin"
+
+
+async def test_a_step_selects_its_connection_row() -> None:
+    """`row: alpha/a1` on the connections pane is read as the connection it names and
+    selected as the table keys it."""
+    async with running_lesson("1-cooldown-ladder", "--speed", "100") as (app, pilot):
+        await pilot.press("space")
+        await settle(pilot, lambda: "step 2 of" in _panel(app), tries=400)
+        assert app.query_one(TabbedContent).active == "connections"
+        assert app.query_one("#connections-table", KeyedTable).selected_key == ("alpha", "a1")
 
 
 async def test_a_step_on_an_event_appears_when_the_event_happens() -> None:

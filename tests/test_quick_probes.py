@@ -318,7 +318,7 @@ def test_the_console_says_a_probe_used_a_cooling_key_and_what_it_freed() -> None
     assert ("attempt 1 on alpha/a1/m, carried on a key cooling for backoff until 00:22.0 "
             "(every key it could use was cooling and a breaker window had passed since the "
             "provider's last failure)") in carried
-    lines = [line for _, _, line in model.events]
+    lines = [entry.line for entry in model.events]
     assert ("probe alpha/a1/m on a key cooling for backoff until 00:22.0 (every key was "
             "cooling) for r21") in lines
     assert ("carried alpha/a1/m on a key cooling for backoff until 00:22.0 (every key was "
@@ -339,7 +339,7 @@ def test_the_console_says_a_carried_request_freed_the_keys() -> None:
     assert [what for _, layer, what in carried_steps if layer == "cooldown"] == [
         "the carried request's success freed alpha/a1 (its backoff was the provider's failing)",
         "the carried request's success freed alpha/a2 (its backoff was the provider's failing)"]
-    lines = [line for _, _, line in model.events]
+    lines = [entry.line for entry in model.events]
     assert "cooldown alpha/a2: freed by a carried request's success (backoff), level 0" in lines
 
 

@@ -263,7 +263,7 @@ def test_the_console_says_how_a_stream_ended_and_what_it_relayed() -> None:
         "cut": ["failed: stream_cut (200): reset after 2.5s, streamed 40 chunk(s), 4,321 bytes"],
         "whole": ["answered 200 in 800ms, streamed 61 chunk(s), 9,000 bytes"]}
     assert any("failure alpha/a/m: stream_cut reset (200) for cut" in text
-               for _, _, text in model.events)
+               for text in (entry.line for entry in model.events))
 
 
 def test_the_metrics_count_a_cut_stream_and_hold_it_in_flight_until_it_ends() -> None:

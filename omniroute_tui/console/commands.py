@@ -32,10 +32,10 @@ class ConsoleCommands(Provider):
                             partial(app.jump, Pane.PROVIDERS, name)))
         for provider, conn in model.connections:
             entries.append((f"Jump to connection {provider}/{conn}", "connections pane",
-                            partial(app.jump, Pane.CONNECTIONS, f"{provider}/{conn}")))
+                            partial(app.jump, Pane.CONNECTIONS, (provider, conn))))
         for provider, conn, mdl in model.lockouts:
             entries.append((f"Jump to lockout {provider}/{conn}/{mdl}", "lockouts pane",
-                            partial(app.jump, Pane.LOCKOUTS, f"{provider}/{conn}/{mdl}")))
+                            partial(app.jump, Pane.LOCKOUTS, (provider, conn, mdl))))
         return entries
 
     async def discover(self) -> Hits:

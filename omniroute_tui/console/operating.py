@@ -11,6 +11,7 @@ from ..config.durations import format_ms
 from ..engine.engine import UnknownTarget
 from .actions import ACTIONS
 from .model.panes import Pane
+from .model.row_keys import ConnectionKey, LockoutKey, key_text
 from .painting import TARGETS
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ class OperatorControls:
     def question(self, action: str) -> str | None:
         """What the dialog asks before `action` on the selected row; None: nothing to
         ask it of (said to the user)."""
-        pane, key = self.app.selected()
         provider = self.selected_provider()
         if action == "restart":
             return "Replay the scenario from the start?"
@@ -52,18 +52,19 @@ class OperatorControls:
         if action == "clear_provider_lockouts":
             return f"Clear every model lockout of {provider}?"
         if action == "clear":
-            if pane == Pane.CONNECTIONS:
-                return f"Clear the cooldown of {key}?"
-            if pane == Pane.LOCKOUTS:
-                return f"Clear the lockout of {key}?"
+            if (connection := self._connection()) is not None:
+                return f"Clear the cooldown of {key_text(connection)}?"
+            if (lockout := self._lockout()) is not None:
+                return f"Clear the lockout of {key_text(lockout)}?"
             self.app.notify("select a connection or a lockout to clear", severity="warning")
             return None
         if action == "toggle_enabled":
-            if pane != Pane.CONNECTIONS or key is None:
+            connection = self._connection()
+            if connection is None:
                 self.app.notify("select a connection to enable or disable", severity="warning")
                 return None
-            conn = self.app.model.connections[tuple(key.split("/", 1))]  # type: ignore[index]
-            return f"{'Enable' if conn.disabled else 'Disable'} {key}?"
+            disabled = self.app.model.connections[connection].disabled
+            return f"{'Enable' if disabled else 'Disable'} {key_text(connection)}?"
         return None
 
     def operate(self, what: str, target: str, do: Callable[[], Awaitable[None]]) -> None:
@@ -84,7 +85,23 @@ class OperatorControls:
     def selected_provider(self) -> str | None:
         """The provider of the selected row, whichever pane it is in."""
         kind, key = self.app.selected()
-        return key.split("/", 1)[0] if key and kind in TARGETS else None
+        if key is None or kind not in TARGETS:
+            return None
+        return key if isinstance(key, str) else key[0]
+
+    def _connection(self) -> ConnectionKey | None:
+        """The selected row's connection, on the connections pane."""
+        pane, key = self.app.selected()
+        if pane != Pane.CONNECTIONS or not isinstance(key, tuple):
+            return None
+        return key[0], key[1]
+
+    def _lockout(self) -> LockoutKey | None:
+        """The selected row's lockout, on the lockouts pane."""
+        pane, key = self.app.selected()
+        if pane != Pane.LOCKOUTS or not isinstance(key, tuple):
+            return None
+        return key[0], key[1], key[2]
 
     def reset_breaker(self) -> None:
         if provider := self.selected_provider():
@@ -99,17 +116,14 @@ class OperatorControls:
                           lambda: op.force_open(provider, FORCE_OPEN_MS, actor=self.app.operator))
 
     def clear(self) -> None:
-        pane, key = self.app.selected()
-        if key is None:
-            return
         op = self.app.backend.operator
-        if pane == Pane.CONNECTIONS:
-            provider, conn = key.split("/", 1)
-            self.operate("clearing the cooldown of", key,
+        if (connection := self._connection()) is not None:
+            provider, conn = connection
+            self.operate("clearing the cooldown of", key_text(connection),
                           lambda: op.clear_cooldown(provider, conn, actor=self.app.operator))
-        elif pane == Pane.LOCKOUTS:
-            provider, conn, model = key.split("/", 2)
-            self.operate("clearing the lockout of", key,
+        elif (lockout := self._lockout()) is not None:
+            provider, conn, model = lockout
+            self.operate("clearing the lockout of", key_text(lockout),
                           lambda: op.clear_lockouts(provider, conn, model,
                                                     actor=self.app.operator))
 
@@ -120,11 +134,11 @@ class OperatorControls:
                           lambda: op.clear_lockouts(provider, actor=self.app.operator))
 
     def toggle_enabled(self) -> None:
-        pane, key = self.app.selected()
-        if pane != Pane.CONNECTIONS or key is None:
+        connection = self._connection()
+        if connection is None:
             return
-        provider, conn = key.split("/", 1)
-        disabled = self.app.model.connections[(provider, conn)].disabled
+        provider, conn = connection
+        disabled = self.app.model.connections[connection].disabled
         op = self.app.backend.operator
-        self.operate("enabling" if disabled else "disabling", key,
+        self.operate("enabling" if disabled else "disabling", key_text(connection),
                       lambda: op.set_enabled(provider, conn, disabled, actor=self.app.operator))

@@ -16,6 +16,7 @@ from .actions import command_words
 from .model.backends import Backend
 from .model.console_model import COLUMNS, RECENT_REQUESTS, SORTS, ConsoleModel
 from .model.panes import PANES, Pane
+from .model.row_keys import RowKey, key_text
 from .model.text import age_text, clock_text
 from .model.views import LIVE_CHART_S
 from .request_lookup import RequestLookup
@@ -122,9 +123,7 @@ class PaneView(App[None]):
         model, kind = self.model, table.kind
         if kind == Pane.PROVIDERS:
             table.use_columns(self._providers_pick(table))
-        rows = {Pane.PROVIDERS: model.provider_rows, Pane.CONNECTIONS: model.connection_rows,
-                Pane.LOCKOUTS: model.lockout_rows, Pane.REQUESTS: model.request_rows,
-                Pane.AUDIT: model.audit_rows}[kind](now)
+        rows = model.rows(kind, now)
         sort = SORTS[kind][self._sort[kind]]
         table.mark_sorted(SORTED_COLUMNS.get(sort))
         order = model.order(kind, sort, now)
@@ -461,15 +460,15 @@ class PaneView(App[None]):
         else:
             self.set_focus(None)
 
-    def jump(self, pane: str, key: str) -> None:
+    def jump(self, pane: str, key: RowKey) -> None:
         self.action_pane(pane)
         self.refresh_view()
         table = self.query_one(f"#{pane}-table", KeyedTable)
         if not table.select_key(key):
-            self.notify(f"{key} is not in the {pane} pane now", severity="warning")
+            self.notify(f"{key_text(key)} is not in the {pane} pane now", severity="warning")
         table.focus()
 
-    def selected(self) -> tuple[Pane, str | None]:
+    def selected(self) -> tuple[Pane, RowKey | None]:
         """The kind of the selected row (providers, connections, lockouts) and its key."""
         table = self._table()
         if table is None:

@@ -40,9 +40,9 @@ from ...engine.kinds import (
 )
 from ...router.routes import Route
 from . import charts, documents, overview
-from .event_lines import describe
-from .history_lines import failure_text
+from .event_lines import LogEntry, logged
 from .panes import Pane
+from .row_keys import ConnectionKey, LockoutKey, RowKey
 from .tables import TABLES, audit, connections, lockouts, providers, requests
 from .text import (
     cooldown_kind,
@@ -51,6 +51,7 @@ from .views import (
     LIVE_CHART_S,
     AttemptSeries,
     ConnectionView,
+    Failure,
     HerdChart,
     LockoutView,
     ProviderView,
@@ -96,7 +97,7 @@ class ConsoleModel:
                 masked = conn.api_key.masked if conn.api_key is not None else "(none)"
                 self.connections[(name, conn.id)] = ConnectionView(
                     name, conn.id, masked, config.settings.cooldown.max_level)
-        self.events: deque[tuple[int, str, str]] = deque(maxlen=EVENT_LOG_LINES)
+        self.events: deque[LogEntry] = deque(maxlen=EVENT_LOG_LINES)
         self.event_serial = 0  # grows with every logged event, for "what is new" checks
         self.log_epoch = 0  # grows when the log starts again (a room's new run)
         self.active_faults: dict[str, str] = {}
@@ -122,18 +123,14 @@ class ConsoleModel:
         handler = self._handlers.get(type(event))
         if handler is not None:
             handler(event)
-        line = describe(event)
-        if line is not None:
-            if replica is not None:
-                line = f"{replica} · {line}"
-
-            self.events.append((event.t, event.TYPE, line))
+        if logged(event):
+            self.events.append(LogEntry(event.t, event.TYPE, event, replica))
             self.event_serial += 1
 
     def note(self, t: int, text: str) -> None:
         """A line of the console's own in the events log (an attached console's link going
         down and coming back): the log shows where its record has a gap."""
-        self.events.append((t, "console", text))
+        self.events.append(LogEntry(t, "console", text))
         self.event_serial += 1
 
     def new_run(self, t: int, text: str) -> None:
@@ -230,14 +227,14 @@ class ConsoleModel:
         self._kept(event.request, event)
         if event.kind is None:
             if conn is not None:
-                conn.last_error = ""
+                conn.last_error = None
             return
-        text = failure_text(event)
+        failure = Failure.of(event)
         if view is not None:
             view.errors.add(event.t)
-            view.last_error, view.last_error_at = text, event.t
+            view.last_error, view.last_error_at = failure, event.t
         if conn is not None:
-            conn.last_error = text
+            conn.last_error = failure
             conn.history.append(event)
 
     def _response(self, event: object) -> None:
@@ -402,29 +399,34 @@ class ConsoleModel:
     def provider_rows(self, now: int) -> dict[str, tuple[str, ...]]:
         return providers.rows(self, now)
 
-    def connection_rows(self, now: int) -> dict[str, tuple[str, ...]]:
+    def connection_rows(self, now: int) -> dict[ConnectionKey, tuple[str, ...]]:
         return connections.rows(self, now)
 
-    def lockout_rows(self, now: int) -> dict[str, tuple[str, ...]]:
+    def lockout_rows(self, now: int) -> dict[LockoutKey, tuple[str, ...]]:
         return lockouts.rows(self, now)
 
     def request_rows(self, now: int) -> dict[str, tuple[str, ...]]:
         return requests.rows(self, now)
 
-    def audit_rows(self, now: int) -> dict[str, tuple[str, ...]]:
+    def audit_rows(self, now: int) -> dict[audit.AuditKey, tuple[str, ...]]:
         return audit.rows(self, now)
 
-    def detail(self, kind: Pane, key: str, now: int
+    def rows(self, kind: Pane, now: int) -> dict[RowKey, tuple[str, ...]]:
+        """The rows of a table pane, by key, in their own order."""
+        found: dict[RowKey, tuple[str, ...]] = TABLES[kind].rows(self, now)
+        return found
+
+    def detail(self, kind: Pane, key: RowKey, now: int
                ) -> tuple[str, list[tuple[str, str]], list[str]] | None:
         """What the detail view of a row shows: a title, the row's fields (with the
         breakdowns that do not fit a row) and its history, oldest first."""
         table = TABLES.get(kind)
         return None if table is None else table.detail(self, key, now)
 
-    def order(self, pane: Pane, sort: str, now: int) -> list[str] | None:
+    def order(self, pane: Pane, sort: str, now: int) -> list[RowKey] | None:
         """Row keys of `pane` in the order `sort` (one of SORTS[pane]) puts them; None for
         the rows' own order. Ties keep that order (the sorts are stable)."""
         if sort == SORTS[pane][0]:
             return None
-        found: list[str] = TABLES[pane].order(self, sort, now)
+        found: list[RowKey] = TABLES[pane].order(self, sort, now)
         return found

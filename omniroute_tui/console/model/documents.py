@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ...engine.events import Event
 from ...engine.kinds import BreakerState
-from .views import ConnectionView, LockoutView, ProviderView, load_counts
+from .views import ConnectionView, Failure, LockoutView, ProviderView, load_counts
 
 if TYPE_CHECKING:
     from .console_model import ConsoleModel
@@ -73,7 +73,8 @@ def load_state_document(model: ConsoleModel, state: Mapping[str, object]) -> Non
             cview = model.connections[key] = ConnectionView(
                 c["provider"], c["connection"], c["key"] or "(none)", c["max_level"])
         cview.level, cview.cooling_until = c["level"], c["cooling_until"]
-        cview.disabled, cview.last_error = c["disabled"], c["last_error"] or ""
+        cview.disabled = c["disabled"]
+        cview.last_error = Failure(c["last_error"]) if c["last_error"] else None
     model.lockouts.clear()
     for lk in lockouts:
         key3 = (lk["provider"], lk["connection"], lk["model"])

@@ -1,7 +1,9 @@
-"""The events log's lines: one human line a state change, none for the per-request noise
-(no Textual here)."""
+"""The events log: an entry a state change, none for the per-request noise, each written
+out as one human line only when shown (no Textual here)."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from ...engine.events import (
     AttemptEvent,
@@ -22,7 +24,36 @@ from ...engine.kinds import CooldownReason
 from ...engine.reload import ReloadSummary
 from .text import clock_text
 
-__all__ = ["describe", "lifted", "streamed"]
+__all__ = ["LogEntry", "describe", "lifted", "logged", "streamed"]
+
+#: the events that always have a line in the log
+_STATE_CHANGES = (BreakerEvent, CooldownEvent, LockoutEvent, DisabledEvent, EnabledEvent,
+                  DedupEvent, OperatorEvent, FaultEvent, ReloadEvent)
+
+
+class LogEntry(NamedTuple):
+    """An entry of the events log: the event (or a note of the console's own, `kind`
+    `console`) and, in a fleet, the replica that emitted it."""
+
+    t: int
+    kind: str
+    what: Event | str
+    replica: str | None = None
+
+    @property
+    def line(self) -> str:
+        text = self.what if isinstance(self.what, str) else describe(self.what) or ""
+        return text if self.replica is None else f"{self.replica} · {text}"
+
+
+def logged(event: Event) -> bool:
+    """Whether `event` has a line in the log (`describe` gives it): a state change, an
+    attempt on a key cooling for backoff, a failure."""
+    if isinstance(event, AttemptEvent):
+        return event.cooling_until is not None
+    if isinstance(event, ResultEvent):
+        return event.kind is not None
+    return isinstance(event, _STATE_CHANGES)
 
 
 def lifted(event: CooldownEvent) -> str:

@@ -15,21 +15,16 @@ from ...engine.events import (
 )
 from .event_lines import lifted
 from .text import clock_text
+from .views import Failure
 
-__all__ = ["failure_text", "history_line"]
-
-
-def failure_text(event: ResultEvent) -> str:
-    """A failed result as a cell says it: `rate_limited (429)`, with a stream's reason."""
-    text = f"{event.kind} ({event.status})" if event.status else str(event.kind)
-    return text if event.reason is None else f"{text}: {event.reason}"
+__all__ = ["history_line"]
 
 
 def history_line(event: Event) -> str:
     """`01:12.4 CLOSED → OPEN (threshold, 5 failures)` and the like."""
     at = clock_text(event.t)
     if isinstance(event, ResultEvent):
-        return f"{at} {failure_text(event)} on {event.model}"
+        return f"{at} {Failure.of(event).text} on {event.model}"
     if isinstance(event, BreakerEvent):
         return (f"{at} {event.from_} → {event.to} ({event.reason}, "
                 f"{event.failures} failures)")

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from ...engine.events import AttemptEvent, Event
+from ...engine.events import AttemptEvent, Event, ResultEvent
 
 __all__ = ["ENTITY_HISTORY", "HISTORY", "LIVE_CHART_S", "SHARE_S", "AttemptSeries",
            "Buckets", "ConnectionView", "HerdChart", "LockoutView", "ProviderView",
@@ -44,6 +45,27 @@ class Buckets:
             self.second = second
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A failed result: its kind, the status the upstream answered and, for a stream, why
+    it ended (a gateway's state document says the kind alone)."""
+
+    kind: str
+    status: int | None = None
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, event: ResultEvent) -> Failure:
+        return cls(str(event.kind), event.status, event.reason)
+
+    @cached_property
+    def text(self) -> str:
+        """As a cell says it: `rate_limited (429)`, with a stream's reason (written once:
+        a table of 500 keys shows each one's at every paint)."""
+        text = f"{self.kind} ({self.status})" if self.status else self.kind
+        return text if self.reason is None else f"{text}: {self.reason}"
+
+
 @dataclass
 class ProviderView:
     name: str
@@ -55,7 +77,7 @@ class ProviderView:
     forced: bool = False  # OPEN because an operator forced it
     forced_by: str = ""
     cycles: int = 0
-    last_error: str = ""
+    last_error: Failure | None = None
     last_error_at: int | None = None
     attempts: Buckets = field(default_factory=Buckets)
     errors: Buckets = field(default_factory=Buckets)
@@ -170,7 +192,7 @@ class ConnectionView:
     cooling_until: int = 0
     cooling_kind: str = "backoff"  # one of COOLDOWN_KINDS
     disabled: bool = False
-    last_error: str = ""
+    last_error: Failure | None = None
     history: deque[Event] = field(default_factory=lambda: deque(maxlen=ENTITY_HISTORY))
 
 

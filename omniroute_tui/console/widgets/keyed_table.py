@@ -6,6 +6,7 @@ name) in place when it scrolls sideways."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from rich.markup import escape
 from rich.segment import Segment
@@ -15,16 +16,19 @@ from textual.cache import LRUCache
 from textual.content import Content
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
-from textual.widgets.data_table import CellKey, ColumnKey, RowKey
+from textual.widgets.data_table import CellKey, ColumnKey
+from textual.widgets.data_table import RowKey as DataTableRowKey
 
 from ...config.hidden import visible
 from ..model.panes import Pane
+from ..model.row_keys import RowKey
 from .paint_style import StylePerPaint
 from .scrollbars import whole_cell_scrollbars
 
 __all__ = ["KeyedTable"]
 
 SegmentLines = list[list[Segment]]
+Key = TypeVar("Key", bound=RowKey)
 #: cells and row lines kept by what they show: a few screens' worth
 CACHED = 1_000
 #: entries kept by DataTable's caches of one paint (each paint starts them over)
@@ -58,13 +62,18 @@ class KeyedTable(StylePerPaint, DataTable[str]):
         self._all_columns = columns
         self._pick = pick
         self._set_columns(pick)
-        self._shown: dict[str, tuple[str, ...]] = {}
-        self._sorted_as: tuple[str, ...] = ()
+        #: each row shown: its key and cells, and the id DataTable knows it by (a key is
+        #: a name or a tuple of names: never text to split back)
+        self._shown: dict[RowKey, tuple[str, ...]] = {}
+        self._ids: dict[RowKey, str] = {}
+        self._keys: dict[str, RowKey] = {}
+        self._next_id = 0
+        self._sorted_as: tuple[RowKey, ...] = ()
         self._sorted_column: str | None = None
         self.filter_text = ""
         self.title_text = ""
         self.total = 0  # rows before the filter, at the last sync
-        self._reselect: str | None = None  # the row to select again after use_columns
+        self._reselect: RowKey | None = None  # the row to select again after use_columns
 
     def _set_columns(self, pick: tuple[int, ...] | None) -> None:
         columns = self._all_columns
@@ -100,8 +109,7 @@ class KeyedTable(StylePerPaint, DataTable[str]):
         self._pick = pick
         self._set_columns(pick)
         self.clear(columns=True)
-        self._shown.clear()
-        self._sorted_as = ()
+        self._forget_rows()
         self._add_columns()
         self._reselect = selected
 
@@ -125,17 +133,17 @@ class KeyedTable(StylePerPaint, DataTable[str]):
             self.border_title = Content(text)
 
     @property
-    def selected_key(self) -> str | None:
+    def selected_key(self) -> RowKey | None:
         if not self.row_count:
             return None
         try:
-            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+            row_id = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
         except Exception:
             return None
-        return key
+        return self._keys.get(row_id or "")
 
-    def sync(self, rows: Mapping[str, tuple[str, ...]],
-             order: Sequence[str] | None = None) -> int:
+    def sync(self, rows: Mapping[Key, tuple[str, ...]],
+             order: Sequence[Key] | None = None) -> int:
         """Make the table show `rows` (key -> cells), touching only what changed, in
         `order` (row keys) when given; returns how many rows pass the filter. Cells are
         text: a model or route named like markup (`[/x]`) is shown as it is written, and
@@ -150,19 +158,25 @@ class KeyedTable(StylePerPaint, DataTable[str]):
         total = len(rows)
         needle = self.filter_text.lower()
         if needle:
+            # a request id is matched whole (its cell may be cut short); a tuple key's
+            # names are all cells of their row
             rows = {k: v for k, v in rows.items()
-                    if needle in k.lower() or any(needle in cell.lower() for cell in v)}
+                    if (isinstance(k, str) and needle in k.lower())
+                    or any(needle in cell.lower() for cell in v)}
         shown = self._shown
         for key in [k for k in shown if k not in rows]:
-            self.remove_row(key)
-            del shown[key]
+            self.remove_row(self._ids[key])
+            del shown[key], self._keys[self._ids.pop(key)]
         changed = False
         for key, cells in rows.items():
             before = shown.get(key)
             if before is None:
-                self.add_row(*(_cell(c) for c in cells), key=key)
+                self._next_id += 1
+                row_id = self._ids[key] = str(self._next_id)
+                self._keys[row_id] = key
+                self.add_row(*(_cell(c) for c in cells), key=row_id)
             elif before != cells:
-                self._set_cells(key, before, cells)
+                self._set_cells(self._ids[key], before, cells)
                 changed = True
             else:
                 continue
@@ -180,11 +194,12 @@ class KeyedTable(StylePerPaint, DataTable[str]):
         self.total = total
         return len(rows)
 
-    def _set_cells(self, key: str, before: tuple[str, ...], cells: tuple[str, ...]) -> None:
-        """DataTable.update_cell of each cell of row `key` that changed, but for the
+    def _set_cells(self, row_id: str, before: tuple[str, ...], cells: tuple[str, ...]
+                   ) -> None:
+        """DataTable.update_cell of each cell of row `row_id` that changed, but for the
         update count and the refresh that `sync` does once (a storm changes a few hundred
         cells a paint, and each update_cell refreshed the whole table)."""
-        row_key = RowKey(key)
+        row_key = DataTableRowKey(row_id)
         data = self._data[row_key]
         for name, old, new in zip(self._column_names, before, cells, strict=True):
             if old != new:
@@ -194,7 +209,7 @@ class KeyedTable(StylePerPaint, DataTable[str]):
                     self._updated_cells.add(CellKey(row_key, column_key))
                     self._require_update_dimensions = True
 
-    def _order(self, order: Sequence[str]) -> None:
+    def _order(self, order: Sequence[RowKey]) -> None:
         """Sort the rows into `order` (DataTable sorts by cell values: its rows' cells,
         which hold their keys' columns, are looked up back to their keys)."""
         wanted = tuple(k for k in order if k in self._shown)
@@ -207,13 +222,32 @@ class KeyedTable(StylePerPaint, DataTable[str]):
     def reset(self) -> None:
         """Forget every row (a new model is coming)."""
         self.clear()
+        self._forget_rows()
+
+    def _forget_rows(self) -> None:
         self._shown.clear()
+        self._ids.clear()
+        self._keys.clear()
         self._sorted_as = ()
 
-    def select_key(self, key: str) -> bool:
-        if key not in self._shown:
+    @property
+    def shown_keys(self) -> list[RowKey]:
+        """The keys of the rows shown, top to bottom."""
+        return [self._keys[row.key.value or ""] for row in self.ordered_rows]
+
+    def shown_row(self, key: RowKey) -> list[str]:
+        """The cells row `key` shows (KeyError: it shows no such row)."""
+        return self.get_row(self._ids[key])
+
+    def row_index(self, key: RowKey) -> int:
+        """Where row `key` is now, from the top (KeyError: it shows no such row)."""
+        return self.get_row_index(self._ids[key])
+
+    def select_key(self, key: RowKey) -> bool:
+        row_id = self._ids.get(key)
+        if row_id is None:
             return False
-        self.move_cursor(row=self.get_row_index(key))
+        self.move_cursor(row=self.get_row_index(row_id))
         return True
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style,
@@ -235,7 +269,7 @@ class KeyedTable(StylePerPaint, DataTable[str]):
                 row_index, column_index, base_style, width, cursor, hover)
         return lines
 
-    def _render_line_in_row(self, row_key: RowKey, line_no: int, base_style: Style,
+    def _render_line_in_row(self, row_key: DataTableRowKey, line_no: int, base_style: Style,
                             cursor_location: Coordinate, hover_location: Coordinate
                             ) -> tuple[SegmentLines, SegmentLines]:
         """A row's line, cached by what the row shows, where it is and how wide its
@@ -243,7 +277,8 @@ class KeyedTable(StylePerPaint, DataTable[str]):
         if row_key is self._header_row_key:
             shown: object = tuple(str(c.label) for c in self.columns.values())
         else:
-            shown = self._shown.get(row_key.value or "")
+            row = self._keys.get(row_key.value or "")
+            shown = None if row is None else self._shown.get(row)
         key = (row_key, shown, self._row_locations.get(row_key), line_no, base_style,
                cursor_location, hover_location, self.cursor_type, self.show_cursor,
                self._show_hover_cursor, self._pseudo_class_state, self.size.width,

@@ -18,6 +18,7 @@ from textual.visual import VisualType
 from textual.widgets import RichLog, Static
 
 from ...config.hidden import DESCRIPTION_KEEPS, visible
+from ..model.event_lines import LogEntry
 from ..model.text import clock_text, event_age
 from .paint_style import StylePerPaint
 from .scrollbars import whole_cell_scrollbars
@@ -222,8 +223,8 @@ class EventLog(StylePerPaint, RichLog):
         self.show(list(events)[-min(new, len(events)):])
         self.shown_serial = serial
 
-    def show(self, lines: Iterable[tuple[int, str, str]]) -> None:
-        """Append the lines that pass the filter and end scrolled to the last one.
+    def show(self, entries: Iterable[LogEntry]) -> None:
+        """Append the entries' lines that pass the filter and end scrolled to the last one.
 
         All of them at once (a storm logs hundreds a paint), and the scroll travels with
         them: before the log knows its size, RichLog defers writes, and a separate
@@ -231,9 +232,9 @@ class EventLog(StylePerPaint, RichLog):
         strips (`_append`) and the scroll is done at once, not after the next refresh.
         """
         needle = self.filter_text.lower()
-        lines = list(lines)
+        lines = [(entry.t, entry.line) for entry in entries]
         self.seen += len(lines)
-        kept = [(t, visible(text)) for t, _, text in lines
+        kept = [(t, visible(text)) for t, text in lines
                 if not needle or needle in text.lower()]
         self.times.extend(t for t, _ in kept)
         shown = [text for _, text in kept]

@@ -14,23 +14,26 @@ __all__ = ["COLUMNS", "SORTS", "detail", "order", "rows"]
 COLUMNS: tuple[tuple[str, int | None], ...] = (
     ("time", None), ("actor", None), ("action", None), ("target", None), ("result", None))
 NAMES = tuple(name for name, _ in COLUMNS)
+#: an entry: its time in ms, actor, action, target and result
+AuditKey = tuple[str, str, str, str, str]
 SORTS = ("newest first",)
 
 
-def rows(model: ConsoleModel, now: int) -> dict[str, tuple[str, ...]]:
-    """Who did what and when, newest first."""
-    rows: dict[str, tuple[str, ...]] = {}
+def rows(model: ConsoleModel, now: int) -> dict[AuditKey, tuple[str, ...]]:
+    """Who did what and when, newest first (an entry repeated in the same millisecond is
+    one row)."""
+    rows: dict[AuditKey, tuple[str, ...]] = {}
     for t, actor, action, target, result in reversed(model.audit):
-        key = f"{t}:{actor}:{action}:{target}:{result}"
-        rows.setdefault(key, (clock_text(t), actor, action, target, result))
+        rows.setdefault((str(t), actor, action, target, result),
+                        (clock_text(t), actor, action, target, result))
     return rows
 
 
-def order(model: ConsoleModel, sort: str, now: int) -> list[str]:
+def order(model: ConsoleModel, sort: str, now: int) -> list[AuditKey]:
     return list(rows(model, now))  # one order: the rows' own
 
 
-def detail(model: ConsoleModel, key: str, now: int
+def detail(model: ConsoleModel, key: AuditKey, now: int
            ) -> tuple[str, list[tuple[str, str]], list[str]] | None:
     row = rows(model, now).get(key)
     if row is None:

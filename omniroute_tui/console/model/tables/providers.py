@@ -62,8 +62,8 @@ def rows(model: ConsoleModel, now: int) -> dict[str, tuple[str, ...]]:
         # failures that were in flight when it tripped (the detail has it whole)
         failures = min(v.failures, v.threshold) if v.state == BreakerState.OPEN \
             else v.failures
-        error = f"{v.last_error} {age_text(now, v.last_error_at)}" if v.last_error \
-            else "–"
+        error = "–" if v.last_error is None \
+            else f"{v.last_error.text} {age_text(now, v.last_error_at)}"
         rows[name] = (
             name, f"{BREAKER_GLYPHS.get(state, '?')} {state}",
             f"{failures}/{v.threshold}", retry, str(v.cycles), error,
