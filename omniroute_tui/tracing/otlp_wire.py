@@ -44,8 +44,22 @@ def _tag(field: int, wire: int) -> bytes:
     return _varint(field << 3 | wire)
 
 
+def _size(n: int) -> bytes:
+    """A length's varint: one byte below 128, two below 16,384 (most of a batch's)."""
+    if n < 0x80:
+        return _SMALL[n]
+    if n < 0x4000:
+        return bytes((n & 0x7F | 0x80, n >> 7))
+    return _varint(n)
+
+
+_SMALL = [bytes((n,)) for n in range(0x80)]
+_LEN_TAGS = [_tag(field, _LEN) for field in range(16)]
+
+
 def _len(field: int, payload: bytes) -> bytes:
-    return _tag(field, _LEN) + _varint(len(payload)) + payload
+    tag = _LEN_TAGS[field] if field < 16 else _tag(field, _LEN)
+    return tag + _size(len(payload)) + payload
 
 
 def _string(field: int, text: str) -> bytes:
@@ -63,7 +77,8 @@ def _any_value(value: str | int | float | bool) -> bytes:
     return _tag(4, _FIXED64) + _pack_double(value)
 
 
-_cache: dict[tuple[int, str, type, object], bytes] = {}
+#: encoded `KeyValue`s by message field, key, value and the value's type (True is 1)
+_cache: dict[tuple[int, str, object, type], bytes] = {}
 #: attributes whose every value is new: not kept
 _UNIQUE = frozenset({"omniroute.request_id"})
 
@@ -72,51 +87,66 @@ def _key_value(field: int, key: str, value: str | int | float | bool) -> bytes:
     """A `KeyValue` as field `field` of its message (9 in a span, 3 in an event, 1 in a
     resource), tag and length included. Kept: most repeat from one span to the next (a
     provider, a connection, a model, an outcome, a status), all but a request's id."""
-    if key in _UNIQUE:
-        return _len(field, _len(1, key.encode("utf-8")) + _len(2, _any_value(value)))
-    cache_key = (field, key, type(value), value)
-    cached = _cache.get(cache_key)
-    if cached is None:
+    encoded = _len(field, _len(1, key.encode("utf-8")) + _len(2, _any_value(value)))
+    if key not in _UNIQUE:
         if len(_cache) >= _CACHE_MAX:
             _cache.clear()
-        cached = _cache[cache_key] = _len(field, _len(1, key.encode("utf-8"))
-                                          + _len(2, _any_value(value)))
-    return cached
+        _cache[field, key, value, type(value)] = encoded
+    return encoded
 
 
 def _attributes(field: int, attributes: Attributes) -> bytes:
-    return b"".join([_key_value(field, k, v) for k, v in attributes.items()])
+    get = _cache.get
+    return b"".join([get((field, k, v, type(v))) or _key_value(field, k, v)
+                     for k, v in attributes.items()])
 
 
 _TRACE_ID, _SPAN_ID, _PARENT_ID = _tag(1, _LEN) + b"\x10", _tag(2, _LEN) + b"\x08", (
     _tag(4, _LEN) + b"\x08")
-_KIND, _START, _END = _tag(6, _VARINT), _tag(7, _FIXED64), _tag(8, _FIXED64)
+_START, _END = _tag(7, _FIXED64), _tag(8, _FIXED64)
+_KINDS = {kind: _tag(6, _VARINT) + _varint(kind) for kind in range(6)}
 _EVENT_TIME = _tag(1, _FIXED64)
 _STATUS_CODE = _tag(3, _VARINT)
+_NO_STATUS = _len(15, b"")
 _FLAGS = {remote: _tag(16, _FIXED32) + _pack_fixed32(
     _HAS_IS_REMOTE | (_IS_REMOTE if remote else 0)) for remote in (False, True)}
+_SPAN_FIELD = _tag(2, _LEN)
+#: encoded span names (`POST /v1/chat/completions`, `chat gpt-4o`): few, and repeated
+_names: dict[str, bytes] = {}
 
 
 def _span(span: SpanRecord) -> bytes:
+    """A span as field 2 of its `ScopeSpans`, tag and length included."""
     parts = [_TRACE_ID, span.trace_id, _SPAN_ID, span.span_id]
     if span.trace_state:
         parts.append(_string(3, span.trace_state))
     if span.parent_span_id:
         parts += (_PARENT_ID, span.parent_span_id)
-    parts += (_string(5, span.name), _KIND, _varint(span.kind), _START,
+    name = _names.get(span.name)
+    if name is None:
+        name = _string(5, span.name)
+        if len(_names) < _CACHE_MAX:
+            _names[span.name] = name
+    parts += (name, _KINDS.get(span.kind) or _tag(6, _VARINT) + _varint(span.kind), _START,
               _pack_fixed64(span.start_ns), _END, _pack_fixed64(span.end_ns))
-    parts += [_key_value(9, k, v) for k, v in span.attributes.items()]
-    for at_ns, name, attributes in span.events or ():
-        parts.append(_len(11, _EVENT_TIME + _pack_fixed64(at_ns) + _string(2, name)
+    get = _cache.get
+    parts += [get((9, k, v, type(v))) or _key_value(9, k, v)
+              for k, v in span.attributes.items()]
+    for at_ns, event_name, attributes in span.events or ():
+        parts.append(_len(11, _EVENT_TIME + _pack_fixed64(at_ns) + _string(2, event_name)
                           + _attributes(3, attributes)))
-    status = b""
-    if span.status_message:
-        status += _string(2, span.status_message)
-    if span.status:
-        status += _STATUS_CODE + _varint(span.status)
-    parts.append(_len(15, status))
+    if span.status or span.status_message:
+        status = b""
+        if span.status_message:
+            status += _string(2, span.status_message)
+        if span.status:
+            status += _STATUS_CODE + _varint(span.status)
+        parts.append(_len(15, status))
+    else:
+        parts.append(_NO_STATUS)
     parts.append(_FLAGS[span.parent_remote])
-    return b"".join(parts)
+    body = b"".join(parts)
+    return _SPAN_FIELD + _size(len(body)) + body
 
 
 def encode_export(spans: Iterable[SpanRecord], resource: Attributes,
@@ -124,7 +154,7 @@ def encode_export(spans: Iterable[SpanRecord], resource: Attributes,
     """An `ExportTraceServiceRequest` of `spans`, all of one resource and one
     instrumentation scope (name, version)."""
     scope_message = _string(1, scope[0]) + _string(2, scope[1])
-    scope_spans = _len(1, scope_message) + b"".join([_len(2, _span(s)) for s in spans])
+    scope_spans = _len(1, scope_message) + b"".join([_span(s) for s in spans])
     resource_spans = _len(1, _attributes(1, resource)) + _len(2, scope_spans)
     if schema_url:
         resource_spans += _string(3, schema_url)

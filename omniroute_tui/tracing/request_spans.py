@@ -189,7 +189,7 @@ class RequestTracing:
             state = decision.trace_state or state
             extra = decision.attributes or {}
         span_id = _new_id(64)
-        state_header = state.to_header() if state else ""
+        state_header = "" if state is _EMPTY_STATE or not state else state.to_header()
         span = None
         if sampled:
             attributes: Attributes = {"http.request.method": method, "url.path": path,
