@@ -17,6 +17,7 @@ import redis.asyncio
 from omniroute_tui.config.limits import StoreRetention
 from omniroute_tui.engine.bus import EventBus
 from omniroute_tui.engine.events import AttemptEvent, RequestEvent, ResponseEvent
+from omniroute_tui.gateway import request_records
 from omniroute_tui.gateway.record_codec import (
     MAX_RECORD_BYTES,
     decode_record,
@@ -251,12 +252,29 @@ async def test_redis_down_keeps_records_waiting_and_says_503(tmp_path: Path) -> 
                                                      socket_connect_timeout=0.2), "x", 1000)
     sink.put("r1", 0, b"\x01a")
     assert not await sink.flush()
-    assert sink.errors == 1 and sink._pending == [("r1", b"\x01a")]  # kept to try again
+    assert sink.errors == 1 and list(sink._pending) == [("r1", b"\x01a")]  # kept to try again
     with pytest.raises(RecordsUnavailable):
         await sink.get("r1")
     await sink.close()  # one more try; then lost, counted, and no retry left behind
     assert sink.errors == 2 and sink._sender._timer is None
-    assert sink.dropped == 1 and sink._pending == []
+    assert sink.dropped == 1 and not sink._pending
+
+
+async def test_a_long_outage_keeps_the_newest_records_and_counts_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_PENDING the oldest record goes at each put (a deque: each put was a
+    list's first item deleted, 50,000 moved, through a Redis outage at 100 req/s)."""
+    monkeypatch.setattr(request_records, "MAX_PENDING", 3)
+    sink = RedisRecords(redis.asyncio.Redis.from_url("redis://127.0.0.1:1/0",
+                                                     socket_connect_timeout=0.2), "x", 1000)
+    for n in range(5):
+        sink.put(f"r{n}", 0, b"\x01")
+    assert sink.dropped == 2 and [r for r, _ in sink._pending] == ["r2", "r3", "r4"]
+    assert not await sink.flush()
+    sink.put("r5", 0, b"\x01")
+    assert sink.dropped == 3 and [r for r, _ in sink._pending] == ["r3", "r4", "r5"]
+    await sink.close()
+    assert sink.dropped == 6 and not sink._pending
 
 
 async def test_the_api_says_503_with_retry_after_when_records_cannot_be_read(

@@ -416,7 +416,7 @@ async def test_records_redis_refuses_for_oom_are_kept_to_try_again(debug_redis: 
         sink._sender._timer.cancel()  # type: ignore[union-attr]
         sink._sender._timer = None
         await sink.flush()
-        assert sink.dropped == 0 and sink._pending == [("oom-1", b"\x01abc")]
+        assert sink.dropped == 0 and list(sink._pending) == [("oom-1", b"\x01abc")]
     finally:
         await client.config_set("maxmemory", "0")
         keys = [k async for k in client.scan_iter(match=f"{prefix}*")]

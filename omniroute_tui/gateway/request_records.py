@@ -22,7 +22,7 @@ import asyncio
 import json
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -312,7 +312,9 @@ class RedisRecords:
         self.keep_ms = keep_ms
         self.dropped = 0
         self.errors = 0
-        self._pending: list[tuple[str, bytes]] = []
+        #: records not sent yet, oldest first; the oldest go past MAX_PENDING (a deque:
+        #: a Redis outage at 100 req/s fills it, and each put then drops one)
+        self._pending: deque[tuple[str, bytes]] = deque(maxlen=MAX_PENDING)
         self._sender = SendSoon(self.flush)
         self._logged_at = -float("inf")
 
@@ -321,19 +323,19 @@ class RedisRecords:
 
     def put(self, request_id: str, t: int, blob: bytes) -> None:
         pending = self._pending
+        if len(pending) == MAX_PENDING:
+            self.dropped += 1  # the append takes the oldest out
         pending.append((request_id, blob))
-        if len(pending) > MAX_PENDING:
-            del pending[0]
-            self.dropped += 1
         self._sender.soon(SEND_EVERY_S)
 
     async def flush(self) -> bool:
         """Send what waits, a script call for each 500; on failure what was not sent
         waits again (newest kept) and the next try is a second away. Never raises: it
         runs as a task nobody awaits."""
-        sending, self._pending = self._pending, []
-        if not sending:
+        if not self._pending:
             return True
+        sending = list(self._pending)
+        self._pending.clear()
         refused = sent = 0
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S):
@@ -349,11 +351,12 @@ class RedisRecords:
         except Exception as exc:  # down or slow: what was not sent waits for the next try
             self.errors += 1
             sending = sending[sent:]
-            self._pending[:0] = sending
-            excess = len(self._pending) - MAX_PENDING
-            if excess > 0:
-                del self._pending[:excess]
+            excess = len(sending) + len(self._pending) - MAX_PENDING
+            if excess > 0:  # the oldest go
                 self.dropped += excess
+            kept = deque(sending, maxlen=MAX_PENDING)
+            kept.extend(self._pending)  # put while this was sent: newer
+            self._pending = kept
             self._say(f"Redis did not take {len(sending)} record(s) ({type(exc).__name__}: "
                       f"{str(exc)[:200] or 'timed out'}); kept to try again")
             self._sender.soon(1.0)
