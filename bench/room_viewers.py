@@ -299,7 +299,9 @@ def main() -> None:
             time.sleep(5)
             consoles = children(page.pid)
             cores, rss = measure([trainer.pid, page.pid, *consoles], args.seconds)
-            print(f"{args.viewers} browser viewers (--attach URL --web, a websocket each):")
+            print(f"{args.viewers} web viewers, each a websocket client standing in for a "
+                  "tab (--attach URL --web; the server's side only: --browser measures "
+                  "real Chromium tabs):")
             report("trainer", cores[:1], rss[:1])
             report("page server", cores[1:2], rss[1:2])
             report("tab consoles", cores[2:], rss[2:])

@@ -16,7 +16,7 @@ from textual.pilot import Pilot
 from omniroute_tui.console.app import ConsoleApp
 from omniroute_tui.console.model.backends import SimulationBackend
 from omniroute_tui.console.model.console_model import ConsoleModel
-from omniroute_tui.console.screens.modals import CONFIRM_GUARD_S, ConfirmScreen
+from omniroute_tui.console.screens.modals import CONFIRM_GUARD_S, ConfirmScreen, GuardedScreen
 from omniroute_tui.engine import Event
 from simulator.scenario import SCENARIOS_DIR, load_scenario
 
@@ -104,12 +104,17 @@ def screen_lines(app: Any) -> list[str]:
 async def say_yes(pilot: Pilot[Any], *keys: str) -> None:
     """Press `keys` (the last one asks a question, or one is up already) and answer Yes
     as an operator does: once the dialog has been shown for its guard time."""
-    app = pilot.app
     if keys:
         await pilot.press(*keys)
-    await settle(pilot, lambda: isinstance(app.screen, ConfirmScreen)
-                 and app.screen.shown_at is not None)
-    dialog = app.screen
-    assert isinstance(dialog, ConfirmScreen) and dialog.shown_at is not None
-    dialog.shown_at -= CONFIRM_GUARD_S  # as if it had been on screen that long
+    await past_the_guard(pilot, ConfirmScreen)
     await pilot.press("y")
+
+
+async def past_the_guard(pilot: Pilot[Any], kind: type[GuardedScreen[Any]]) -> None:
+    """Once a `kind` dialog is up and painted, as if it had been on screen for its guard
+    time: its next answer counts."""
+    app = pilot.app
+    await settle(pilot, lambda: isinstance(app.screen, kind) and app.screen.shown_at is not None)
+    dialog = app.screen
+    assert isinstance(dialog, kind) and dialog.shown_at is not None
+    dialog.shown_at -= CONFIRM_GUARD_S

@@ -11,7 +11,7 @@ from omniroute_tui.console.model.scenarios import shipped_with_summaries
 from omniroute_tui.console.screens.picker import ScenarioPicker
 from simulator.scenario import SCENARIOS_DIR
 
-from .console_helpers import piloted, settle
+from .console_helpers import past_the_guard, piloted, settle
 
 
 def args(**overrides: object) -> argparse.Namespace:
@@ -52,11 +52,25 @@ async def test_p_replays_the_chosen_scenario_from_its_start() -> None:
         await settle(pilot, lambda: isinstance(app.screen, ScenarioPicker))
         options = app.screen.query_one(OptionList)
         options.highlighted = options.get_option_index("vpn-blip")
+        await past_the_guard(pilot, ScenarioPicker)
         await pilot.press("enter")
         await settle(pilot, lambda: app.backend.title == "vpn-blip")
         assert app.backend.now_ms() == 0
         assert set(app.model.providers) == set(app.backend.providers)
         assert app.model.total_requests == 0  # nothing of the demo's run is left
+
+
+async def test_enter_in_the_burst_that_opened_it_replays_nothing() -> None:
+    """`p` and Enter together (a paste, keys bunched by a laggy link) would throw the
+    run away for the scenario under the cursor: Enter counts once the list has been
+    shown for the guard time, as a Yes does."""
+    async with piloted("p", "enter", at_ms=40_000) as (app, pilot):
+        await settle(pilot, lambda: isinstance(app.screen, ScenarioPicker))
+        assert app.backend.title == "demo" and app.backend.now_ms() == 40_000
+        await past_the_guard(pilot, ScenarioPicker)
+        await pilot.press("enter")  # now it counts: the demo, from its start
+        await settle(pilot, lambda: app.backend.now_ms() == 0)
+        assert app.backend.title == "demo"
 
 
 async def test_the_command_line_opens_it_and_a_burst_after_p_lands_in_it() -> None:

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Footer, TabbedContent
+from textual.widgets import Footer, Input, TabbedContent
 
 from omniroute_tui.config import ConfigError
 from omniroute_tui.console.cli import _parser, build_app
 from omniroute_tui.console.cli import main as console_main
 from omniroute_tui.console.lesson_app import LessonApp
 from omniroute_tui.console.model.lesson_progress import LessonBackend, LessonProgress
-from omniroute_tui.console.screens.modals import HelpScreen
+from omniroute_tui.console.screens.modals import ConfirmScreen, HelpScreen
 from omniroute_tui.console.widgets.herd_chart import HerdChartPlot
 from omniroute_tui.console.widgets.keyed_table import KeyedTable
 from omniroute_tui.console.widgets.lesson_panel import LessonPanel
@@ -297,6 +297,33 @@ async def running_lesson(*args: str, size: tuple[int, int] = (100, 30)
         await settle(pilot, lambda: "step 1" in _panel(app))
         yield app, pilot
         await pilot.press("q")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)])
+async def test_space_and_enter_are_the_filters_and_the_dialogs_not_the_lessons(
+        size: tuple[int, int]) -> None:
+    """In the filter box Enter applies the filter (it revealed the step's answer), and
+    behind a dialog space leaves the lesson as it was (it resumed the replay): the
+    lesson's keys only act on the panes. The first step turns to its pane at any size
+    (at 120x36 the dashboard took over after it)."""
+    async with running_lesson("1-cooldown-ladder", size=size) as (app, pilot):
+        progress = app.progress
+        assert progress is not None and progress.waiting and not progress.revealed
+        assert app.query_one(TabbedContent).active == "connections"
+        await pilot.press("e")  # disable the selected key? asked first
+        await settle(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("space")
+        await pilot.pause()
+        backend = app.backend
+        assert isinstance(backend, LessonBackend)
+        assert progress.waiting and backend.paused and backend.now_ms() == 0
+        await pilot.press("escape")
+        await settle(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await pilot.press("slash", "a", "space", "b", "enter")
+        await pilot.pause()
+        assert app.query_one("#filter", Input).value == "a b"
+        assert not progress.revealed and progress.waiting and backend.now_ms() == 0
+        assert not app.backend.engine.connection_snapshot("alpha", "a1").disabled
 
 
 async def test_the_console_shows_the_first_step_at_once_and_space_goes_on() -> None:

@@ -370,7 +370,7 @@ async def test_a_scenario_that_cannot_load_gives_the_run_back_as_it_was(
     from omniroute_tui.config.problems import ConfigError
     from omniroute_tui.console.screens.picker import ScenarioPicker
 
-    from .console_helpers import piloted, settle
+    from .console_helpers import past_the_guard, piloted, settle
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise ConfigError([])
@@ -382,6 +382,7 @@ async def test_a_scenario_that_cannot_load_gives_the_run_back_as_it_was(
         await settle(pilot, lambda: isinstance(app.screen, ScenarioPicker))
         options = app.screen.query_one(OptionList)
         options.highlighted = options.get_option_index("vpn-blip")
+        await past_the_guard(pilot, ScenarioPicker)
         await pilot.press("enter")
         await settle(pilot, lambda: not isinstance(app.screen, ScenarioPicker))
         assert any("cannot be replayed" in str(n.message) for n in app._notifications)

@@ -250,8 +250,7 @@ class ConsoleApp(PaneView):
         yield Footer()
 
     def on_mount(self) -> None:
-        if self.dashboard_fits:
-            self.query_one(TabbedContent).active = Pane.OVERVIEW
+        self.open_first_pane()
         self.refresh_view()
         self._focus_pane()
         self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
@@ -262,6 +261,11 @@ class ConsoleApp(PaneView):
             self._last_tick = time.monotonic()
             self._next_tick = self._last_tick + FRAME_S
             self.set_timer(FRAME_S, self._tick)
+
+    def open_first_pane(self) -> None:
+        """The pane shown at start: the dashboard where it fits."""
+        if self.dashboard_fits:
+            self.query_one(TabbedContent).active = Pane.OVERVIEW
 
     async def _start_backend(self, recover: bool = False) -> None:
         """Bring up what the backend needs (servers, the state database) off the UI path.

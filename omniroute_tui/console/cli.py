@@ -22,8 +22,8 @@ __all__ = ["build_app", "main"]
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="omniroute-tui",
-        description="Watch and operate the resilience engine. With no arguments: the demo "
-                    "scenario in virtual time.",
+        description="Watch and operate the resilience engine. With no arguments: the "
+                    "scenario picker, over the demo scenario in virtual time.",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--scenario", metavar="FILE",

@@ -11,7 +11,7 @@ from typing import ClassVar
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer
+from textual.widgets import Footer, Input
 
 from .app import ConsoleApp
 from .model.lesson_progress import LessonBackend, LessonProgress
@@ -59,6 +59,12 @@ class LessonApp(ConsoleApp):
             self.query_one(LessonPanel).show(progress)
         super().refresh_view()
 
+    def open_first_pane(self) -> None:
+        """The step shown at start turns to its pane, whatever the console opens on (a
+        refresh before the app was mounted turned to it, and the dashboard took over)."""
+        super().open_first_pane()
+        self._shown = None
+
     def _turn_to(self, progress: LessonProgress) -> None:
         """A step that has just appeared shows its pane, and its row selected."""
         if self._shown == (progress, progress.index):
@@ -77,14 +83,21 @@ class LessonApp(ConsoleApp):
         self.push_screen(HelpScreen(self.active_pane, read_only=self.read_only,
                                     lesson=[(key, what) for key, _, _, what in LESSON_KEYS]))
 
+    def _keys_are_the_lessons(self) -> bool:
+        """`space` and `enter` are the lesson's only when they reach the panes: not in a
+        box that takes text (the filter, `:`), nor behind a dialog, whose own keys they
+        are (a Yes/No, the picker)."""
+        return not self.behind_a_dialog and not isinstance(self.focused, Input)
+
     def action_lesson_continue(self) -> None:
         backend = self.backend
-        if not isinstance(backend, LessonBackend) or not backend.proceed():
+        if (not self._keys_are_the_lessons() or not isinstance(backend, LessonBackend)
+                or not backend.proceed()):
             raise SkipAction()
         self.refresh_view()
 
     def action_lesson_answer(self) -> None:
         progress = self.progress
-        if progress is None or not progress.reveal():
+        if not self._keys_are_the_lessons() or progress is None or not progress.reveal():
             raise SkipAction()
         self.refresh_view()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from rich.console import Group
 from rich.table import Table
@@ -20,7 +21,10 @@ from ..model.glossary import GLOSSARY
 from ..model.panes import Pane
 from ..widgets.scrollbars import whole_cell_scrollbars
 
-__all__ = ["CONFIRM_GUARD_S", "HINT", "ConfirmScreen", "DetailScreen", "HelpScreen"]
+__all__ = ["CONFIRM_GUARD_S", "HINT", "ConfirmScreen", "DetailScreen", "GuardedScreen",
+           "HelpScreen"]
+
+Answer = TypeVar("Answer")
 
 #: the detail's keys, on its bottom border
 HINT = "j k scroll · escape closes"
@@ -60,11 +64,36 @@ def field_lines(fields: Sequence[tuple[str, str]]) -> str:
     return "\n".join(f"{name:>{width}}  {value}" for name, value in fields)
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class GuardedScreen(ModalScreen[Answer]):
+    """A dialog whose answer that changes something counts only once it has been painted
+    and shown for CONFIRM_GUARD_S on `clock` (monotonic seconds): a key that came in the
+    same burst as the one that opened it is not an answer."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.clock = clock
+        self.shown_at: float | None = None  # when it was first painted
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._painted)
+
+    def _painted(self) -> None:
+        self.shown_at = self.clock()
+
+    def settled(self, what: str) -> bool:
+        """Whether the dialog has been shown long enough for `what` to count; if not,
+        says so ("Yes ignored: ...")."""
+        if self.shown_at is not None and self.clock() - self.shown_at >= CONFIRM_GUARD_S:
+            return True
+        self.notify(f"{what} ignored: it came before this dialog had been shown for "
+                    f"{CONFIRM_GUARD_S:g} s; press it again", severity="warning", timeout=4)
+        return False
+
+
+class ConfirmScreen(GuardedScreen[bool]):
     """Asks before a destructive action; `y` confirms, `n` or escape cancels. **No** has
     the focus, so a stray Enter cancels. Yes (the key or the button) counts only once the
-    dialog has been painted and shown for CONFIRM_GUARD_S on `clock` (monotonic seconds):
-    a `y` that came in the same burst as the key that asked is ignored, with a word."""
+    dialog has been shown for its guard time (GuardedScreen)."""
 
     AUTO_FOCUS = "#no"
 
@@ -76,10 +105,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def __init__(self, question: str, *, clock: Callable[[], float] = time.monotonic
                  ) -> None:
-        super().__init__()
+        super().__init__(clock=clock)
         self.question = question
-        self.clock = clock
-        self.shown_at: float | None = None  # when it was first painted
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -88,21 +115,11 @@ class ConfirmScreen(ModalScreen[bool]):
                 yield Button("Yes (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")
 
-    def on_mount(self) -> None:
-        self.call_after_refresh(self._painted)
-
-    def _painted(self) -> None:
-        self.shown_at = self.clock()
-
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_answer(event.button.id == "yes")
 
     def action_answer(self, answer: bool) -> None:
-        if answer and (self.shown_at is None
-                       or self.clock() - self.shown_at < CONFIRM_GUARD_S):
-            self.notify(f"Yes ignored: it came before this question had been shown for "
-                        f"{CONFIRM_GUARD_S:g} s; press y again to confirm",
-                        severity="warning", timeout=4)
+        if answer and not self.settled("Yes"):
             return
         self.dismiss(answer)
 

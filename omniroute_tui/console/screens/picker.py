@@ -3,16 +3,19 @@ one chosen, from its start (`p`, `:pick_scenario`, and at start when none was na
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
 from ..model.scenarios import shipped_with_summaries
+from .modals import GuardedScreen
 
 __all__ = ["ScenarioPicker"]
 
@@ -29,8 +32,10 @@ def _row(name: str, summary: str) -> Table:
     return grid
 
 
-class ScenarioPicker(ModalScreen[str | None]):
-    """Dismissed with the chosen scenario's name, or None (escape: the run goes on)."""
+class ScenarioPicker(GuardedScreen[str | None]):
+    """Dismissed with the chosen scenario's name, or None (escape: the run goes on). A
+    choice replaces the run: it counts once the list has been shown for its guard time
+    (`p` and Enter in one burst, a paste, replayed nothing)."""
 
     BINDINGS = [
         Binding("escape,q", "dismiss(None)", "Close", id="picker-close"),
@@ -39,9 +44,10 @@ class ScenarioPicker(ModalScreen[str | None]):
     ]
     AUTO_FOCUS = "#scenarios"
 
-    def __init__(self, current: str | None = None) -> None:
+    def __init__(self, current: str | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """`current`: the scenario running, highlighted first."""
-        super().__init__()
+        super().__init__(clock=clock)
         self.current = current
 
     def compose(self) -> ComposeResult:
@@ -71,5 +77,6 @@ class ScenarioPicker(ModalScreen[str | None]):
             options.action_cursor_up()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option.id)
+        if self.settled("Enter"):
+            self.dismiss(event.option.id)
 
