@@ -17,13 +17,13 @@ from .model.backends import Backend
 from .model.console_model import COLUMNS, RECENT_REQUESTS, SORTS, ConsoleModel
 from .model.panes import PANES, Pane
 from .model.row_keys import RowKey, key_text
+from .model.scenario_pane import live_text, replay_text
 from .model.text import age_text, clock_text
-from .model.views import LIVE_CHART_S
 from .request_lookup import RequestLookup
 from .screens.modals import DetailScreen, GlossaryScreen, HelpScreen
 from .widgets.herd_chart import HerdChartPlot
 from .widgets.keyed_table import KeyedTable
-from .widgets.panels import EventLog, FaultBanner, ScenarioTimeline, StatusBar, timeline_lines
+from .widgets.panels import EventLog, FaultBanner, ScenarioTimeline, StatusBar
 
 __all__ = ["DASHBOARD_PICKS", "DASHBOARD_SIZE", "TARGETS", "PaneView"]
 
@@ -229,14 +229,8 @@ class PaneView(App[None]):
         if scenario is None:  # real time: the herd as it happens, the last 10 minutes
             # a room's viewer: the trainer's run on its own clock, from its start
             in_room = getattr(backend, "room", None) is not None
-            seen = f"({self.model.total_requests:,} requests seen)"
-            since = ("since its start" if now <= LIVE_CHART_S * 1000 else
-                     f"over its last {LIVE_CHART_S // 60} minutes")
-            timeline.update(
-                f"{backend.title}: the trainer's run at {clock_text(now)}; attempts per "
-                f"second on each provider {since} {seen}" if in_room else
-                f"{backend.title}: a router on real time; attempts per second on each "
-                f"provider over the last {LIVE_CHART_S // 60} minutes {seen}")
+            timeline.update(live_text(backend.title, now, self.model.total_requests,
+                                      in_room=in_room))
             second = now - now % 1000  # the chart is drawn by whole seconds
             # a room sends its scenario's faults and the trainer's compared policy
             compared = backend.comparison if in_room else None
@@ -246,26 +240,14 @@ class PaneView(App[None]):
                                                      compared=compared, faults=faults),
                 xlabel="scenario seconds" if in_room else "seconds before now")
             return
-        width = max(20, self.size.width - 40)
-        faults = [(f.name, f.at_ms, f.until_ms, str(f.target)) for f in scenario.faults]
-        share = min(1.0, now / max(1, scenario.duration_ms))
         if replay is None:
             state = "live, real time"
         elif replay.finished:
             state = "finished: R replays it"
         else:
             state = "paused" if replay.paused else f"playing ×{replay.speed:g}"
-        header = (f"{scenario.name}: {clock_text(now)} of {clock_text(scenario.duration_ms)} "
-                  f"({share:.0%}), {state}; {self.model.total_requests:,} requests")
-        body = "\n".join(timeline_lines(faults, scenario.duration_ms, now, width))
-        description = scenario.description.replace("\n", " ")
-        gap = "\n\n"
-        if not self.dashboard_fits:  # a short screen keeps room for the chart
-            room = 2 * max(20, self.size.width - 4)
-            if len(description) > room:
-                description = description[:room - 20].rsplit(" ", 1)[0] + " … (enter: all)"
-            gap = "\n"
-        timeline.update(f"{header}{gap}{body}{gap}{description}")
+        timeline.update(replay_text(scenario, now, state, self.model.total_requests,
+                                    self.size.width, short=not self.dashboard_fits))
         chart = self.query_one(HerdChartPlot)
         windows = [(f.name, f.at_ms, f.until_ms) for f in scenario.faults]
         # by whole seconds: a second's attempts are drawn once they are all in (a second

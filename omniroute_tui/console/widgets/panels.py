@@ -26,8 +26,7 @@ from .scrollbars import whole_cell_scrollbars
 if TYPE_CHECKING:
     from ..model.console_model import ConsoleModel
 
-__all__ = ["EventLog", "FaultBanner", "PlainStatic", "ScenarioTimeline", "StatusBar",
-           "timeline_lines"]
+__all__ = ["EventLog", "FaultBanner", "PlainStatic", "ScenarioTimeline", "StatusBar"]
 
 #: an event line's age column (`event_age`: at most `59m59s`, `99h59m`), and the gap after
 AGE_WIDTH = 6
@@ -262,24 +261,3 @@ class EventLog(StylePerPaint, RichLog):
         self._widest_line_width = max(self._widest_line_width,
                                       max(strip.cell_length for strip in strips))
         self._fit_width()
-
-
-def timeline_lines(
-    faults: Iterable[tuple[str, int, int, str]], duration_ms: int, now_ms: int, width: int
-) -> list[str]:
-    """One line per fault: its span over the scenario as a bar, with `│` at now."""
-    width = max(10, width)
-    cursor = min(width - 1, now_ms * width // max(1, duration_ms))
-    lines = []
-    for name, start, end, target in faults:
-        a = start * width // max(1, duration_ms)
-        b = max(a + 1, min(width, -(-min(end, duration_ms) * width // max(1, duration_ms))))
-        bar = ["·"] * width
-        for i in range(a, b):
-            bar[i] = "█"
-        bar[cursor] = "│"
-        lines.append(f"{name[:18]:18} {''.join(bar)} {target}")
-    ruler = ["─"] * width
-    ruler[cursor] = "┼"
-    lines.append(f"{'now ' + clock_text(now_ms):18} {''.join(ruler)}")
-    return lines
