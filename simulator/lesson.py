@@ -24,6 +24,7 @@ from omniroute_tui.config.readers import (
     reject_unknown,
 )
 from omniroute_tui.config.yaml_source import Source, load_source
+from omniroute_tui.console.model.row_keys import RowKey
 from omniroute_tui.engine.events import EVENT_CLASSES, Event
 
 from .scenario import (
@@ -47,9 +48,6 @@ PANES = ("overview", "providers", "connections", "lockouts", "events", "scenario
          "requests", "audit")
 #: the panes whose rows a step may select
 ROW_PANES = ("providers", "connections", "lockouts")
-#: a row's key as the console's table keys it: a provider's name, or the names of a
-#: connection or a lockout
-RowKey = str | tuple[str, ...]
 #: bounds on what a lesson file may hold: a lesson is read aloud in a room, not a book
 MAX_FILE_BYTES = 256 * 1024
 MAX_STEPS = 40
@@ -187,13 +185,6 @@ class Step:
     checks: tuple[Claim, ...] = ()
     given: tuple[float, ...] = ()  # numbers quoted from the scenario file, not the run
     line: int | None = None
-
-    @property
-    def row_text(self) -> str | None:
-        """The row as the lesson file writes it."""
-        if self.row is None or isinstance(self.row, str):
-            return self.row
-        return "/".join(self.row)
 
     @property
     def trigger(self) -> str:

@@ -9,6 +9,7 @@ import html
 from pathlib import Path
 
 from omniroute_tui.config.hidden import DESCRIPTION_KEEPS, visible
+from omniroute_tui.console.model.row_keys import key_text
 
 from .html_report import STYLE, chart_svg
 from .lesson import Lesson
@@ -53,7 +54,7 @@ def render_lesson_html(lesson: Lesson, run: LessonRun, results: list[ClaimResult
     steps = []
     for index, step in enumerate(lesson.steps):
         shows = f" · shows the {step.pane} pane" if step.pane else ""
-        row = "" if step.row_text is None else f" ({_text(step.row_text)})"
+        row = "" if step.row is None else f" ({_text(key_text(step.row))})"
         compare = f" · herd chart vs {step.compare}" if step.compare else ""
         question = ""
         if step.question is not None and step.answer is not None:
