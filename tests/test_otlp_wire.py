@@ -189,3 +189,54 @@ async def test_spans_arrive_gzipped_in_batches_of_the_configured_size() -> None:
     assert sorted(span.name for span in receiver.spans) == [f"s{n}" for n in range(5)]
     assert exporter.exported == 5
     assert receiver.spans[0].resource == {"service.name": "t"}
+
+
+class Broken:
+    """A request's record whose spans cannot be made (a bug of ours)."""
+
+    def records(self) -> list[SpanRecord]:
+        raise KeyError("a step of a kind nobody wrote")
+
+
+class Several:
+    """A request's record of three spans."""
+
+    def __init__(self, first: int) -> None:
+        self.first = first
+
+    def records(self) -> list[SpanRecord]:
+        return [record(self.first + n) for n in range(3)]
+
+
+async def test_a_record_whose_spans_cannot_be_made_is_counted_logged_once_and_passed(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The export thread makes each request's spans: one that raises costs that request's
+    spans alone (counted failed, its traceback logged the first time), not the batch, not
+    the thread."""
+    async with receiving() as receiver:
+        exporter = SpanExporter(ExportSettings(f"{receiver.endpoint}/v1/traces",
+                                               max_batch=4), {}, SCOPE)
+        with caplog.at_level(logging.WARNING, "omniroute.tracing"):
+            exporter.add(Several(0), 3)
+            exporter.add(Broken(), 2)
+            exporter.add(Several(3), 3)
+            exporter.add(Broken(), 2)
+            assert await asyncio.to_thread(exporter.flush)
+            assert exporter.alive
+            await asyncio.to_thread(exporter.shutdown)
+    assert sorted(span.name for span in receiver.spans) == [f"s{n}" for n in range(6)]
+    assert (exporter.exported, exporter.failed, exporter.dropped) == (6, 4, 0)
+    assert caplog.text.count("making the spans of a request failed") == 1
+    assert "KeyError" in caplog.text
+
+
+def test_the_queue_bound_counts_spans_not_requests() -> None:
+    exporter = SpanExporter(ExportSettings("http://127.0.0.1:9/v1/traces", max_queue=5,
+                                           schedule_delay_s=3600), {}, SCOPE)
+    exporter.add(Several(0), 3)
+    exporter.add(Several(3), 3)  # 6 > 5: its three spans are dropped, the first kept
+    exporter.add(record(9))
+    exporter.add(record(10))
+    exporter.add(record(11))  # the queue holds 5 spans
+    assert exporter.dropped == 4
+    exporter.shutdown(timeout_s=5)

@@ -14,15 +14,35 @@ import httpx
 import openai
 import pytest
 import yaml
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from omniroute_tui.apis import Endpoint
+from omniroute_tui.drivers.usage import Usage
+from omniroute_tui.engine.events import (
+    AttemptEvent,
+    BreakerEvent,
+    DedupEvent,
+    ResponseEvent,
+    ResultEvent,
+    SkipEvent,
+    WaitEvent,
+)
+from omniroute_tui.engine.kinds import (
+    BreakerReason,
+    BreakerState,
+    DedupWindow,
+    FailureKind,
+    SkipReason,
+)
 from omniroute_tui.tracing import MAX_OPEN_TRACES, RequestTracing, tracing_from_env
+from omniroute_tui.tracing.exporter import Exported
+from omniroute_tui.tracing.otlp_wire import encode_export
 from omniroute_tui.tracing.spans import SpanRecord
-from simulator.otlp_receiver import ReceivedSpan, Receiving, receiving
+from simulator.otlp_receiver import ReceivedSpan, Receiving, receiving, spans_of
 
 from .gateway_helpers import TOKEN, gateway_for, serving
 from .helpers import make_engine
@@ -239,13 +259,15 @@ def test_the_start_line_says_where_traces_go_without_credentials() -> None:
 
 
 class Kept:
-    """An exporter that keeps what it is given."""
+    """An exporter that keeps the spans of what it is given."""
 
     def __init__(self) -> None:
         self.spans: list[SpanRecord] = []
 
-    def add(self, span: SpanRecord) -> None:
-        self.spans.append(span)
+    def add(self, item: Exported, spans: int = 1) -> None:
+        made = list(item.records())
+        assert len(made) == spans  # what the queue's bound counts is what is sent
+        self.spans += made
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         pass
@@ -334,3 +356,98 @@ async def test_a_stream_cut_after_its_first_byte_ends_its_attempt_span_with_the_
     assert attempt.attributes["omniroute.outcome"] == "stream_cut"
     assert attempt.status == "error" and "omniroute.stream_cut" in attempt.attributes
     assert attempt.end_ns <= server.end_ns
+
+
+def _one_request(tracing: RequestTracing, bus: Any, request_id: str) -> None:
+    """A request that met a 429 (deduplicated, opening the breaker), skipped and waited,
+    then was served by its second attempt."""
+    tracing.begin(request_id, "POST", "/v1/chat/completions",
+                  [(b"traceparent", f"00-{TRACE_ID}-{PARENT}-01".encode()),
+                   (b"tracestate", b"vendor=abc")], Endpoint.CHAT)
+    for event in (
+        AttemptEvent(1, request_id, 1, "alpha", "a", "m", True, why="weighted: 3 of 4"),
+        ResultEvent(2, request_id, 1, "alpha", "a", "m", 429, FailureKind.RATE_LIMITED, 1),
+        DedupEvent(2, "alpha", "a", FailureKind.RATE_LIMITED, DedupWindow.CONNECTION),
+        BreakerEvent(2, "alpha", BreakerState.CLOSED, BreakerState.OPEN,
+                     BreakerReason.THRESHOLD, 3, None),
+        SkipEvent(3, request_id, "alpha", "m", SkipReason.CIRCUIT_OPEN, 30_000),
+        WaitEvent(4, request_id, "start", 10, "beta/m", SkipReason.ALL_COOLING),
+        AttemptEvent(14, request_id, 2, "beta", "x", "m", False),
+        ResultEvent(15, request_id, 2, "beta", "x", "m", 200, None, 1),
+        ResponseEvent(15, request_id, 200, 2, 15, 10, "beta/x/m"),
+    ):
+        bus.emit(event)
+    tracing.route(request_id, "chat")
+    tracing.usage(request_id, Usage(11, 7))
+    tracing.end(request_id, 200)
+
+
+def test_the_spans_made_on_the_export_thread_hold_every_attribute_and_event() -> None:
+    """What a request recorded becomes its spans off its own thread, their shared parts
+    encoded once: decoded, each span says all it said when each was written whole. The
+    same request twice: the second is written from what the first encoded."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    engine, _clock, _rec = make_engine()
+    kept = Kept()
+    tracing = RequestTracing(engine, kept, ALWAYS_ON)  # type: ignore[arg-type]
+    _one_request(tracing, engine.bus, "r1")
+    _one_request(tracing, engine.bus, "r2")
+    tracing.begin("r3", "POST", "/v1/chat/completions", [], Endpoint.CHAT)
+    engine.bus.emit(AttemptEvent(20, "r3", 1, "beta", "x", "m", False))
+    tracing.end("r3", 503)  # its attempt never had a result: a stream its client left
+    tracing.begin("r4", "POST", "/v1/embeddings", [], Endpoint.EMBEDDINGS)
+    tracing.shutdown()  # never answered: abandoned
+    received = spans_of(ExportTraceServiceRequest.FromString(
+        encode_export(kept.spans, {"service.name": "t"}, ("omniroute_tui", "0"))))
+    by_request = {}
+    for span in received:
+        if span.kind == "server":
+            by_request[span.attributes["omniroute.request_id"]] = span
+    for request_id in ("r1", "r2"):
+        server = by_request[request_id]
+        assert (server.name, server.parent_span_id, server.trace_state, server.status) == (
+            "POST /v1/chat/completions", PARENT, "vendor=abc", "unset")
+        assert server.attributes == {
+            "http.request.method": "POST", "url.path": "/v1/chat/completions",
+            "omniroute.request_id": request_id, "omniroute.route": "chat",
+            "omniroute.attempts": 2, "omniroute.waited_ms": 10,
+            "omniroute.served_by": "beta/x/m", "http.response.status_code": 200,
+            "gen_ai.usage.input_tokens": 11, "gen_ai.usage.output_tokens": 7}
+        assert server.events == [
+            ("skip", {"omniroute.provider": "alpha", "gen_ai.request.model": "m",
+                      "omniroute.reason": "circuit_open", "omniroute.retry_after_ms": 30_000}),
+            ("wait start", {"omniroute.delay_ms": 10, "omniroute.target": "beta/m",
+                            "omniroute.reason": "all_cooling"})]
+        first, second = sorted(
+            (s for s in received if s.parent_span_id == server.span_id),
+            key=lambda s: s.attributes["omniroute.attempt"])
+        assert (first.name, first.kind, first.status) == ("chat m", "client", "error")
+        assert first.attributes == {
+            "gen_ai.request.model": "m", "omniroute.provider": "alpha",
+            "omniroute.connection": "a", "omniroute.attempt": 1, "omniroute.probe": True,
+            "omniroute.why": "weighted: 3 of 4", "omniroute.breaker.before": "CLOSED",
+            "omniroute.breaker.after": "OPEN", "http.response.status_code": 429,
+            "omniroute.outcome": "rate_limited", "error.type": "rate_limited"}
+        assert first.events == [
+            ("dedup", {"omniroute.connection": "a", "omniroute.kind": "rate_limited",
+                       "omniroute.window": "connection"}),
+            ("breaker", {"omniroute.from": "CLOSED", "omniroute.to": "OPEN",
+                         "omniroute.reason": "threshold"})]
+        assert (second.status, second.events) == ("unset", [])
+        assert second.attributes == {
+            "gen_ai.request.model": "m", "omniroute.provider": "beta",
+            "omniroute.connection": "x", "omniroute.attempt": 2,
+            "omniroute.breaker.before": "CLOSED", "omniroute.breaker.after": "CLOSED",
+            "http.response.status_code": 200, "omniroute.outcome": "ok",
+            "gen_ai.usage.input_tokens": 11, "gen_ai.usage.output_tokens": 7}
+        assert server.start_ns <= first.start_ns <= first.end_ns <= second.start_ns
+        assert second.end_ns == server.end_ns
+    cut = by_request["r3"]
+    assert cut.status == "error" and cut.attributes["error.type"] == "503"
+    (cancelled,) = [s for s in received if s.parent_span_id == cut.span_id]
+    assert cancelled.attributes["omniroute.outcome"] == "cancelled"
+    abandoned = by_request["r4"]
+    assert abandoned.attributes["omniroute.abandoned"] is True
+    assert "http.response.status_code" not in abandoned.attributes
+    assert len(received) == 3 + 3 + 2 + 1

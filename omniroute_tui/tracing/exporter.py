@@ -18,19 +18,27 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 from .otlp_wire import encode_export
 from .spans import Attributes, SpanRecord
 
-__all__ = ["ExportSettings", "SpanExporter"]
+__all__ = ["ExportSettings", "Exported", "SpanExporter"]
 
 log = logging.getLogger("omniroute.tracing")
 
 _RETRYABLE = frozenset({429, 502, 503, 504})
 _BACKOFF_S = (0.5, 1.0)  # before the second and the third try
+
+
+class Exported(Protocol):
+    """What the exporter is given: its spans are made on the export thread, when a batch
+    is sent (a request's spans are made from what it recorded, off its own thread)."""
+
+    def records(self) -> Iterable[SpanRecord]: ...
 
 
 class SettingsError(ValueError):
@@ -114,7 +122,8 @@ class ExportSettings:
 
 
 class SpanExporter:
-    """Takes ended spans (`add`, from any thread) and sends them in batches."""
+    """Takes ended spans (`add`, from one thread: the event loop's) and sends them in
+    batches."""
 
     def __init__(self, settings: ExportSettings, resource: Attributes,
                  scope: tuple[str, str], *, backoff_s: tuple[float, ...] = _BACKOFF_S) -> None:
@@ -123,7 +132,10 @@ class SpanExporter:
         self._backoff_s = backoff_s
         self._resource = resource
         self._scope = scope
-        self._queue: deque[SpanRecord] = deque()
+        #: what is queued, and its spans; spans ever queued and ever taken off the queue
+        #: (each counter written by one thread: the requests', the export's)
+        self._queue: deque[tuple[Exported, int]] = deque()
+        self._added = self._taken = 0
         self._wake = threading.Event()
         self._idle = threading.Event()  # nothing queued or being sent
         self._idle.set()
@@ -133,6 +145,7 @@ class SpanExporter:
         #: spans sent, dropped for a full queue, and dropped with a batch that failed
         self.exported = self.dropped = self.failed = 0
         self._dropped_told = 0
+        self._unmade = 0  # requests whose spans could not be made (a bug)
         self._thread = threading.Thread(target=self._run, name="omniroute-otlp-export",
                                         daemon=True)
         self._thread.start()
@@ -141,16 +154,17 @@ class SpanExporter:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def add(self, span: SpanRecord) -> None:
-        """Queue an ended span; a full queue drops it (counted, logged once a batch)."""
-        queue = self._queue
-        if len(queue) >= self.settings.max_queue:
-            self.dropped += 1
+    def add(self, item: Exported, spans: int = 1) -> None:
+        """Queue what makes `spans` ended spans (a span, or a request's trace whose spans
+        this thread makes); a full queue drops it (counted, logged once a batch)."""
+        if self._added - self._taken + spans > self.settings.max_queue:
+            self.dropped += spans
             return
         if self._idle.is_set():
             self._idle.clear()
-        queue.append(span)
-        if len(queue) >= self.settings.max_batch:
+        self._queue.append((item, spans))
+        self._added += spans
+        if self._added - self._taken >= self.settings.max_batch:
             self._wake.set()
 
     def flush(self, timeout_s: float = 10.0) -> bool:
@@ -187,8 +201,22 @@ class SpanExporter:
     def _send_queued(self) -> None:
         queue, size = self._queue, self.settings.max_batch
         while queue:
-            batch = [queue.popleft() for _ in range(min(size, len(queue)))]
-            self._send(batch)
+            records: list[SpanRecord] = []
+            taken = 0
+            while queue and taken < size:
+                item, spans = queue.popleft()
+                taken += spans
+                self._taken += spans
+                try:
+                    records += item.records()
+                except Exception:  # a bug: its spans are counted as not sent
+                    self.failed += spans
+                    if not self._unmade:
+                        log.exception("making the spans of a request failed (logged once; "
+                                      "omniroute_trace_spans_total{result=\"failed\"} counts)")
+                    self._unmade += 1
+            for start in range(0, len(records), size):
+                self._send(records[start:start + size])
         self._idle.set()
         if queue:  # added while the event was being set: the next round takes them
             self._idle.clear()

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from .spans import Attributes, SpanRecord
 
-__all__ = ["encode_export"]
+__all__ = ["encode_attributes", "encode_export", "encode_shared"]
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 #: Span.flags: the context says whether it is remote (0x100), and it is (0x200)
@@ -87,12 +87,31 @@ def _key_value(field: int, key: str, value: str | int | float | bool) -> bytes:
     """A `KeyValue` as field `field` of its message (9 in a span, 3 in an event, 1 in a
     resource), tag and length included. Kept: most repeat from one span to the next (a
     provider, a connection, a model, an outcome, a status), all but a request's id."""
-    encoded = _len(field, _len(1, key.encode("utf-8")) + _len(2, _any_value(value)))
+    name = _names_of.get(key)
+    if name is None:
+        name = _len(1, key.encode("utf-8")) + b"\x12"
+        if len(_names_of) < _CACHE_MAX:
+            _names_of[key] = name
+    if type(value) is str:  # most: a short text, written here
+        text = value.encode("utf-8")
+        n = len(text)
+        if n < 0x7E:  # its AnyValue's length and its own fit a byte each
+            pair = name + _SMALL[n + 2] + b"\x0a" + _SMALL[n] + text
+        else:
+            pair = name + _size(n + 1 + len(_size(n))) + b"\x0a" + _size(n) + text
+    else:
+        any_value = _any_value(value)
+        pair = name + _size(len(any_value)) + any_value
+    encoded = _LEN_TAGS[field] + _size(len(pair)) + pair
     if key not in _UNIQUE:
         if len(_cache) >= _CACHE_MAX:
             _cache.clear()
         _cache[field, key, value, type(value)] = encoded
     return encoded
+
+
+#: attribute names encoded (`KeyValue.key`, tag and length) with the tag of the value
+_names_of: dict[str, bytes] = {}
 
 
 def _attributes(field: int, attributes: Attributes) -> bytes:
@@ -115,38 +134,62 @@ _SPAN_FIELD = _tag(2, _LEN)
 _names: dict[str, bytes] = {}
 
 
-def _span(span: SpanRecord) -> bytes:
-    """A span as field 2 of its `ScopeSpans`, tag and length included."""
+def encode_attributes(attributes: Attributes) -> bytes:
+    """A span's attributes as its fields: what `encode_shared` wrote, they may follow."""
+    return _attributes(9, attributes)
+
+
+def encode_shared(name: str, kind: int, attributes: Attributes, status: int = 0,
+                  status_message: str = "", parent_remote: bool = False) -> bytes:
+    """What many spans share (their name, kind, status, flags and these attributes),
+    encoded once for them all: a `SpanRecord.encoded`."""
+    parts = [_string(5, name), _KINDS.get(kind) or _tag(6, _VARINT) + _varint(kind),
+             _attributes(9, attributes)]
+    _status(status, status_message, parts)
+    parts.append(_FLAGS[parent_remote])
+    return b"".join(parts)
+
+
+def _status(status: int, message: str, parts: list[bytes]) -> None:
+    if status or message:
+        encoded = b""
+        if message:
+            encoded += _string(2, message)
+        if status:
+            encoded += _STATUS_CODE + _varint(status)
+        parts.append(_len(15, encoded))
+    else:
+        parts.append(_NO_STATUS)
+
+
+def _span(span: SpanRecord, out: list[bytes]) -> None:
+    """A span as field 2 of its `ScopeSpans`, tag and length included, added to `out` in
+    pieces (a batch is joined once)."""
     parts = [_TRACE_ID, span.trace_id, _SPAN_ID, span.span_id]
     if span.trace_state:
         parts.append(_string(3, span.trace_state))
     if span.parent_span_id:
         parts += (_PARENT_ID, span.parent_span_id)
-    name = _names.get(span.name)
-    if name is None:
-        name = _string(5, span.name)
-        if len(_names) < _CACHE_MAX:
-            _names[span.name] = name
-    parts += (name, _KINDS.get(span.kind) or _tag(6, _VARINT) + _varint(span.kind), _START,
-              _pack_fixed64(span.start_ns), _END, _pack_fixed64(span.end_ns))
+    parts += (_START, _pack_fixed64(span.start_ns), _END, _pack_fixed64(span.end_ns))
+    if span.encoded:  # its name, kind, status and flags are in it
+        parts.append(span.encoded)
+    else:
+        name = _names.get(span.name)
+        if name is None:
+            name = _string(5, span.name)
+            if len(_names) < _CACHE_MAX:
+                _names[span.name] = name
+        parts += (name, _KINDS.get(span.kind) or _tag(6, _VARINT) + _varint(span.kind),
+                  _FLAGS[span.parent_remote])
+        _status(span.status, span.status_message, parts)
     get = _cache.get
-    parts += [get((9, k, v, type(v))) or _key_value(9, k, v)
-              for k, v in span.attributes.items()]
+    for k, v in span.attributes.items():
+        parts.append(get((9, k, v, type(v))) or _key_value(9, k, v))
     for at_ns, event_name, attributes in span.events or ():
         parts.append(_len(11, _EVENT_TIME + _pack_fixed64(at_ns) + _string(2, event_name)
                           + _attributes(3, attributes)))
-    if span.status or span.status_message:
-        status = b""
-        if span.status_message:
-            status += _string(2, span.status_message)
-        if span.status:
-            status += _STATUS_CODE + _varint(span.status)
-        parts.append(_len(15, status))
-    else:
-        parts.append(_NO_STATUS)
-    parts.append(_FLAGS[span.parent_remote])
-    body = b"".join(parts)
-    return _SPAN_FIELD + _size(len(body)) + body
+    out += (_SPAN_FIELD, _size(sum(map(len, parts))))
+    out += parts
 
 
 def encode_export(spans: Iterable[SpanRecord], resource: Attributes,
@@ -154,7 +197,10 @@ def encode_export(spans: Iterable[SpanRecord], resource: Attributes,
     """An `ExportTraceServiceRequest` of `spans`, all of one resource and one
     instrumentation scope (name, version)."""
     scope_message = _string(1, scope[0]) + _string(2, scope[1])
-    scope_spans = _len(1, scope_message) + b"".join([_span(s) for s in spans])
+    out: list[bytes] = []
+    for span in spans:
+        _span(span, out)
+    scope_spans = _len(1, scope_message) + b"".join(out)
     resource_spans = _len(1, _attributes(1, resource)) + _len(2, scope_spans)
     if schema_url:
         resource_spans += _string(3, schema_url)

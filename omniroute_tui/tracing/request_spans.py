@@ -3,12 +3,19 @@
 Each proxied request is a server span, continued from the client's trace context (the
 propagators of `OTEL_PROPAGATORS`: W3C `traceparent` and `tracestate` by default), and each
 attempt a client span under it whose context goes upstream in the attempt's own headers.
-An attempt's span starts on its `AttemptEvent` and is given its result on its
+
+While a request runs, its trace only records: the engine's events of the request, each
+with the time it came, an attempt's span id (made at once: its context goes upstream)
+and the provider's breaker state as the attempt began. When the request ends the record
+goes to the exporter, whose thread makes the spans from it (`_Trace.records`) and encodes
+them: the request's own thread pays for a list append an event, not for spans.
+
+An attempt's span starts at its `AttemptEvent` and is given its result at its
 `ResultEvent`; skips and waits are events of the request's span. The engine records a
 result right after its event, synchronously: the dedup and the breaker's move it causes
-come before any other event, so they are added to the attempt's span, which ends on the
-next event of another kind (or, for the attempt that served, with the request, once its
-answer's tokens are known).
+come before any other event of a request, so they are the attempt's. A failed attempt's
+span ends with its result; the span of the attempt whose result came last carries the
+answer's tokens, and, when it succeeded, ends with the request.
 """
 
 from __future__ import annotations
@@ -18,8 +25,8 @@ import random
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import propagate
 from opentelemetry.context import Context
@@ -40,11 +47,13 @@ from ..engine.events import (
     AttemptEvent,
     BreakerEvent,
     DedupEvent,
+    Event,
     ResponseEvent,
     ResultEvent,
     SkipEvent,
     WaitEvent,
 )
+from .otlp_wire import encode_attributes, encode_shared
 from .spans import CLIENT, ERROR, SERVER, Attributes, SpanRecord
 
 if TYPE_CHECKING:
@@ -103,21 +112,213 @@ def _new_id(bits: int) -> int:
     return value
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Trace:
-    """What one request's tracing holds while it runs (`span` None: not sampled)."""
+    """What one request's tracing records while it runs; its spans are made from it on
+    the export thread (`records`), once it has ended."""
 
+    request_id: str
     trace_id: int
     span_id: int
-    span: SpanRecord | None
+    parent_id: int  # the client's span (0: none)
+    name: str  # `POST /v1/chat/completions`
+    method: str
+    path: str
+    start_ns: int
     operation: str
     flags: TraceFlags
     state: TraceState
     state_header: str  # `state` as the `tracestate` header writes it
-    #: its attempts' spans not ended yet, by number (a stream's ends when the stream does)
-    attempts: dict[int, SpanRecord] = field(default_factory=dict)
+    sampled: bool
+    extra: Mapping[str, Any] | None  # the sampler's attributes
+    #: the request's events, each (when, event, its span id and the breaker's state
+    #: before it for an attempt: else 0 and "")
+    steps: list[tuple[int, Event, int, str]]
     current: int = 0  # the span id of the attempt sent last: its context goes upstream
-    served: SpanRecord | None = None  # the attempt whose answer the client is given
+    attempts: int = 0  # attempts recorded: a span each
+    route: str | None = None
+    usage: Usage | None = None
+    status: int | None = None  # the client's (None: abandoned)
+    end_ns: int = 0
+
+    def records(self) -> list[SpanRecord]:
+        """The request's span and its attempts' (run on the export thread)."""
+        trace_id = self.trace_id.to_bytes(16, "big")
+        own = self.span_id.to_bytes(8, "big")
+        varying: Attributes = {"omniroute.request_id": self.request_id}
+        if self.extra:
+            varying.update(self.extra)
+        server = SpanRecord(
+            trace_id, own, self.parent_id.to_bytes(8, "big") if self.parent_id else b"",
+            bool(self.parent_id), self.state_header, self.name, SERVER, self.start_ns,
+            varying, self.end_ns)
+        spans = [server]
+        opened: dict[int, tuple[int, AttemptEvent, int, str]] = {}
+        last: SpanRecord | None = None  # the attempt whose result came last
+        shared: Attributes = {}  # its attributes in its `encoded`
+        ok = False
+        response: ResponseEvent | None = None
+        for at_ns, event, span_id, before in self.steps:
+            if isinstance(event, AttemptEvent):
+                opened[event.n] = (at_ns, event, span_id, before)
+            elif isinstance(event, ResultEvent):
+                begun = opened.pop(event.n, None)
+                if begun is None:
+                    continue
+                start_ns, attempt, span_id, before = begun
+                key = (self.operation, attempt.model, attempt.provider, attempt.connection,
+                       attempt.n, attempt.probe, before, event.status, event.kind,
+                       event.reason)
+                kept = _ATTEMPTS.get(key)
+                if kept is None:
+                    kept = _keep(_ATTEMPTS, key, _attempt_shared(key))
+                name, encoded, shared, outcome = kept
+                ok = event.kind is None
+                last = SpanRecord(
+                    trace_id, span_id.to_bytes(8, "big"), own, False, self.state_header,
+                    name, CLIENT, start_ns, {"omniroute.why": attempt.why} if attempt.why
+                    else {}, at_ns, None, 0 if ok else ERROR, "" if ok else outcome, encoded)
+                spans.append(last)
+            elif isinstance(event, ResponseEvent):
+                response = event
+            elif isinstance(event, BreakerEvent | DedupEvent):
+                if last is None:
+                    continue
+                if last.encoded:  # this attempt's attributes are its own from here on
+                    last.attributes = {**shared, **last.attributes}
+                    last.encoded = b""
+                if isinstance(event, BreakerEvent):
+                    last.attributes["omniroute.breaker.after"] = event.to.value
+                    last.event("breaker", {
+                        "omniroute.from": event.from_.value, "omniroute.to": event.to.value,
+                        "omniroute.reason": event.reason.value}, at_ns)
+                else:
+                    last.event("dedup", {
+                        "omniroute.connection": event.connection,
+                        "omniroute.kind": event.kind.value,
+                        "omniroute.window": str(event.window)}, at_ns)
+                last.end_ns = at_ns
+            elif isinstance(event, SkipEvent):
+                skip: Attributes = {"omniroute.provider": event.provider,
+                                    "gen_ai.request.model": event.model,
+                                    "omniroute.reason": event.reason.value}
+                if event.retry_after_ms is not None:
+                    skip["omniroute.retry_after_ms"] = event.retry_after_ms
+                server.event("skip", skip, at_ns)
+            elif isinstance(event, WaitEvent):
+                server.event(f"wait {event.phase}", {
+                    "omniroute.delay_ms": event.delay_ms, "omniroute.target": event.target,
+                    "omniroute.reason": event.reason.value}, at_ns)
+        for _start_ns, attempt, span_id, before in opened.values():  # a stream cut short
+            attributes = _attempt_attributes(attempt.model, attempt.provider,
+                                             attempt.connection, attempt.n, attempt.probe,
+                                             before)
+            attributes["omniroute.outcome"] = "cancelled"
+            if attempt.why:
+                attributes["omniroute.why"] = attempt.why
+            spans.append(SpanRecord(
+                trace_id, span_id.to_bytes(8, "big"), own, False, self.state_header,
+                f"{self.operation} {attempt.model}", CLIENT, _start_ns, attributes,
+                self.end_ns))
+        if last is not None and ok:
+            last.end_ns = self.end_ns
+        status = self.status
+        if status is None:
+            varying["omniroute.abandoned"] = True
+        elif status >= 500:
+            server.status = ERROR
+        if response is not None and response.waited_ms:
+            varying["omniroute.waited_ms"] = response.waited_ms
+        shared_key = (self.method, self.path, self.route, status,
+                      None if response is None else response.attempts,
+                      None if response is None else response.served_by, bool(self.parent_id))
+        request_shared = _REQUESTS.get(shared_key)
+        server.encoded = request_shared if request_shared is not None else _keep(
+            _REQUESTS, shared_key, _request_shared(*shared_key))
+        usage = self.usage
+        if usage is not None:
+            counts = (usage.prompt_tokens, usage.completion_tokens)
+            tokens = _TOKENS.get(counts)
+            if tokens is None:
+                tokens = _keep(_TOKENS, counts, _tokens(*counts))
+            for span in (server, last):
+                if span is None:
+                    continue
+                if span.encoded:
+                    span.encoded += tokens[1]
+                else:
+                    span.attributes.update(tokens[0])
+        return spans
+
+
+#: the attributes many spans share, encoded once, by what decides them (an attempt's
+#: target, number, breaker and result; a request's endpoint, route, status and server):
+#: few in a gateway's traffic; cleared when full
+_SHARED_MAX = 4_096
+_ATTEMPTS: dict[tuple[Any, ...], tuple[str, bytes, Attributes, str]] = {}
+_REQUESTS: dict[tuple[Any, ...], bytes] = {}
+_TOKENS: dict[tuple[Any, ...], tuple[Attributes, bytes]] = {}
+_T = TypeVar("_T")
+
+
+def _keep(cache: dict[tuple[Any, ...], _T], key: tuple[Any, ...], value: _T) -> _T:
+    if len(cache) >= _SHARED_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def _tokens(prompt: int, completion: int) -> tuple[Attributes, bytes]:
+    """An answer's tokens as attributes, and encoded."""
+    attributes: Attributes = {"gen_ai.usage.input_tokens": prompt,
+                              "gen_ai.usage.output_tokens": completion}
+    return attributes, encode_attributes(attributes)
+
+
+def _attempt_attributes(model: str, provider: str, connection: str, n: int, probe: bool,
+                        before: str) -> Attributes:
+    attributes: Attributes = {
+        "gen_ai.request.model": model, "omniroute.provider": provider,
+        "omniroute.connection": connection, "omniroute.attempt": n,
+        "omniroute.breaker.before": before, "omniroute.breaker.after": before}
+    if probe:
+        attributes["omniroute.probe"] = True
+    return attributes
+
+
+def _attempt_shared(key: tuple[Any, ...]) -> tuple[str, bytes, Attributes, str]:
+    """An attempt's name, its shared attributes encoded and as they are, its outcome."""
+    operation, model, provider, connection, n, probe, before, status, failure, cut = key
+    attributes = _attempt_attributes(model, provider, connection, n, probe, before)
+    outcome = "ok" if failure is None else failure.value
+    attributes["http.response.status_code"] = status
+    attributes["omniroute.outcome"] = outcome
+    if failure is not None:
+        attributes["error.type"] = outcome
+    if cut is not None:
+        attributes["omniroute.stream_cut"] = str(cut)
+    name = f"{operation} {model}"
+    return name, encode_shared(name, CLIENT, attributes, 0 if failure is None else ERROR,
+                               "" if failure is None else outcome), attributes, outcome
+
+
+def _request_shared(method: str, path: str, route: str | None, status: int | None,
+                    attempts: int | None, served_by: str | None, remote: bool) -> bytes:
+    """A request's shared attributes, encoded."""
+    attributes: Attributes = {"http.request.method": method, "url.path": path}
+    if attempts is not None:
+        attributes["omniroute.attempts"] = attempts
+    if served_by is not None:
+        attributes["omniroute.served_by"] = served_by
+    if route is not None:
+        attributes["omniroute.route"] = route
+    if status is not None:
+        attributes["http.response.status_code"] = status
+        if status >= 500:
+            attributes["error.type"] = str(status)
+    return encode_shared(f"{method} {path}", SERVER, attributes,
+                         ERROR if status is not None and status >= 500 else 0,
+                         parent_remote=remote)
 
 
 class RequestTracing:
@@ -126,7 +327,7 @@ class RequestTracing:
     handed to `exporter` as they end. `w3c`: the propagators are the default ones
     (`tracecontext`, with or without `baggage`), whose headers are read and written here
     directly (a fifth of a traced request's cost through the propagation API); otherwise
-    the configured propagators do it."""
+    the configured propagators do it. Told from the event loop's thread only."""
 
     def __init__(self, engine: ResilienceEngine, exporter: SpanExporter,
                  sampler: Sampler | None = None, *, w3c: bool = True) -> None:
@@ -135,25 +336,22 @@ class RequestTracing:
         self._sampler = sampler
         self._w3c = w3c
         self._traces: dict[str, _Trace] = {}
-        #: the attempt whose result the engine is recording now: its span, provider and
-        #: request, and whether it succeeded (its answer is then the client's)
-        self._recording: tuple[SpanRecord, str, _Trace, bool] | None = None
+        #: the request whose attempt's result the engine is recording now, and the
+        #: attempt's provider: its dedup and its breaker's move are that attempt's
+        self._recording: tuple[_Trace, str] | None = None
         bus = engine.bus
         self._unsubscribe = [
             bus.on(AttemptEvent, self._attempt),
             bus.on(ResultEvent, self._result),
-            bus.on(SkipEvent, self._skip),
-            bus.on(WaitEvent, self._wait),
-            bus.on(DedupEvent, self._dedup),
-            bus.on(BreakerEvent, self._breaker),
-            bus.on(ResponseEvent, self._response),
+            bus.subscribe(self._step, SkipEvent, WaitEvent, ResponseEvent),
+            bus.subscribe(self._recorded, DedupEvent, BreakerEvent),
         ]
 
     # -- what the gateway tells -------------------------------------------------------------
 
     def begin(self, request_id: str, method: str, path: str,
               headers: Iterable[tuple[bytes, bytes]], endpoint: Endpoint) -> None:
-        """A request has come (its raw ASGI headers: names in lower case): its span,
+        """A request has come (its raw ASGI headers: names in lower case): its trace,
         continued from the client's trace context."""
         name = f"{method} {path}"
         context: Context | None = None
@@ -178,35 +376,26 @@ class RequestTracing:
                 parent = (found.trace_id, found.span_id, found.trace_flags)
                 state = found.trace_state
         trace_id = parent[0] if parent is not None else _new_id(128)
+        extra: Mapping[str, Any] | None = None
         if self._sampler is None:  # parent-based, always on
             sampled = parent is None or bool(parent[2] & TraceFlags.SAMPLED)
-            extra: Mapping[str, Any] = {}
         else:
             if context is None:
                 context = _context_of(parent, state)
             decision = self._sampler.should_sample(context, trace_id, name, SpanKind.SERVER)
             sampled = decision.decision.is_sampled()  # type: ignore[no-untyped-call]
             state = decision.trace_state or state
-            extra = decision.attributes or {}
-        span_id = _new_id(64)
-        state_header = "" if state is _EMPTY_STATE or not state else state.to_header()
-        span = None
-        if sampled:
-            attributes: Attributes = {"http.request.method": method, "url.path": path,
-                                      "omniroute.request_id": request_id}
-            if extra:
-                attributes.update(extra)
-            span = SpanRecord(
-                trace_id.to_bytes(16, "big"), span_id.to_bytes(8, "big"),
-                parent[1].to_bytes(8, "big") if parent is not None else b"",
-                parent is not None, state_header, name, SERVER, time.time_ns(), attributes)
+            extra = decision.attributes
         traces = self._traces
-        traces[request_id] = _Trace(trace_id, span_id, span, _OPERATIONS.get(endpoint, "chat"),
-                                    _SAMPLED if sampled else _NOT_SAMPLED, state,
-                                    state_header)
+        traces[request_id] = _Trace(
+            request_id, trace_id, _new_id(64), parent[1] if parent is not None else 0, name,
+            method, path, time.time_ns(), _OPERATIONS.get(endpoint, "chat"),
+            _SAMPLED if sampled else _NOT_SAMPLED, state,
+            "" if state is _EMPTY_STATE or not state else state.to_header(), sampled, extra,
+            [])
         if len(traces) > MAX_OPEN_TRACES:
             oldest = next(iter(traces))
-            self._end(oldest, traces.pop(oldest), None, abandoned=True)
+            self._end(traces.pop(oldest), None)
 
     def outbound(self, request_id: str) -> dict[str, str]:
         """The trace headers of the request's attempt being sent (none if untraced)."""
@@ -229,169 +418,78 @@ class RequestTracing:
         """Whether the request's spans are recorded (else its answer's tokens need not be
         read for them)."""
         trace = self._traces.get(request_id)
-        return trace is not None and trace.span is not None
+        return trace is not None and trace.sampled
 
     def route(self, request_id: str, route: str) -> None:
         """The route (or provider/model) the request asked for."""
         trace = self._traces.get(request_id)
-        if trace is not None and trace.span is not None:
-            trace.span.attributes["omniroute.route"] = route
+        if trace is not None:
+            trace.route = route
 
     def usage(self, request_id: str, usage: Usage) -> None:
         """The tokens the answer said it took: on the request's span and on the span of
         the attempt that served it."""
         trace = self._traces.get(request_id)
-        if trace is None or trace.span is None:
-            return
-        tokens = {"gen_ai.usage.input_tokens": usage.prompt_tokens,
-                  "gen_ai.usage.output_tokens": usage.completion_tokens}
-        trace.span.attributes.update(tokens)
-        recording = self._recording  # a stream's attempt, whose result came last
-        served = recording[0] if recording is not None and recording[2] is trace else (
-            trace.served)
-        if served is not None:
-            served.attributes.update(tokens)
+        if trace is not None:
+            trace.usage = usage
 
     def end(self, request_id: str, status: int) -> None:
         """The request is answered (a stream: its last byte sent or its client gone)."""
-        self._settle()
+        self._recording = None
         trace = self._traces.pop(request_id, None)
         if trace is not None:
-            self._end(request_id, trace, status)
+            self._end(trace, status)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """End what is open, send what is queued and stop (the gateway's exit; blocks for
         up to `timeout_s`: call it off the event loop)."""
-        self._settle()
+        self._recording = None
         for request_id in list(self._traces):
-            self._end(request_id, self._traces.pop(request_id), None, abandoned=True)
+            self._end(self._traces.pop(request_id), None)
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self.exporter.shutdown(timeout_s)
 
-    def _end(self, request_id: str, trace: _Trace, status: int | None, *,
-             abandoned: bool = False) -> None:
-        span = trace.span
-        if span is None:
+    def _end(self, trace: _Trace, status: int | None) -> None:
+        """The trace goes to the exporter (`status` None: it was never answered)."""
+        if not trace.sampled:
             return
-        now = time.time_ns()
-        add = self.exporter.add
-        for attempt in trace.attempts.values():  # a stream its client left, say
-            attempt.attributes["omniroute.outcome"] = "cancelled"
-            attempt.end_ns = now
-            add(attempt)
-        if trace.served is not None:
-            trace.served.end_ns = now
-            add(trace.served)
-        if status is not None:
-            span.attributes["http.response.status_code"] = status
-            if status >= 500:
-                span.status = ERROR
-                span.attributes["error.type"] = str(status)
-        if abandoned:
-            span.attributes["omniroute.abandoned"] = True
-            log.warning("the trace of request %s was ended unanswered", request_id)
-        span.end_ns = now
-        add(span)
+        if status is None:
+            log.warning("the trace of request %s was ended unanswered", trace.request_id)
+        trace.status = status
+        trace.end_ns = time.time_ns()
+        self.exporter.add(trace, 1 + trace.attempts)
 
     # -- what the engine tells --------------------------------------------------------------
 
-    def _settle(self) -> None:
-        """The result being recorded is recorded: its attempt's span ends, or, if it
-        served the request, waits for the answer's tokens and ends with the request."""
-        recording = self._recording
-        if recording is not None:
-            self._recording = None
-            span, _provider, trace, ok = recording
-            if ok:
-                trace.served = span
-            else:
-                span.end_ns = time.time_ns()
-                self.exporter.add(span)
-
     def _attempt(self, event: AttemptEvent) -> None:
-        self._settle()
+        self._recording = None
         trace = self._traces.get(event.request)
         if trace is None:
             return
         trace.current = span_id = _new_id(64)
-        if trace.span is None:
-            return
-        breaker = self._engine.breaker_state(event.provider).value
-        attributes: Attributes = {
-            "gen_ai.request.model": event.model, "omniroute.provider": event.provider,
-            "omniroute.connection": event.connection, "omniroute.attempt": event.n,
-            "omniroute.breaker.before": breaker, "omniroute.breaker.after": breaker}
-        if event.probe:
-            attributes["omniroute.probe"] = True
-        if event.why:
-            attributes["omniroute.why"] = event.why
-        trace.attempts[event.n] = SpanRecord(
-            trace.span.trace_id, span_id.to_bytes(8, "big"), trace.span.span_id, False,
-            trace.span.trace_state, f"{trace.operation} {event.model}", CLIENT,
-            time.time_ns(), attributes)
+        if trace.sampled:
+            trace.attempts += 1
+            trace.steps.append((time.time_ns(), event, span_id,
+                                self._engine.breaker_state(event.provider).value))
 
     def _result(self, event: ResultEvent) -> None:
-        self._settle()
         trace = self._traces.get(event.request)
-        if trace is None:
+        if trace is None or not trace.sampled:
+            self._recording = None
             return
-        span = trace.attempts.pop(event.n, None)
-        if span is None:
-            return
-        outcome = "ok" if event.kind is None else event.kind.value
-        attributes = span.attributes
-        attributes["http.response.status_code"] = event.status
-        attributes["omniroute.outcome"] = outcome
-        if event.kind is not None:
-            attributes["error.type"] = outcome
-            span.status, span.status_message = ERROR, outcome
-        if event.reason is not None:
-            attributes["omniroute.stream_cut"] = str(event.reason)
-        self._recording = (span, event.provider, trace, event.kind is None)  # see _settle
+        trace.steps.append((time.time_ns(), event, 0, ""))
+        self._recording = (trace, event.provider)
 
-    def _skip(self, event: SkipEvent) -> None:
-        self._settle()
-        trace = self._traces.get(event.request)
-        if trace is not None and trace.span is not None:
-            attributes: Attributes = {"omniroute.provider": event.provider,
-                                      "gen_ai.request.model": event.model,
-                                      "omniroute.reason": event.reason.value}
-            if event.retry_after_ms is not None:
-                attributes["omniroute.retry_after_ms"] = event.retry_after_ms
-            trace.span.event("skip", attributes)
+    def _step(self, event: Event) -> None:
+        """A skip, a wait or the response: the request's span's."""
+        self._recording = None
+        trace = self._traces.get(event.request)  # type: ignore[attr-defined]
+        if trace is not None and trace.sampled:
+            trace.steps.append((time.time_ns(), event, 0, ""))
 
-    def _wait(self, event: WaitEvent) -> None:
-        self._settle()
-        trace = self._traces.get(event.request)
-        if trace is not None and trace.span is not None:
-            trace.span.event(f"wait {event.phase}", {
-                "omniroute.delay_ms": event.delay_ms, "omniroute.target": event.target,
-                "omniroute.reason": event.reason.value})
-
-    def _dedup(self, event: DedupEvent) -> None:
+    def _recorded(self, event: Event) -> None:
+        """A dedup or a breaker's move: the attempt's whose result is being recorded."""
         recording = self._recording
-        if recording is not None and recording[1] == event.provider:
-            recording[0].event("dedup", {
-                "omniroute.connection": event.connection, "omniroute.kind": event.kind.value,
-                "omniroute.window": str(event.window)})
-
-    def _breaker(self, event: BreakerEvent) -> None:
-        recording = self._recording
-        if recording is not None and recording[1] == event.provider:
-            span = recording[0]
-            span.attributes["omniroute.breaker.after"] = event.to.value
-            span.event("breaker", {
-                "omniroute.from": event.from_.value, "omniroute.to": event.to.value,
-                "omniroute.reason": event.reason.value})
-
-    def _response(self, event: ResponseEvent) -> None:
-        self._settle()
-        trace = self._traces.get(event.request)
-        if trace is not None and trace.span is not None:
-            attributes = trace.span.attributes
-            attributes["omniroute.attempts"] = event.attempts
-            if event.waited_ms:
-                attributes["omniroute.waited_ms"] = event.waited_ms
-            if event.served_by is not None:
-                attributes["omniroute.served_by"] = event.served_by
+        if recording is not None and recording[1] == event.provider:  # type: ignore[attr-defined]
+            recording[0].steps.append((time.time_ns(), event, 0, ""))

@@ -1,7 +1,7 @@
-"""A span as the gateway records it: plain data, written once when it ends and read by the
-exporter's thread, which encodes it (`otlp_wire`). The SDK's span objects cost the gateway
-more than a request's routing (docs/tracing.md, "What tracing costs"); this holds what the
-OTLP message needs and nothing more."""
+"""A span as the gateway makes it: plain data, made on the exporter's thread from what a
+request recorded (`request_spans`) and encoded there (`otlp_wire`). The SDK's span objects
+cost the gateway more than a request's routing (docs/tracing.md, "What tracing costs");
+this holds what the OTLP message needs and nothing more."""
 
 from __future__ import annotations
 
@@ -34,9 +34,17 @@ class SpanRecord:
     events: list[tuple[int, str, Attributes]] | None = None  # made by the first
     status: int = 0  # unset
     status_message: str = ""
+    #: what the span shares with many others, encoded once for them all
+    #: (`otlp_wire.encode_shared`): then its name, kind, status and whether its parent is
+    #: remote are written from this, and its `attributes` are those it has alone
+    encoded: bytes = b""
 
-    def event(self, name: str, attributes: Attributes) -> None:
-        """An event of the span, now."""
+    def event(self, name: str, attributes: Attributes, at_ns: int | None = None) -> None:
+        """An event of the span, at `at_ns` (None: now)."""
         if self.events is None:
             self.events = []
-        self.events.append((time.time_ns(), name, attributes))
+        self.events.append((time.time_ns() if at_ns is None else at_ns, name, attributes))
+
+    def records(self) -> tuple[SpanRecord]:
+        """Itself: what the exporter asks of everything it is given (`Exported`)."""
+        return (self,)
