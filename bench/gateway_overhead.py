@@ -261,6 +261,9 @@ async def throughput(gateway: str, clients: int, seconds: float, body: dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure the sequential requests this many times, each round's "
+                             "CPU a request printed (a shared machine's noise: the median)")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--baseline", metavar="TREE", type=Path,
@@ -338,11 +341,17 @@ def main() -> None:
             gateways = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
             for url in gateways.values():
                 wait_until_up(f"{url}/health")
-            before = {name: cpu_s(pid) for name, pid in pids.items()}
             body = dict(BODY, stream=True) if args.stream else BODY
-            ms = asyncio.run(latencies(direct, gateways, args.requests, body))
-            cpu_us = {name: (cpu_s(pid) - before[name]) / (args.requests + 50) * 1e6
-                      for name, pid in pids.items()}
+            ms: dict[str, list[float]] = {}
+            rounds: list[dict[str, float]] = []  # CPU µs a request, each gateway, each round
+            for _ in range(args.rounds):
+                before = {name: cpu_s(pid) for name, pid in pids.items()}
+                for name, values in asyncio.run(latencies(direct, gateways, args.requests,
+                                                          body)).items():
+                    ms.setdefault(name, []).extend(values)
+                rounds.append({name: (cpu_s(pid) - before[name]) / (args.requests + 50) * 1e6
+                               for name, pid in pids.items()})
+            cpu_us = {name: statistics.mean(r[name] for r in rounds) for name in pids}
             counted = scraped_requests(gateways["metrics"])
             if args.tracing:
                 stop(procs[-2:])  # each gateway's exit sends its last batch
@@ -377,7 +386,8 @@ def main() -> None:
     print(f"  metrics on against off: CPU {cpu_us['metrics']:,.0f} against "
           f"{cpu_us['gateway']:,.0f} µs a request "
           f"({cpu_us['metrics'] / cpu_us['gateway'] - 1:+.1%}; target within 5 %); "
-          f"/metrics counted {counted:,} of the {args.requests + 50:,} requests sent")
+          f"/metrics counted {counted:,} of the {(args.requests + 50) * args.rounds:,} "
+          "requests sent")
     if "tracing" in ms:
         received = len(spans_text.splitlines())
         print(f"  tracing on against off: CPU {cpu_us['tracing']:,.0f} against "
@@ -385,8 +395,14 @@ def main() -> None:
               f"({cpu_us['tracing'] / cpu_us['gateway'] - 1:+.1%}); with metrics on in both: "
               f"{cpu_us['tracing_metrics']:,.0f} against {cpu_us['metrics']:,.0f} µs "
               f"({cpu_us['tracing_metrics'] / cpu_us['metrics'] - 1:+.1%}); target within "
-              f"5 %; the receiver got {received:,} spans for 2 x {args.requests + 50:,} "
-              "requests")
+              f"5 %; the receiver got {received:,} spans for 2 x "
+              f"{(args.requests + 50) * args.rounds:,} requests")
+        if args.rounds > 1:
+            off = [r["tracing"] / r["gateway"] - 1 for r in rounds]
+            on = [r["tracing_metrics"] / r["metrics"] - 1 for r in rounds]
+            print(f"  each round: {', '.join(f'{x:+.1%}' for x in off)} (metrics off), "
+                  f"{', '.join(f'{x:+.1%}' for x in on)} (on); medians "
+                  f"{statistics.median(off):+.1%} and {statistics.median(on):+.1%}")
     for name, base, what in (("keys", "gateway", "client keys on against off"),
                              ("keys_redis", "fleet", "a fleet replica's client keys (in "
                               "Redis) against the same replica without")):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -24,7 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from omniroute_tui.tracing.exporter import ExportSettings, SettingsError, SpanExporter
-from omniroute_tui.tracing.otlp_wire import encode_export
+from omniroute_tui.tracing.otlp_wire import encode_attributes, encode_export, encode_shared
 from omniroute_tui.tracing.spans import CLIENT, ERROR, SERVER, SpanRecord
 from simulator.otlp_receiver import receiving
 
@@ -79,6 +80,27 @@ def test_any_spans_are_the_message_the_exporters_encoder_builds(
         records, dict(resource.attributes), SCOPE))  # type: ignore[arg-type]
     theirs = encode_spans([the_exporters(span, resource) for span in records])
     assert ours == theirs
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(spans(), min_size=1, max_size=5), st.data())
+def test_a_span_written_from_its_encoded_part_is_the_same_message(
+        records: list[SpanRecord], data: st.DataObject) -> None:
+    """The gateway's spans carry their shared part encoded (`encode_shared`) and some or
+    all of their attributes encoded after it; written so, each is the span it was."""
+    whole = ExportTraceServiceRequest.FromString(encode_export(records, {}, SCOPE))
+    shared = []
+    for span in records:
+        names = list(span.attributes)
+        cut = data.draw(st.integers(0, len(names)))  # the first `cut` are the shared ones
+        alone = data.draw(st.integers(cut, len(names)))  # then encoded, alone; the rest kept
+        encoded = encode_shared(span.name, span.kind, {k: span.attributes[k] for k in
+                                                       names[:cut]},
+                                span.status, span.status_message, span.parent_remote)
+        encoded += encode_attributes({k: span.attributes[k] for k in names[cut:alone]})
+        shared.append(replace(span, encoded=encoded,
+                              attributes={k: span.attributes[k] for k in names[alone:]}))
+    assert ExportTraceServiceRequest.FromString(encode_export(shared, {}, SCOPE)) == whole
 
 
 @pytest.mark.parametrize(("environ", "problem"), [

@@ -258,6 +258,12 @@ def test_the_start_line_says_where_traces_go_without_credentials() -> None:
     assert _traced(None).startswith("no traces")
 
 
+def decoded(spans: list[SpanRecord]) -> list[ReceivedSpan]:
+    """The spans as a receiver has them."""
+    return spans_of(ExportTraceServiceRequest.FromString(
+        encode_export(spans, {"service.name": "t"}, ("omniroute_tui", "0"))))
+
+
 class Kept:
     """An exporter that keeps the spans of what it is given."""
 
@@ -281,7 +287,7 @@ def test_a_request_never_ended_is_ended_abandoned_once_the_table_is_full() -> No
     tracing = RequestTracing(engine, kept, ALWAYS_ON)  # type: ignore[arg-type]
     for n in range(MAX_OPEN_TRACES + 1):
         tracing.begin(f"r{n}", "POST", "/v1/chat/completions", {}, Endpoint.CHAT)
-    (ended,) = kept.spans
+    (ended,) = decoded(kept.spans)
     assert ended.attributes["omniroute.request_id"] == "r0"
     assert ended.attributes["omniroute.abandoned"] is True
     tracing.end("r0", 200)  # too late: nothing more, nothing raised
@@ -398,8 +404,7 @@ def test_the_spans_made_on_the_export_thread_hold_every_attribute_and_event() ->
     tracing.end("r3", 503)  # its attempt never had a result: a stream its client left
     tracing.begin("r4", "POST", "/v1/embeddings", [], Endpoint.EMBEDDINGS)
     tracing.shutdown()  # never answered: abandoned
-    received = spans_of(ExportTraceServiceRequest.FromString(
-        encode_export(kept.spans, {"service.name": "t"}, ("omniroute_tui", "0"))))
+    received = decoded(kept.spans)
     by_request = {}
     for span in received:
         if span.kind == "server":
@@ -451,3 +456,29 @@ def test_the_spans_made_on_the_export_thread_hold_every_attribute_and_event() ->
     assert abandoned.attributes["omniroute.abandoned"] is True
     assert "http.response.status_code" not in abandoned.attributes
     assert len(received) == 3 + 3 + 2 + 1
+
+
+def test_what_spans_share_is_kept_within_its_bound_whatever_the_clients_send() -> None:
+    """A client choosing a new model name, route or token count each time (provider/model
+    passes through) churns the kept encodings; they stay within their bound."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    from omniroute_tui.tracing import request_spans
+
+    engine, _clock, _rec = make_engine()
+    kept = Kept()
+    tracing = RequestTracing(engine, kept, ALWAYS_ON)  # type: ignore[arg-type]
+    for n in range(request_spans._SHARED_MAX + 50):
+        request_id = f"r{n}"
+        tracing.begin(request_id, "POST", "/v1/chat/completions", [], Endpoint.CHAT)
+        engine.bus.emit(AttemptEvent(1, request_id, 1, "beta", "x", f"m{n}", False))
+        engine.bus.emit(ResultEvent(2, request_id, 1, "beta", "x", f"m{n}", 200, None, 1))
+        tracing.route(request_id, f"beta/m{n}")
+        tracing.usage(request_id, Usage(n, n))
+        tracing.end(request_id, 200)
+    tracing.shutdown()
+    for cache in (request_spans._ATTEMPTS, request_spans._REQUESTS, request_spans._TOKENS):
+        assert 0 < len(cache) <= request_spans._SHARED_MAX
+    last = decoded(kept.spans[-2:])
+    assert {s.attributes["gen_ai.request.model"] for s in last if s.kind == "client"} == {
+        f"m{request_spans._SHARED_MAX + 49}"}

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["MAX_TOKENS", "Usage", "usage_of"]
 
 #: an answer that claims more tokens than this is not believed (nor counted)
 MAX_TOKENS = 100_000_000
-_DECODER = json.JSONDecoder()
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _KEY = b'"usage"'
 #: the names of the two counts: OpenAI's, then Anthropic's
 _NAMES = (("prompt_tokens", "completion_tokens"), ("input_tokens", "output_tokens"))
 
 
-@dataclass(frozen=True)
-class Usage:
+class Usage(NamedTuple):
+    """The two counts (a tuple: made at every answer, five times cheaper than a frozen
+    dataclass)."""
+
     prompt_tokens: int
     completion_tokens: int
 
@@ -36,9 +37,9 @@ def usage_of(content: bytes, previous: Usage | None = None) -> Usage | None:
     start = content.find(b"{", at + len(_KEY))
     if start < 0 or content[at + len(_KEY):start].strip() != b":":
         return None
-    try:
-        value, _ = _DECODER.raw_decode(content[start:].decode("utf-8"))
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the stack
+    try:  # the decoder's scanner itself: `raw_decode` is a Python call around it
+        value, _ = _SCAN(content[start:].decode("utf-8"), 0)
+    except (ValueError, RecursionError, StopIteration):  # not JSON, not UTF-8, too deep
         return None
     return _counts(value, previous)
 

@@ -139,6 +139,9 @@ class SpanExporter:
         self._wake = threading.Event()
         self._idle = threading.Event()  # nothing queued or being sent
         self._idle.set()
+        #: whether `_idle` may be set, as the adding thread saw it last: a plain flag,
+        #: not the event's own (a call) at every add
+        self._idle_set = True
         self._stopping = False
         self._url = urlsplit(settings.endpoint)
         self._connection: http.client.HTTPConnection | None = None
@@ -160,7 +163,8 @@ class SpanExporter:
         if self._added - self._taken + spans > self.settings.max_queue:
             self.dropped += spans
             return
-        if self._idle.is_set():
+        if self._idle_set:
+            self._idle_set = False
             self._idle.clear()
         self._queue.append((item, spans))
         self._added += spans
@@ -217,8 +221,10 @@ class SpanExporter:
                     self._unmade += 1
             for start in range(0, len(records), size):
                 self._send(records[start:start + size])
+        self._idle_set = True
         self._idle.set()
         if queue:  # added while the event was being set: the next round takes them
+            self._idle_set = False
             self._idle.clear()
             self._wake.set()
 

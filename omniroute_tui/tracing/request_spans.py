@@ -53,7 +53,7 @@ from ..engine.events import (
     SkipEvent,
     WaitEvent,
 )
-from .otlp_wire import encode_attributes, encode_shared
+from .otlp_wire import encode_attribute, encode_attributes, encode_shared
 from .spans import CLIENT, ERROR, SERVER, Attributes, SpanRecord
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class _Trace:
     method: str
     path: str
     start_ns: int
-    operation: str
+    endpoint: Endpoint  # its operation's name is the export thread's to look up
     flags: TraceFlags
     state: TraceState
     state_header: str  # `state` as the `tracestate` header writes it
@@ -145,9 +145,7 @@ class _Trace:
         """The request's span and its attempts' (run on the export thread)."""
         trace_id = self.trace_id.to_bytes(16, "big")
         own = self.span_id.to_bytes(8, "big")
-        varying: Attributes = {"omniroute.request_id": self.request_id}
-        if self.extra:
-            varying.update(self.extra)
+        varying: Attributes = dict(self.extra) if self.extra else {}  # the request's own
         server = SpanRecord(
             trace_id, own, self.parent_id.to_bytes(8, "big") if self.parent_id else b"",
             bool(self.parent_id), self.state_header, self.name, SERVER, self.start_ns,
@@ -156,8 +154,10 @@ class _Trace:
         opened: dict[int, tuple[int, AttemptEvent, int, str]] = {}
         last: SpanRecord | None = None  # the attempt whose result came last
         shared: Attributes = {}  # its attributes in its `encoded`
+        why: str | None = None  # and its strategy's why
         ok = False
         response: ResponseEvent | None = None
+        operation = _OPERATIONS.get(self.endpoint, "chat")
         for at_ns, event, span_id, before in self.steps:
             if isinstance(event, AttemptEvent):
                 opened[event.n] = (at_ns, event, span_id, before)
@@ -166,7 +166,7 @@ class _Trace:
                 if begun is None:
                     continue
                 start_ns, attempt, span_id, before = begun
-                key = (self.operation, attempt.model, attempt.provider, attempt.connection,
+                key = (operation, attempt.model, attempt.provider, attempt.connection,
                        attempt.n, attempt.probe, before, event.status, event.kind,
                        event.reason)
                 kept = _ATTEMPTS.get(key)
@@ -174,10 +174,12 @@ class _Trace:
                     kept = _keep(_ATTEMPTS, key, _attempt_shared(key))
                 name, encoded, shared, outcome = kept
                 ok = event.kind is None
+                why = attempt.why
                 last = SpanRecord(
                     trace_id, span_id.to_bytes(8, "big"), own, False, self.state_header,
-                    name, CLIENT, start_ns, {"omniroute.why": attempt.why} if attempt.why
-                    else {}, at_ns, None, 0 if ok else ERROR, "" if ok else outcome, encoded)
+                    name, CLIENT, start_ns, {}, at_ns, None, 0 if ok else ERROR,
+                    "" if ok else outcome,
+                    encoded + encode_attribute("omniroute.why", why) if why else encoded)
                 spans.append(last)
             elif isinstance(event, ResponseEvent):
                 response = event
@@ -185,7 +187,9 @@ class _Trace:
                 if last is None:
                     continue
                 if last.encoded:  # this attempt's attributes are its own from here on
-                    last.attributes = {**shared, **last.attributes}
+                    last.attributes = dict(shared)
+                    if why:
+                        last.attributes["omniroute.why"] = why
                     last.encoded = b""
                 if isinstance(event, BreakerEvent):
                     last.attributes["omniroute.breaker.after"] = event.to.value
@@ -218,7 +222,7 @@ class _Trace:
                 attributes["omniroute.why"] = attempt.why
             spans.append(SpanRecord(
                 trace_id, span_id.to_bytes(8, "big"), own, False, self.state_header,
-                f"{self.operation} {attempt.model}", CLIENT, _start_ns, attributes,
+                f"{operation} {attempt.model}", CLIENT, _start_ns, attributes,
                 self.end_ns))
         if last is not None and ok:
             last.end_ns = self.end_ns
@@ -233,8 +237,13 @@ class _Trace:
                       None if response is None else response.attempts,
                       None if response is None else response.served_by, bool(self.parent_id))
         request_shared = _REQUESTS.get(shared_key)
-        server.encoded = request_shared if request_shared is not None else _keep(
-            _REQUESTS, shared_key, _request_shared(*shared_key))
+        if request_shared is None:
+            request_shared = _keep(_REQUESTS, shared_key, _request_shared(*shared_key))
+        server.encoded = request_shared + encode_attribute("omniroute.request_id",
+                                                           self.request_id)
+        if varying:  # its own, encoded too
+            server.encoded += encode_attributes(varying)
+            server.attributes = {}
         usage = self.usage
         if usage is not None:
             counts = (usage.prompt_tokens, usage.completion_tokens)
@@ -375,7 +384,7 @@ class RequestTracing:
             if found.is_valid:
                 parent = (found.trace_id, found.span_id, found.trace_flags)
                 state = found.trace_state
-        trace_id = parent[0] if parent is not None else _new_id(128)
+        trace_id = parent[0] if parent is not None else _random_bits(128) or _new_id(128)
         extra: Mapping[str, Any] | None = None
         if self._sampler is None:  # parent-based, always on
             sampled = parent is None or bool(parent[2] & TraceFlags.SAMPLED)
@@ -388,8 +397,8 @@ class RequestTracing:
             extra = decision.attributes
         traces = self._traces
         traces[request_id] = _Trace(
-            request_id, trace_id, _new_id(64), parent[1] if parent is not None else 0, name,
-            method, path, time.time_ns(), _OPERATIONS.get(endpoint, "chat"),
+            request_id, trace_id, _random_bits(64) or _new_id(64),
+            parent[1] if parent is not None else 0, name, method, path, time.time_ns(), endpoint,
             _SAMPLED if sampled else _NOT_SAMPLED, state,
             "" if state is _EMPTY_STATE or not state else state.to_header(), sampled, extra,
             [])
@@ -467,7 +476,7 @@ class RequestTracing:
         trace = self._traces.get(event.request)
         if trace is None:
             return
-        trace.current = span_id = _new_id(64)
+        trace.current = span_id = _random_bits(64) or _new_id(64)  # 0 is no id
         if trace.sampled:
             trace.attempts += 1
             trace.steps.append((time.time_ns(), event, span_id,

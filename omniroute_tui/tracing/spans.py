@@ -34,9 +34,9 @@ class SpanRecord:
     events: list[tuple[int, str, Attributes]] | None = None  # made by the first
     status: int = 0  # unset
     status_message: str = ""
-    #: what the span shares with many others, encoded once for them all
-    #: (`otlp_wire.encode_shared`): then its name, kind, status and whether its parent is
-    #: remote are written from this, and its `attributes` are those it has alone
+    #: the span's name, kind, status, flags and attributes already encoded: what it shares
+    #: with many others, encoded once for them all (`otlp_wire.encode_shared`), and what
+    #: it has alone (`encode_attributes`); its `attributes` are then any more it has
     encoded: bytes = b""
 
     def event(self, name: str, attributes: Attributes, at_ns: int | None = None) -> None:
