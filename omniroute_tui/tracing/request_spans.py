@@ -121,12 +121,10 @@ class _Trace:
     trace_id: int
     span_id: int
     parent_id: int  # the client's span (0: none)
-    name: str  # `POST /v1/chat/completions`
     method: str
     path: str
     start_ns: int
     endpoint: Endpoint  # its operation's name is the export thread's to look up
-    flags: TraceFlags
     state: TraceState
     state_header: str  # `state` as the `tracestate` header writes it
     sampled: bool
@@ -148,8 +146,8 @@ class _Trace:
         varying: Attributes = dict(self.extra) if self.extra else {}  # the request's own
         server = SpanRecord(
             trace_id, own, self.parent_id.to_bytes(8, "big") if self.parent_id else b"",
-            bool(self.parent_id), self.state_header, self.name, SERVER, self.start_ns,
-            varying, self.end_ns)
+            bool(self.parent_id), self.state_header, f"{self.method} {self.path}", SERVER,
+            self.start_ns, varying, self.end_ns)
         spans = [server]
         opened: dict[int, tuple[int, AttemptEvent, int, str]] = {}
         last: SpanRecord | None = None  # the attempt whose result came last
@@ -362,7 +360,6 @@ class RequestTracing:
               headers: Iterable[tuple[bytes, bytes]], endpoint: Endpoint) -> None:
         """A request has come (its raw ASGI headers: names in lower case): its trace,
         continued from the client's trace context."""
-        name = f"{method} {path}"
         context: Context | None = None
         state = _EMPTY_STATE
         if self._w3c:
@@ -391,15 +388,16 @@ class RequestTracing:
         else:
             if context is None:
                 context = _context_of(parent, state)
-            decision = self._sampler.should_sample(context, trace_id, name, SpanKind.SERVER)
+            decision = self._sampler.should_sample(context, trace_id, f"{method} {path}",
+                                                   SpanKind.SERVER)
             sampled = decision.decision.is_sampled()  # type: ignore[no-untyped-call]
             state = decision.trace_state or state
             extra = decision.attributes
         traces = self._traces
         traces[request_id] = _Trace(
             request_id, trace_id, _random_bits(64) or _new_id(64),
-            parent[1] if parent is not None else 0, name, method, path, time.time_ns(), endpoint,
-            _SAMPLED if sampled else _NOT_SAMPLED, state,
+            parent[1] if parent is not None else 0, method, path, time.time_ns(), endpoint,
+            state,
             "" if state is _EMPTY_STATE or not state else state.to_header(), sampled, extra,
             [])
         if len(traces) > MAX_OPEN_TRACES:
@@ -414,11 +412,12 @@ class RequestTracing:
         span_id = trace.current or trace.span_id
         if self._w3c:
             headers = {"traceparent": f"00-{trace.trace_id:032x}-{span_id:016x}-"
-                                      f"{trace.flags:02x}"}
+                                      f"{'01' if trace.sampled else '00'}"}  # the flags
             if trace.state_header:
                 headers["tracestate"] = trace.state_header
             return headers
-        context = SpanContext(trace.trace_id, span_id, False, trace.flags, trace.state)
+        context = SpanContext(trace.trace_id, span_id, False,
+                              _SAMPLED if trace.sampled else _NOT_SAMPLED, trace.state)
         carrier: dict[str, str] = {}
         propagate.inject(carrier, set_span_in_context(NonRecordingSpan(context)))
         return carrier
