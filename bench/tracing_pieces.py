@@ -3,7 +3,8 @@ OpenTelemetry traces, with each piece of the tracing taken out in turn, under va
 callgrind (steady on a busy machine, where the CPU time of `gateway_overhead.py --tracing`
 moves by more than the pieces weigh).
 
-Each variant is a gateway (`gateway: {metrics: public}`, the simulator's fake upstream, the
+Each variant is a gateway (`gateway: {metrics: public}`, or `off` with `--metrics-off`; the
+simulator's fake upstream, the
 simulator's OTLP receiver) started under callgrind with instrumentation off and a fixed
 hash seed (its dicts' layout, and so its counts, the same from run to run); after 100
 requests to warm it, instrumentation is switched on for `--requests` sequential requests
@@ -50,7 +51,7 @@ def patched_gateway(variant: str) -> int:
 
     pieces = set(variant.split(","))
     if "no-export" in pieces:
-        SpanExporter.add = lambda self, item, spans=1: None  # type: ignore[method-assign,misc,assignment]
+        SpanExporter.add = lambda self, item, spans=1: None  # type: ignore[method-assign,misc]
     if "no-context" in pieces:
         RequestTracing.outbound = lambda self, request_id: {}  # type: ignore[method-assign]
     if "no-usage" in pieces:
@@ -115,6 +116,9 @@ def main() -> None:
         sys.exit(patched_gateway(variant))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--metrics-off", action="store_true",
+                        help="the gateways without metrics (the answer's usage then read "
+                             "for the trace alone)")
     parser.add_argument("--variants", default=";".join(VARIANTS),
                         help="which, separated by ';'")
     args = parser.parse_args()
@@ -126,14 +130,16 @@ def main() -> None:
         try:
             overhead.wait_for_file(config)
             data = yaml.safe_load(config.read_text())
-            data["gateway"] = {**(data.get("gateway") or {}), "metrics": "public"}
+            data["gateway"] = {**(data.get("gateway") or {}),
+                               "metrics": "off" if args.metrics_off else "public"}
             config.write_text(yaml.safe_dump(data))
             receiver = overhead.free_port()
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "simulator.otlp_receiver", "--port", str(receiver),
                  "--out", str(folder / "spans.jsonl")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            print(f"instructions a request, {args.requests} sequential requests, metrics on:")
+            print(f"instructions a request, {args.requests} sequential requests, metrics "
+                  f"{'off' if args.metrics_off else 'on'}:")
             base: float | None = None
             for variant in args.variants.split(";"):
                 ir = measure(variant, config, receiver, args.requests, folder)
