@@ -248,8 +248,35 @@ async def test_a_record_whose_spans_cannot_be_made_is_counted_logged_once_and_pa
             await asyncio.to_thread(exporter.shutdown)
     assert sorted(span.name for span in receiver.spans) == [f"s{n}" for n in range(6)]
     assert (exporter.exported, exporter.failed, exporter.dropped) == (6, 4, 0)
-    assert caplog.text.count("making the spans of a request failed") == 1
+    assert caplog.text.count("Traceback") == 1  # the first; the second a line
+    assert "making the spans of a request failed: 2 span(s) not sent" in caplog.text
+    assert "making the spans of a request failed again: 2 span(s)" in caplog.text
     assert "KeyError" in caplog.text
+
+
+async def test_a_batch_that_cannot_be_written_is_counted_and_the_next_one_sent(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in writing one batch costs that batch (counted failed), not the thread, the
+    batches after it or `flush`."""
+    where = "omniroute_tui.tracing.exporter.encode_export"
+
+    def fails_once(batch: list[SpanRecord], *args: object) -> bytes:
+        monkeypatch.setattr(where, encode_export)
+        raise ValueError("a span nobody can write")
+
+    monkeypatch.setattr(where, fails_once)
+    async with receiving() as receiver:
+        exporter = SpanExporter(ExportSettings(f"{receiver.endpoint}/v1/traces",
+                                               max_batch=2), {}, SCOPE)
+        with caplog.at_level(logging.WARNING, "omniroute.tracing"):
+            for n in range(4):
+                exporter.add(record(n))
+            assert await asyncio.to_thread(exporter.flush)
+            assert exporter.alive
+            await asyncio.to_thread(exporter.shutdown)
+    assert (exporter.exported, exporter.failed) == (2, 2)
+    assert sorted(span.name for span in receiver.spans) == ["s2", "s3"]
+    assert "writing a batch of spans failed: 2 span(s) not sent" in caplog.text
 
 
 def test_the_queue_bound_counts_spans_not_requests() -> None:

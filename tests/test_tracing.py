@@ -39,7 +39,7 @@ from omniroute_tui.engine.kinds import (
     SkipReason,
 )
 from omniroute_tui.tracing import MAX_OPEN_TRACES, RequestTracing, tracing_from_env
-from omniroute_tui.tracing.exporter import Exported
+from omniroute_tui.tracing.exporter import Exported, ExportSettings, SpanExporter
 from omniroute_tui.tracing.otlp_wire import encode_export
 from omniroute_tui.tracing.spans import SpanRecord
 from simulator.otlp_receiver import ReceivedSpan, Receiving, receiving, spans_of
@@ -482,3 +482,85 @@ def test_what_spans_share_is_kept_within_its_bound_whatever_the_clients_send() -
     last = decoded(kept.spans[-2:])
     assert {s.attributes["gen_ai.request.model"] for s in last if s.kind == "client"} == {
         f"m{request_spans._SHARED_MAX + 49}"}
+
+
+async def test_a_lone_surrogate_from_a_client_costs_no_other_requests_spans() -> None:
+    """`{"model": "beta/\\ud800"}` is JSON: the text reaches skip and wait events, written
+    only when the batch is. It is written as `?`, and every span of the batch is sent."""
+    engine, _clock, _rec = make_engine()
+    async with receiving() as receiver:
+        exporter = SpanExporter(ExportSettings(f"{receiver.endpoint}/v1/traces",
+                                               schedule_delay_s=3600), {}, ("s", "0"))
+        tracing = RequestTracing(engine, exporter)
+        emit = engine.bus.emit
+        tracing.begin("ok", "POST", "/v1/chat/completions", [], Endpoint.CHAT)
+        emit(AttemptEvent(1, "ok", 1, "beta", "x", "m", False))
+        emit(ResultEvent(2, "ok", 1, "beta", "x", "m", 200, None, 1))
+        tracing.end("ok", 200)
+        tracing.begin("evil", "POST", "/v1/chat/completions", [], Endpoint.CHAT)
+        emit(SkipEvent(3, "evil", "beta", "\ud800", SkipReason.ALL_COOLING, 1000))
+        emit(WaitEvent(3, "evil", "start", 1000, "beta/\ud800", SkipReason.ALL_COOLING))
+        emit(AttemptEvent(4, "evil", 1, "beta", "x", "\ud800", False))
+        tracing.end("evil", 499)  # its client left while its attempt ran
+        assert await asyncio.to_thread(exporter.flush, 5)
+        await asyncio.to_thread(tracing.shutdown, 5)
+    assert (exporter.exported, exporter.failed, exporter.dropped) == (4, 0, 0)
+    evil = next(s for s in receiver.spans if s.attributes.get("omniroute.request_id") == "evil")
+    assert evil.events[0][1]["gen_ai.request.model"] == "?"
+    assert any(s.name == "chat ?" for s in receiver.spans)
+
+
+def test_a_result_not_of_this_trace_moves_none_of_its_attempts() -> None:
+    """Two requests under one client-chosen `x-request-id`: the first's result and the
+    breaker move it caused on `alpha` are not the second's attempt on `beta`."""
+    engine, _clock, _rec = make_engine()
+    kept = Kept()
+    tracing = RequestTracing(engine, kept)  # type: ignore[arg-type]
+    emit = engine.bus.emit
+    tracing.begin("X", "POST", "/v1/chat/completions", [], Endpoint.CHAT)
+    emit(AttemptEvent(1, "X", 1, "alpha", "a", "m", False))
+    tracing.begin("X", "POST", "/v1/chat/completions", [], Endpoint.CHAT)
+    emit(AttemptEvent(2, "X", 1, "beta", "x", "m", False))
+    emit(ResultEvent(3, "X", 1, "beta", "x", "m", 500, FailureKind.SERVER_ERROR, 1))
+    emit(ResponseEvent(3, "X", 500, 1, 1, 0, None))
+    emit(ResultEvent(4, "X", 1, "alpha", "a", "m", 500, FailureKind.SERVER_ERROR, 1))
+    emit(BreakerEvent(4, "alpha", BreakerState.CLOSED, BreakerState.OPEN,
+                      BreakerReason.THRESHOLD, 3, None))
+    tracing.end("X", 500)
+    (attempt,) = [s for s in decoded(kept.spans) if s.kind == "client"]
+    assert attempt.attributes["omniroute.provider"] == "beta"
+    assert attempt.attributes["omniroute.breaker.after"] == "CLOSED"
+    assert attempt.events == []
+
+
+def test_an_attempt_begun_again_under_its_number_is_still_a_span() -> None:
+    """Each attempt the trace counted is a span (the queue's bound counts them): one whose
+    number came again before its result ends cancelled."""
+    engine, _clock, _rec = make_engine()
+    kept = Kept()  # asserts the spans made are the spans counted
+    tracing = RequestTracing(engine, kept)  # type: ignore[arg-type]
+    tracing.begin("X", "POST", "/v1/chat/completions", [], Endpoint.CHAT)
+    engine.bus.emit(AttemptEvent(1, "X", 1, "alpha", "a", "m", False))
+    engine.bus.emit(AttemptEvent(2, "X", 1, "beta", "x", "m", False))
+    engine.bus.emit(ResultEvent(3, "X", 1, "beta", "x", "m", 200, None, 1))
+    tracing.end("X", 200)
+    attempts = [s for s in decoded(kept.spans) if s.kind == "client"]
+    assert sorted((s.attributes["omniroute.provider"], s.attributes["omniroute.outcome"])
+                  for s in attempts) == [("alpha", "cancelled"), ("beta", "ok")]
+
+
+def test_a_trace_queued_takes_no_later_breaker_move() -> None:
+    """A trace ended (or evicted as abandoned) while its attempt's result was the one
+    being recorded: a later breaker move of that provider, an operator's say, is not
+    added to it on the export thread's side."""
+    engine, _clock, _rec = make_engine()
+    kept = Kept()
+    tracing = RequestTracing(engine, kept)  # type: ignore[arg-type]
+    tracing.begin("r", "POST", "/v1/chat/completions", [], Endpoint.CHAT)
+    engine.bus.emit(AttemptEvent(1, "r", 1, "alpha", "a", "m", False))
+    engine.bus.emit(ResultEvent(2, "r", 1, "alpha", "a", "m", 200, None, 1))
+    tracing.end("r", 200)
+    engine.bus.emit(BreakerEvent(9, "alpha", BreakerState.CLOSED, BreakerState.OPEN,
+                                 BreakerReason.THRESHOLD, 3, None))
+    (attempt,) = [s for s in decoded(kept.spans) if s.kind == "client"]
+    assert attempt.events == [] and attempt.attributes["omniroute.breaker.after"] == "CLOSED"

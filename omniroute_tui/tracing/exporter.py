@@ -148,7 +148,7 @@ class SpanExporter:
         #: spans sent, dropped for a full queue, and dropped with a batch that failed
         self.exported = self.dropped = self.failed = 0
         self._dropped_told = 0
-        self._unmade = 0  # requests whose spans could not be made (a bug)
+        self._bugs: set[str] = set()  # what failed for a bug of ours, its traceback logged
         self._thread = threading.Thread(target=self._run, name="omniroute-otlp-export",
                                         daemon=True)
         self._thread.start()
@@ -214,19 +214,32 @@ class SpanExporter:
                 try:
                     records += item.records()
                 except Exception:  # a bug: its spans are counted as not sent
-                    self.failed += spans
-                    if not self._unmade:
-                        log.exception("making the spans of a request failed (logged once; "
-                                      "omniroute_trace_spans_total{result=\"failed\"} counts)")
-                    self._unmade += 1
+                    self._bug("making the spans of a request", spans)
             for start in range(0, len(records), size):
-                self._send(records[start:start + size])
+                batch = records[start:start + size]
+                try:
+                    self._send(batch)
+                except Exception:  # a bug: this batch is counted, the next one sent
+                    self._bug("writing a batch of spans", len(batch))
         self._idle_set = True
         self._idle.set()
         if queue:  # added while the event was being set: the next round takes them
             self._idle_set = False
             self._idle.clear()
             self._wake.set()
+
+    def _bug(self, what: str, spans: int) -> None:
+        """`spans` not sent for a bug of ours: counted as failed; the first traceback of
+        each `what` logged, the later ones a line each."""
+        self.failed += spans
+        if what in self._bugs:
+            log.warning("%s failed again: %d span(s) not sent (%d not sent since start)",
+                        what, spans, self.failed)
+        else:
+            self._bugs.add(what)
+            log.exception("%s failed: %d span(s) not sent (a bug; "
+                          "omniroute_trace_spans_total{result=\"failed\"} counts them)",
+                          what, spans)
 
     def _send(self, batch: list[SpanRecord]) -> None:
         body = encode_export(batch, self._resource, self._scope)

@@ -63,7 +63,7 @@ def _len(field: int, payload: bytes) -> bytes:
 
 
 def _string(field: int, text: str) -> bytes:
-    return _len(field, text.encode("utf-8"))
+    return _len(field, text.encode("utf-8", "replace"))  # a lone surrogate: `?`
 
 
 def _any_value(value: str | int | float | bool) -> bytes:
@@ -89,11 +89,11 @@ def _key_value(field: int, key: str, value: str | int | float | bool) -> bytes:
     provider, a connection, a model, an outcome, a status), all but a request's id."""
     name = _names_of.get(key)
     if name is None:
-        name = _len(1, key.encode("utf-8")) + b"\x12"
+        name = _len(1, key.encode("utf-8", "replace")) + b"\x12"
         if len(_names_of) < _CACHE_MAX:
             _names_of[key] = name
     if type(value) is str:  # most: a short text, written here
-        text = value.encode("utf-8")
+        text = value.encode("utf-8", "replace")  # JSON lets a client send a lone surrogate
         n = len(text)
         if n < 0x7E:  # its AnyValue's length and its own fit a byte each
             pair = name + _SMALL[n + 2] + b"\x0a" + _SMALL[n] + text

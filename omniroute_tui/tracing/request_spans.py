@@ -150,7 +150,12 @@ class _Trace:
             self.start_ns, varying, self.end_ns)
         spans = [server]
         opened: dict[int, tuple[int, AttemptEvent, int, str]] = {}
+        #: attempts begun again under their number before their result (two requests
+        #: under one client-chosen id): each still a span, cancelled
+        dropped: list[tuple[int, AttemptEvent, int, str]] = []
         last: SpanRecord | None = None  # the attempt whose result came last
+        moved: SpanRecord | None = None  # the span a dedup or a breaker's move is of
+        served: SpanRecord | None = None  # the one that gets the answer's tokens
         shared: Attributes = {}  # its attributes in its `encoded`
         why: str | None = None  # and its strategy's why
         ok = False
@@ -158,10 +163,14 @@ class _Trace:
         operation = _OPERATIONS.get(self.endpoint, "chat")
         for at_ns, event, span_id, before in self.steps:
             if isinstance(event, AttemptEvent):
+                if event.n in opened:
+                    dropped.append(opened[event.n])
                 opened[event.n] = (at_ns, event, span_id, before)
+                served = None  # a later attempt answers, if any does
             elif isinstance(event, ResultEvent):
                 begun = opened.pop(event.n, None)
-                if begun is None:
+                if begun is None:  # not an attempt of this trace: nor what it moved
+                    moved = None
                     continue
                 start_ns, attempt, span_id, before = begun
                 key = (operation, attempt.model, attempt.provider, attempt.connection,
@@ -179,10 +188,11 @@ class _Trace:
                     "" if ok else outcome,
                     encoded + encode_attribute("omniroute.why", why) if why else encoded)
                 spans.append(last)
+                moved = served = last
             elif isinstance(event, ResponseEvent):
                 response = event
             elif isinstance(event, BreakerEvent | DedupEvent):
-                if last is None:
+                if last is None or moved is not last:
                     continue
                 if last.encoded:  # this attempt's attributes are its own from here on
                     last.attributes = dict(shared)
@@ -211,7 +221,8 @@ class _Trace:
                 server.event(f"wait {event.phase}", {
                     "omniroute.delay_ms": event.delay_ms, "omniroute.target": event.target,
                     "omniroute.reason": event.reason.value}, at_ns)
-        for _start_ns, attempt, span_id, before in opened.values():  # a stream cut short
+        for _start_ns, attempt, span_id, before in [*dropped, *opened.values()]:  # a stream
+            # cut short, its client gone
             attributes = _attempt_attributes(attempt.model, attempt.provider,
                                              attempt.connection, attempt.n, attempt.probe,
                                              before)
@@ -248,7 +259,7 @@ class _Trace:
             tokens = _TOKENS.get(counts)
             if tokens is None:
                 tokens = _keep(_TOKENS, counts, _tokens(*counts))
-            for span in (server, last):
+            for span in (server, served):
                 if span is None:
                     continue
                 if span.encoded:
@@ -460,6 +471,8 @@ class RequestTracing:
 
     def _end(self, trace: _Trace, status: int | None) -> None:
         """The trace goes to the exporter (`status` None: it was never answered)."""
+        if self._recording is not None and self._recording[0] is trace:
+            self._recording = None  # nothing more is this trace's once it is queued
         if not trace.sampled:
             return
         if status is None:
