@@ -150,21 +150,25 @@ def encode_shared(name: str, kind: int, attributes: Attributes, status: int = 0,
                   status_message: str = "", parent_remote: bool = False) -> bytes:
     """What many spans share (their name, kind, status, flags and these attributes),
     encoded once for them all: a `SpanRecord.encoded`."""
-    parts = [_string(5, name), _KINDS.get(kind) or _tag(6, _VARINT) + _varint(kind),
-             _attributes(9, attributes)]
-    _status(status, status_message, parts)
-    parts.append(_FLAGS[parent_remote])
+    parts = [_attributes(9, attributes)]
+    _describe(name, kind, status, status_message, parent_remote, parts)
     return b"".join(parts)
 
 
-def _status(status: int, message: str, parts: list[bytes]) -> None:
+def _describe(name: str, kind: int, status: int, message: str, remote: bool,
+              parts: list[bytes]) -> None:
+    """A span's name, kind, flags and status, added to `parts`."""
+    encoded = _names.get(name)
+    if encoded is None:
+        encoded = _string(5, name)
+        if len(_names) < _CACHE_MAX:
+            _names[name] = encoded
+    parts += (encoded, _KINDS.get(kind) or _tag(6, _VARINT) + _varint(kind), _FLAGS[remote])
     if status or message:
-        encoded = b""
-        if message:
-            encoded += _string(2, message)
+        field = _string(2, message) if message else b""
         if status:
-            encoded += _STATUS_CODE + _varint(status)
-        parts.append(_len(15, encoded))
+            field += _STATUS_CODE + _varint(status)
+        parts.append(_len(15, field))
     else:
         parts.append(_NO_STATUS)
 
@@ -194,14 +198,8 @@ def _span(span: SpanRecord, out: list[bytes]) -> None:
     if span.encoded:  # its name, kind, status and flags are in it
         parts.append(span.encoded)
     else:
-        name = _names.get(span.name)
-        if name is None:
-            name = _string(5, span.name)
-            if len(_names) < _CACHE_MAX:
-                _names[span.name] = name
-        parts += (name, _KINDS.get(span.kind) or _tag(6, _VARINT) + _varint(span.kind),
-                  _FLAGS[span.parent_remote])
-        _status(span.status, span.status_message, parts)
+        _describe(span.name, span.kind, span.status, span.status_message, span.parent_remote,
+                  parts)
     get = _cache.get
     for k, v in span.attributes.items():
         parts.append(get((9, k, v, type(v))) or _key_value(9, k, v))

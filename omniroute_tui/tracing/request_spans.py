@@ -154,7 +154,7 @@ class _Trace:
         #: under one client-chosen id): each still a span, cancelled
         dropped: list[tuple[int, AttemptEvent, int, str]] = []
         last: SpanRecord | None = None  # the attempt whose result came last
-        moved: SpanRecord | None = None  # the span a dedup or a breaker's move is of
+        moved: SpanRecord | None = None  # it, while a dedup or a breaker's move is its
         served: SpanRecord | None = None  # the one that gets the answer's tokens
         shared: Attributes = {}  # its attributes in its `encoded`
         why: str | None = None  # and its strategy's why
@@ -192,24 +192,24 @@ class _Trace:
             elif isinstance(event, ResponseEvent):
                 response = event
             elif isinstance(event, BreakerEvent | DedupEvent):
-                if last is None or moved is not last:
+                if moved is None:
                     continue
-                if last.encoded:  # this attempt's attributes are its own from here on
-                    last.attributes = dict(shared)
+                if moved.encoded:  # this attempt's attributes are its own from here on
+                    moved.attributes = dict(shared)
                     if why:
-                        last.attributes["omniroute.why"] = why
-                    last.encoded = b""
+                        moved.attributes["omniroute.why"] = why
+                    moved.encoded = b""
                 if isinstance(event, BreakerEvent):
-                    last.attributes["omniroute.breaker.after"] = event.to.value
-                    last.event("breaker", {
+                    moved.attributes["omniroute.breaker.after"] = event.to.value
+                    moved.event("breaker", {
                         "omniroute.from": event.from_.value, "omniroute.to": event.to.value,
                         "omniroute.reason": event.reason.value}, at_ns)
                 else:
-                    last.event("dedup", {
+                    moved.event("dedup", {
                         "omniroute.connection": event.connection,
                         "omniroute.kind": event.kind.value,
                         "omniroute.window": str(event.window)}, at_ns)
-                last.end_ns = at_ns
+                moved.end_ns = at_ns
             elif isinstance(event, SkipEvent):
                 skip: Attributes = {"omniroute.provider": event.provider,
                                     "gen_ai.request.model": event.model,
@@ -221,8 +221,8 @@ class _Trace:
                 server.event(f"wait {event.phase}", {
                     "omniroute.delay_ms": event.delay_ms, "omniroute.target": event.target,
                     "omniroute.reason": event.reason.value}, at_ns)
-        for _start_ns, attempt, span_id, before in [*dropped, *opened.values()]:  # a stream
-            # cut short, its client gone
+        # attempts with no result: a stream cut short, its client gone
+        for start_ns, attempt, span_id, before in [*dropped, *opened.values()]:
             attributes = _attempt_attributes(attempt.model, attempt.provider,
                                              attempt.connection, attempt.n, attempt.probe,
                                              before)
@@ -231,7 +231,7 @@ class _Trace:
                 attributes["omniroute.why"] = attempt.why
             spans.append(SpanRecord(
                 trace_id, span_id.to_bytes(8, "big"), own, False, self.state_header,
-                f"{operation} {attempt.model}", CLIENT, _start_ns, attributes,
+                f"{operation} {attempt.model}", CLIENT, start_ns, attributes,
                 self.end_ns))
         if last is not None and ok:
             last.end_ns = self.end_ns
