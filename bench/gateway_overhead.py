@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import signal
 import socket
 import statistics
@@ -188,8 +189,12 @@ def _whole(reply: httpx.Response, stream: bool) -> bool:
 async def latencies(direct: str, gateways: dict[str, str], count: int, body: dict[str, Any]
                     ) -> dict[str, list[float]]:
     """Milliseconds per request: `direct`, then each gateway, in turn, request by request
-    (a stream's until its last byte)."""
+    (a stream's until its last byte). The gateways' order is shuffled each turn (seeded):
+    a process that runs right after one running the same code finds the CPU's caches warm
+    for it, and a fixed order would favour some gateways by a few points of CPU."""
     result: dict[str, list[float]] = {"direct": [], **{name: [] for name in gateways}}
+    order = list(gateways.items())
+    shuffle = random.Random(1).shuffle
     headers = {"authorization": "Bearer sk-bench-key-0001"}
     stream = bool(body.get("stream"))
     async with httpx.AsyncClient(timeout=10) as http:
@@ -199,7 +204,8 @@ async def latencies(direct: str, gateways: dict[str, str], count: int, body: dic
                                     headers=headers)
             took = {"direct": (time.perf_counter() - start) * 1000}
             assert _whole(reply, stream), reply.text
-            for name, url in gateways.items():
+            shuffle(order)
+            for name, url in order:
                 start = time.perf_counter()
                 through = await http.post(f"{url}/v1/chat/completions", json=body,
                                           headers={"authorization": f"Bearer {CLIENT_KEY}"})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -25,8 +26,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from omniroute_tui.tracing.exporter import ExportSettings, SettingsError, SpanExporter
-from omniroute_tui.tracing.otlp_wire import encode_attributes, encode_export, encode_shared
-from omniroute_tui.tracing.spans import CLIENT, ERROR, SERVER, SpanRecord
+from omniroute_tui.tracing.otlp_wire import (
+    encode_attribute,
+    encode_attributes,
+    encode_export,
+    encode_shared,
+    encode_span,
+    encode_span_parts,
+    unique_text_attribute,
+)
+from omniroute_tui.tracing.spans import CLIENT, ERROR, SERVER, Attributes, SpanRecord
 from simulator.otlp_receiver import receiving
 
 from .gateway_helpers import serving
@@ -77,7 +86,7 @@ def test_any_spans_are_the_message_the_exporters_encoder_builds(
         records: list[SpanRecord], resource_attributes: dict[str, object]) -> None:
     resource = Resource(resource_attributes)  # type: ignore[arg-type]
     ours = ExportTraceServiceRequest.FromString(encode_export(
-        records, dict(resource.attributes), SCOPE))  # type: ignore[arg-type]
+        map(encode_span, records), dict(resource.attributes), SCOPE))  # type: ignore[arg-type]
     theirs = encode_spans([the_exporters(span, resource) for span in records])
     assert ours == theirs
 
@@ -88,7 +97,8 @@ def test_a_span_written_from_its_encoded_part_is_the_same_message(
         records: list[SpanRecord], data: st.DataObject) -> None:
     """The gateway's spans carry their shared part encoded (`encode_shared`) and some or
     all of their attributes encoded after it; written so, each is the span it was."""
-    whole = ExportTraceServiceRequest.FromString(encode_export(records, {}, SCOPE))
+    whole = ExportTraceServiceRequest.FromString(encode_export(map(encode_span, records), {},
+                                                               SCOPE))
     shared = []
     for span in records:
         names = list(span.attributes)
@@ -100,7 +110,8 @@ def test_a_span_written_from_its_encoded_part_is_the_same_message(
         encoded += encode_attributes({k: span.attributes[k] for k in names[cut:alone]})
         shared.append(replace(span, encoded=encoded,
                               attributes={k: span.attributes[k] for k in names[alone:]}))
-    assert ExportTraceServiceRequest.FromString(encode_export(shared, {}, SCOPE)) == whole
+    assert ExportTraceServiceRequest.FromString(encode_export(
+        map(encode_span, shared), {}, SCOPE)) == whole
 
 
 @pytest.mark.parametrize(("environ", "problem"), [
@@ -144,6 +155,11 @@ def record(n: int) -> SpanRecord:
                       1, {"n": n}, 2)
 
 
+def span(n: int) -> Callable[[], list[bytes]]:
+    """What makes one span, as the exporter is given it."""
+    return lambda: [encode_span(record(n))]
+
+
 def answering(status: int, seen: list[bytes]) -> Starlette:
     async def traces(request: Request) -> Response:
         seen.append(await request.body())
@@ -160,7 +176,7 @@ async def test_a_refused_batch_is_counted_logged_and_retried_only_when_it_may_pa
         exporter = SpanExporter(ExportSettings(url.removesuffix("/v1") + "/v1/traces"),
                                 {}, SCOPE, backoff_s=(0, 0))
         for n in range(5):
-            exporter.add(record(n))
+            exporter.add(span(n))
         with caplog.at_level(logging.WARNING, "omniroute.tracing"):
             assert await asyncio.to_thread(exporter.flush)
         await asyncio.to_thread(exporter.shutdown)
@@ -175,7 +191,7 @@ async def test_an_endpoint_away_costs_nothing_but_the_spans(
     exporter = SpanExporter(ExportSettings("http://127.0.0.1:9/v1/traces", timeout_s=1,
                                            max_queue=3), {}, SCOPE, backoff_s=(0, 0))
     for n in range(5):
-        exporter.add(record(n))  # never blocks, never raises
+        exporter.add(span(n))  # never blocks, never raises
     with caplog.at_level(logging.WARNING, "omniroute.tracing"):
         assert await asyncio.to_thread(exporter.flush)
         await asyncio.to_thread(exporter.shutdown)
@@ -192,7 +208,7 @@ async def test_an_https_endpoint_that_does_not_speak_tls_fails_the_batch_not_the
         exporter = SpanExporter(ExportSettings(
             f"https://127.0.0.1:{receiver.port}/v1/traces", timeout_s=2), {}, SCOPE,
             backoff_s=(0, 0))
-        exporter.add(record(1))
+        exporter.add(span(1))
         assert await asyncio.to_thread(exporter.flush)
         assert exporter.alive
         await asyncio.to_thread(exporter.shutdown)
@@ -205,7 +221,7 @@ async def test_spans_arrive_gzipped_in_batches_of_the_configured_size() -> None:
         exporter = SpanExporter(ExportSettings(f"{receiver.endpoint}/v1/traces", gzip=True,
                                                max_batch=2), {"service.name": "t"}, SCOPE)
         for n in range(5):
-            exporter.add(record(n))
+            exporter.add(span(n))
         assert await asyncio.to_thread(exporter.flush)
         await asyncio.to_thread(exporter.shutdown)
     assert sorted(span.name for span in receiver.spans) == [f"s{n}" for n in range(5)]
@@ -213,21 +229,14 @@ async def test_spans_arrive_gzipped_in_batches_of_the_configured_size() -> None:
     assert receiver.spans[0].resource == {"service.name": "t"}
 
 
-class Broken:
-    """A request's record whose spans cannot be made (a bug of ours)."""
-
-    def records(self) -> list[SpanRecord]:
-        raise KeyError("a step of a kind nobody wrote")
+def broken() -> list[bytes]:
+    """A request's spans that cannot be made (a bug of ours)."""
+    raise KeyError("a step of a kind nobody wrote")
 
 
-class Several:
-    """A request's record of three spans."""
-
-    def __init__(self, first: int) -> None:
-        self.first = first
-
-    def records(self) -> list[SpanRecord]:
-        return [record(self.first + n) for n in range(3)]
+def several(first: int) -> Callable[[], list[bytes]]:
+    """What makes a request's three spans."""
+    return lambda: [encode_span(record(first + n)) for n in range(3)]
 
 
 async def test_a_record_whose_spans_cannot_be_made_is_counted_logged_once_and_passed(
@@ -239,10 +248,10 @@ async def test_a_record_whose_spans_cannot_be_made_is_counted_logged_once_and_pa
         exporter = SpanExporter(ExportSettings(f"{receiver.endpoint}/v1/traces",
                                                max_batch=4), {}, SCOPE)
         with caplog.at_level(logging.WARNING, "omniroute.tracing"):
-            exporter.add(Several(0), 3)
-            exporter.add(Broken(), 2)
-            exporter.add(Several(3), 3)
-            exporter.add(Broken(), 2)
+            exporter.add(several(0), 3)
+            exporter.add(broken, 2)
+            exporter.add(several(3), 3)
+            exporter.add(broken, 2)
             assert await asyncio.to_thread(exporter.flush)
             assert exporter.alive
             await asyncio.to_thread(exporter.shutdown)
@@ -260,7 +269,7 @@ async def test_a_batch_that_cannot_be_written_is_counted_and_the_next_one_sent(
     batches after it or `flush`."""
     where = "omniroute_tui.tracing.exporter.encode_export"
 
-    def fails_once(batch: list[SpanRecord], *args: object) -> bytes:
+    def fails_once(batch: list[bytes], *args: object) -> bytes:
         monkeypatch.setattr(where, encode_export)
         raise ValueError("a span nobody can write")
 
@@ -270,7 +279,7 @@ async def test_a_batch_that_cannot_be_written_is_counted_and_the_next_one_sent(
                                                max_batch=2), {}, SCOPE)
         with caplog.at_level(logging.WARNING, "omniroute.tracing"):
             for n in range(4):
-                exporter.add(record(n))
+                exporter.add(span(n))
             assert await asyncio.to_thread(exporter.flush)
             assert exporter.alive
             await asyncio.to_thread(exporter.shutdown)
@@ -282,10 +291,36 @@ async def test_a_batch_that_cannot_be_written_is_counted_and_the_next_one_sent(
 def test_the_queue_bound_counts_spans_not_requests() -> None:
     exporter = SpanExporter(ExportSettings("http://127.0.0.1:9/v1/traces", max_queue=5,
                                            schedule_delay_s=3600), {}, SCOPE)
-    exporter.add(Several(0), 3)
-    exporter.add(Several(3), 3)  # 6 > 5: its three spans are dropped, the first kept
-    exporter.add(record(9))
-    exporter.add(record(10))
-    exporter.add(record(11))  # the queue holds 5 spans
+    exporter.add(several(0), 3)
+    exporter.add(several(3), 3)  # 6 > 5: its three spans are dropped, the first kept
+    exporter.add(span(9))
+    exporter.add(span(10))
+    exporter.add(span(11))  # the queue holds 5 spans
     assert exporter.dropped == 4
     exporter.shutdown(timeout_s=5)
+
+
+@pytest.mark.parametrize("parent", [b"", b"\x03" * 8])
+@pytest.mark.parametrize("state", ["", "vendor=abc"])
+def test_a_span_written_from_its_parts_is_the_span_whatever_its_length(
+        parent: bytes, state: str) -> None:
+    """A span's head is written in one piece when its length takes two bytes: each
+    length where that starts and ends, and past them, is the span written whole."""
+    for size in [*range(0, 200), *range(16_200, 16_400), 70_000]:
+        attributes: Attributes = {"k": "v" * size}
+        whole = encode_span(SpanRecord(b"\x01" * 16, b"\x02" * 8, parent, False, state, "n",
+                                       SERVER, 5, attributes, 9))
+        parts = encode_span_parts(b"\x01" * 16, b"\x02" * 8, parent, state, 5, 9,
+                                  encode_shared("n", SERVER, attributes))
+        assert (ExportTraceServiceRequest.FromString(encode_export([parts], {}, SCOPE))
+                == ExportTraceServiceRequest.FromString(encode_export([whole], {}, SCOPE)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300) | st.sampled_from(
+    ["\ud800", "id-\udfff-1", *("x" * n for n in range(95, 130))]))
+def test_a_unique_text_is_written_as_any_attribute_is(value: str) -> None:
+    """A request's id, written in a few steps (`unique_text_attribute`), is the attribute
+    `encode_attribute` writes, short or long, a lone surrogate included."""
+    write = unique_text_attribute("omniroute.test_id")
+    assert write(value) == encode_attribute("omniroute.test_id", value)

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import httpx
 import openai
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.trace import TraceState
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -37,11 +40,12 @@ from omniroute_tui.engine.kinds import (
     DedupWindow,
     FailureKind,
     SkipReason,
+    StreamCut,
 )
 from omniroute_tui.tracing import MAX_OPEN_TRACES, RequestTracing, tracing_from_env
-from omniroute_tui.tracing.exporter import Exported, ExportSettings, SpanExporter
-from omniroute_tui.tracing.otlp_wire import encode_export
-from omniroute_tui.tracing.spans import SpanRecord
+from omniroute_tui.tracing.exporter import ExportSettings, SpanExporter
+from omniroute_tui.tracing.otlp_wire import encode_export, encode_span
+from omniroute_tui.tracing.request_spans import _Trace
 from simulator.otlp_receiver import ReceivedSpan, Receiving, receiving, spans_of
 
 from .gateway_helpers import TOKEN, gateway_for, serving
@@ -258,7 +262,7 @@ def test_the_start_line_says_where_traces_go_without_credentials() -> None:
     assert _traced(None).startswith("no traces")
 
 
-def decoded(spans: list[SpanRecord]) -> list[ReceivedSpan]:
+def decoded(spans: list[bytes]) -> list[ReceivedSpan]:
     """The spans as a receiver has them."""
     return spans_of(ExportTraceServiceRequest.FromString(
         encode_export(spans, {"service.name": "t"}, ("omniroute_tui", "0"))))
@@ -268,10 +272,10 @@ class Kept:
     """An exporter that keeps the spans of what it is given."""
 
     def __init__(self) -> None:
-        self.spans: list[SpanRecord] = []
+        self.spans: list[bytes] = []
 
-    def add(self, item: Exported, spans: int = 1) -> None:
-        made = list(item.records())
+    def add(self, make: Callable[[], Sequence[bytes]], spans: int = 1) -> None:
+        made = list(make())
         assert len(made) == spans  # what the queue's bound counts is what is sent
         self.spans += made
 
@@ -388,10 +392,10 @@ def _one_request(tracing: RequestTracing, bus: Any, request_id: str) -> None:
     tracing.end(request_id, 200)
 
 
-def test_the_spans_made_on_the_export_thread_hold_every_attribute_and_event() -> None:
-    """What a request recorded becomes its spans off its own thread, their shared parts
-    encoded once: decoded, each span says all it said when each was written whole. The
-    same request twice: the second is written from what the first encoded."""
+def test_the_spans_written_from_a_requests_record_hold_every_attribute_and_event() -> None:
+    """What a request recorded becomes its spans when it ends, their shared parts encoded
+    once: decoded, each span says all it said when each was written whole. The same
+    request twice: the second is written from what the first encoded."""
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
     engine, _clock, _rec = make_engine()
@@ -564,3 +568,38 @@ def test_a_trace_queued_takes_no_later_breaker_move() -> None:
                                  BreakerReason.THRESHOLD, 3, None))
     (attempt,) = [s for s in decoded(kept.spans) if s.kind == "client"]
     assert attempt.events == [] and attempt.attributes["omniroute.breaker.after"] == "CLOSED"
+
+
+_texts = st.text(max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(model=_texts, provider=_texts, connection=_texts, n=st.integers(1, 5),
+       probe=st.booleans(), why=st.none() | _texts, before=st.sampled_from(BreakerState),
+       upstream=st.integers(100, 599), kind=st.none() | st.sampled_from(FailureKind),
+       cut=st.none() | st.sampled_from(StreamCut), status=st.none() | st.integers(100, 599),
+       waited_ms=st.integers(0, 10**6),
+       usage=st.none() | st.tuples(st.integers(0, 10**7), st.integers(0, 10**7)),
+       extra=st.none() | st.dictionaries(_texts, _texts | st.integers(-2**63, 2**63 - 1),
+                                         max_size=2),
+       parent=st.integers(0, 2**64 - 1), state=st.sampled_from(["", "vendor=abc"]),
+       served_by=st.none() | _texts, endpoint=st.sampled_from(Endpoint))
+def test_a_request_of_one_attempt_is_written_as_its_spans_would_be(
+        model: str, provider: str, connection: str, n: int, probe: bool, why: str | None,
+        before: BreakerState, upstream: int, kind: FailureKind | None, cut: StreamCut | None,
+        status: int | None, waited_ms: int, usage: tuple[int, int] | None,
+        extra: dict[str, str | int] | None, parent: int, state: str, served_by: str | None,
+        endpoint: Endpoint) -> None:
+    """Most requests are one attempt and its answer, written straight to their bytes:
+    byte for byte what the spans made from the same record (`records`) are."""
+    trace = _Trace(
+        "r1", 2**100 + 7, 2**60 + 3, parent, "POST", "/v1/chat/completions", 1_000,
+        endpoint, TraceState.from_header([state]) if state else TraceState(), state, True,
+        extra, [(2_000, AttemptEvent(1, "r1", n, provider, connection, model, probe,
+                                     why=why), 2**62 + 1, before.value),
+                (3_000, ResultEvent(2, "r1", n, provider, connection, model, upstream, kind,
+                                    1, cut), 0, ""),
+                (3_500, ResponseEvent(3, "r1", upstream, 1, 2, waited_ms, served_by), 0, "")],
+        route="chat", usage=None if usage is None else Usage(*usage), status=status,
+        end_ns=4_000)
+    assert trace.spans() == [encode_span(span) for span in trace.records()]

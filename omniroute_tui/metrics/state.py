@@ -59,11 +59,16 @@ class FleetSource(Protocol):
 
 class TraceSource(Protocol):
     """The traces' exporter, as the metrics read it (`tracing.SpanExporter`): spans sent,
-    dropped for a full queue, and dropped with a batch that failed."""
+    dropped for a full queue, and not sent for a failure (their batch's, or a bug)."""
 
-    exported: int
-    dropped: int
-    failed: int
+    @property
+    def exported(self) -> int: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+    @property
+    def failed(self) -> int: ...
 
 
 class StateCollector:

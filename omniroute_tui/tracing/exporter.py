@@ -18,27 +18,19 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 from .otlp_wire import encode_export
-from .spans import Attributes, SpanRecord
+from .spans import Attributes
 
-__all__ = ["ExportSettings", "Exported", "SpanExporter"]
+__all__ = ["ExportSettings", "SpanExporter"]
 
 log = logging.getLogger("omniroute.tracing")
 
 _RETRYABLE = frozenset({429, 502, 503, 504})
 _BACKOFF_S = (0.5, 1.0)  # before the second and the third try
-
-
-class Exported(Protocol):
-    """What the exporter is given: its spans are made on the export thread, when a batch
-    is sent (a request's spans are made from what it recorded, off its own thread)."""
-
-    def records(self) -> Iterable[SpanRecord]: ...
 
 
 class SettingsError(ValueError):
@@ -122,8 +114,8 @@ class ExportSettings:
 
 
 class SpanExporter:
-    """Takes ended spans (`add`, from one thread: the event loop's) and sends them in
-    batches."""
+    """Takes ended spans, encoded (`add`, from one thread: the event loop's), and sends
+    them in batches from its own."""
 
     def __init__(self, settings: ExportSettings, resource: Attributes,
                  scope: tuple[str, str], *, backoff_s: tuple[float, ...] = _BACKOFF_S) -> None:
@@ -132,11 +124,15 @@ class SpanExporter:
         self._backoff_s = backoff_s
         self._resource = resource
         self._scope = scope
-        #: what is queued, and its spans; spans ever queued and ever taken off the queue
-        #: (each counter written by one thread: the requests', the export's)
-        self._queue: deque[tuple[Exported, int]] = deque()
+        #: what is queued: each request's spans, encoded (bytes: nothing for the garbage
+        #: collector to walk while they wait); spans ever queued and ever taken off the
+        #: queue (each counter written by one thread: the requests', the export's)
+        self._queue: deque[Sequence[bytes]] = deque()
         self._added = self._taken = 0
         self._wake = threading.Event()
+        #: `_added` at which the adding thread wakes the export thread next: once a
+        #: batch's worth more is queued, not at every add while the thread is waking
+        self._wake_at = settings.max_batch
         self._idle = threading.Event()  # nothing queued or being sent
         self._idle.set()
         #: whether `_idle` may be set, as the adding thread saw it last: a plain flag,
@@ -145,8 +141,10 @@ class SpanExporter:
         self._stopping = False
         self._url = urlsplit(settings.endpoint)
         self._connection: http.client.HTTPConnection | None = None
-        #: spans sent, dropped for a full queue, and dropped with a batch that failed
-        self.exported = self.dropped = self.failed = 0
+        #: spans sent, and dropped for a full queue (the adding thread's); spans not sent
+        #: with a batch that failed (the export thread's) and not made (the adding's)
+        self.exported = self.dropped = 0
+        self._unsent = self._unmade = 0
         self._dropped_told = 0
         self._bugs: set[str] = set()  # what failed for a bug of ours, its traceback logged
         self._thread = threading.Thread(target=self._run, name="omniroute-otlp-export",
@@ -157,18 +155,32 @@ class SpanExporter:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def add(self, item: Exported, spans: int = 1) -> None:
-        """Queue what makes `spans` ended spans (a span, or a request's trace whose spans
-        this thread makes); a full queue drops it (counted, logged once a batch)."""
+    @property
+    def failed(self) -> int:
+        """Spans not sent for a failure: their batch's, or a bug in making them."""
+        return self._unsent + self._unmade
+
+    def add(self, make: Callable[[], Sequence[bytes]], spans: int = 1) -> None:
+        """Queue the `spans` ended spans `make` encodes (each as `encode_span` writes
+        it), made now unless the queue is full: then they are dropped (counted, logged
+        once a batch). What `make` raises is a bug: its spans are counted as failed and
+        logged, and nothing is raised to the request."""
         if self._added - self._taken + spans > self.settings.max_queue:
             self.dropped += spans
+            return
+        try:
+            made = make()
+        except Exception:
+            self._unmade += spans
+            self._bug("making the spans of a request", spans)
             return
         if self._idle_set:
             self._idle_set = False
             self._idle.clear()
-        self._queue.append((item, spans))
-        self._added += spans
-        if self._added - self._taken >= self.settings.max_batch:
+        self._queue.append(made)
+        self._added += len(made)
+        if self._added >= self._wake_at:
+            self._wake_at = self._added + self.settings.max_batch
             self._wake.set()
 
     def flush(self, timeout_s: float = 10.0) -> bool:
@@ -205,22 +217,20 @@ class SpanExporter:
     def _send_queued(self) -> None:
         queue, size = self._queue, self.settings.max_batch
         while queue:
-            records: list[SpanRecord] = []
-            taken = 0
-            while queue and taken < size:
-                item, spans = queue.popleft()
-                taken += spans
-                self._taken += spans
-                try:
-                    records += item.records()
-                except Exception:  # a bug: its spans are counted as not sent
-                    self._bug("making the spans of a request", spans)
-            for start in range(0, len(records), size):
-                batch = records[start:start + size]
-                try:
-                    self._send(batch)
-                except Exception:  # a bug: this batch is counted, the next one sent
-                    self._bug("writing a batch of spans", len(batch))
+            batch: list[bytes] = []
+            while queue and len(batch) < size:
+                spans = queue.popleft()
+                room = size - len(batch)
+                if len(spans) > room:  # a request's spans across two batches
+                    queue.appendleft(spans[room:])
+                    spans = spans[:room]
+                batch += spans
+            self._taken += len(batch)
+            try:
+                self._send(batch)
+            except Exception:  # a bug: this batch is counted, the next one sent
+                self._unsent += len(batch)
+                self._bug("writing a batch of spans", len(batch))
         self._idle_set = True
         self._idle.set()
         if queue:  # added while the event was being set: the next round takes them
@@ -229,9 +239,8 @@ class SpanExporter:
             self._wake.set()
 
     def _bug(self, what: str, spans: int) -> None:
-        """`spans` not sent for a bug of ours: counted as failed; the first traceback of
-        each `what` logged, the later ones a line each."""
-        self.failed += spans
+        """`spans` not sent for a bug of ours (counted by the caller): the first
+        traceback of each `what` logged, the later ones a line each."""
         if what in self._bugs:
             log.warning("%s failed again: %d span(s) not sent (%d not sent since start)",
                         what, spans, self.failed)
@@ -241,7 +250,7 @@ class SpanExporter:
                           "omniroute_trace_spans_total{result=\"failed\"} counts them)",
                           what, spans)
 
-    def _send(self, batch: list[SpanRecord]) -> None:
+    def _send(self, batch: list[bytes]) -> None:
         body = encode_export(batch, self._resource, self._scope)
         headers = {**self.settings.headers, "content-type": "application/x-protobuf"}
         if self.settings.gzip:
@@ -263,7 +272,7 @@ class SpanExporter:
             problem = f"HTTP {status}"
             if status not in _RETRYABLE:
                 break
-        self.failed += len(batch)
+        self._unsent += len(batch)
         log.warning("%d span(s) not sent to %s: %s (%d not sent since start)", len(batch),
                     self.settings.endpoint, problem, self.failed)
 

@@ -11,11 +11,12 @@ model, an outcome) from one span to the next. Tests decode its output with the
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .spans import Attributes, SpanRecord
 
-__all__ = ["encode_attribute", "encode_attributes", "encode_export", "encode_shared"]
+__all__ = ["encode_attribute", "encode_attributes", "encode_export", "encode_shared",
+           "encode_span", "encode_span_parts", "unique_text_attribute"]
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 #: Span.flags: the context says whether it is remote (0x100), and it is (0x200)
@@ -79,8 +80,8 @@ def _any_value(value: str | int | float | bool) -> bytes:
 
 #: encoded `KeyValue`s by message field, key, value and the value's type (True is 1)
 _cache: dict[tuple[int, str, object, type], bytes] = {}
-#: attributes whose every value is new: not kept
-_UNIQUE = frozenset({"omniroute.request_id"})
+#: attributes whose every value is new: not kept (`unique_text_attribute`'s)
+_UNIQUE: set[str] = set()
 
 
 def _key_value(field: int, key: str, value: str | int | float | bool) -> bytes:
@@ -141,6 +142,25 @@ def encode_attributes(attributes: Attributes) -> bytes:
     return _attributes(9, attributes)
 
 
+def unique_text_attribute(key: str) -> Callable[[str], bytes]:
+    """A writer of the span attribute `key`, whose every value is a new text (a
+    request's id): as `encode_attribute` writes it, in a few steps, and not kept."""
+    name = _len(1, key.encode("utf-8", "replace")) + b"\x12"
+    _UNIQUE.add(key)
+    whole, short = len(name) + 3, 0x80 - len(name) - 3
+    tag = _LEN_TAGS[9]
+
+    def write(value: str) -> bytes:
+        text = value.encode("utf-8", "replace")
+        n = len(text)
+        if n < short:  # every length fits a byte
+            return b"".join((tag, _SMALL[whole + n], name, _SMALL[n + 2], b"\x0a", _SMALL[n],
+                             text))
+        return _key_value(9, key, value)
+
+    return write
+
+
 def encode_attribute(key: str, value: str | int | float | bool) -> bytes:
     """One attribute of a span as its field (as `encode_attributes`)."""
     return _cache.get((9, key, value, type(value))) or _key_value(9, key, value)
@@ -173,22 +193,46 @@ def _describe(name: str, kind: int, status: int, message: str, remote: bool,
         parts.append(_NO_STATUS)
 
 
-def _span(span: SpanRecord, out: list[bytes]) -> None:
-    """A span as field 2 of its `ScopeSpans`, tag and length included, added to `out` in
-    pieces (a batch is joined once)."""
-    encoded = span.encoded
-    if encoded and not span.attributes and span.events is None and not span.trace_state:
-        # most of a gateway's spans: all but their ids and times encoded already
-        if span.parent_span_id:
-            out += (_SPAN_FIELD, _size(_IDS_AND_TIMES + 10 + len(encoded)), _TRACE_ID,
-                    span.trace_id, _SPAN_ID, span.span_id, _PARENT_ID, span.parent_span_id,
-                    _START, _pack_fixed64(span.start_ns), _END, _pack_fixed64(span.end_ns),
-                    encoded)
+def encode_span_parts(trace_id: bytes, span_id: bytes, parent_span_id: bytes,
+                      trace_state: str, start_ns: int, end_ns: int, encoded: bytes) -> bytes:
+    """A span whose all but ids, times and trace state is `encoded` already (most of a
+    gateway's: `encode_shared` and what follows it), as field 2 of its `ScopeSpans`."""
+    if not trace_state:  # most: its head in one call, when its length takes two bytes
+        if parent_span_id:
+            n = _IDS_AND_TIMES + 10 + len(encoded)
+            if 0x80 <= n < 0x4000:
+                return _pack_child(_SPAN_TAG, n & 0x7F | 0x80 | (n >> 7) << 8, _TRACE_ID_TAG,
+                                   trace_id, _SPAN_ID_TAG, span_id, _PARENT_ID_TAG,
+                                   parent_span_id, _START_TAG, start_ns, _END_TAG,
+                                   end_ns) + encoded
         else:
-            out += (_SPAN_FIELD, _size(_IDS_AND_TIMES + len(encoded)), _TRACE_ID,
-                    span.trace_id, _SPAN_ID, span.span_id, _START,
-                    _pack_fixed64(span.start_ns), _END, _pack_fixed64(span.end_ns), encoded)
-        return
+            n = _IDS_AND_TIMES + len(encoded)
+            if 0x80 <= n < 0x4000:
+                return _pack_root(_SPAN_TAG, n & 0x7F | 0x80 | (n >> 7) << 8, _TRACE_ID_TAG,
+                                  trace_id, _SPAN_ID_TAG, span_id, _START_TAG, start_ns,
+                                  _END_TAG, end_ns) + encoded
+    state = _string(3, trace_state) if trace_state else b""
+    parent = _PARENT_ID + parent_span_id if parent_span_id else b""
+    body = b"".join((_TRACE_ID, trace_id, _SPAN_ID, span_id, state, parent, _START,
+                     _pack_fixed64(start_ns), _END, _pack_fixed64(end_ns), encoded))
+    return _SPAN_FIELD + _size(len(body)) + body
+
+
+#: a span's head in one `struct` call: its tag, its length's two bytes, then its ids and
+#: times, tags included (each tag's bytes as the integer they are little-endian)
+_pack_child = struct.Struct("<BHH16sH8sH8sBQBQ").pack
+_pack_root = struct.Struct("<BHH16sH8sBQBQ").pack
+_SPAN_TAG, _START_TAG, _END_TAG = _SPAN_FIELD[0], _START[0], _END[0]
+_TRACE_ID_TAG, _SPAN_ID_TAG, _PARENT_ID_TAG = (
+    int.from_bytes(tag, "little") for tag in (_TRACE_ID, _SPAN_ID, _PARENT_ID))
+
+
+def encode_span(span: SpanRecord) -> bytes:
+    """A span as field 2 of its `ScopeSpans`, tag and length included: what
+    `encode_export` is given."""
+    if span.encoded and not span.attributes and span.events is None:
+        return encode_span_parts(span.trace_id, span.span_id, span.parent_span_id,
+                                 span.trace_state, span.start_ns, span.end_ns, span.encoded)
     parts = [_TRACE_ID, span.trace_id, _SPAN_ID, span.span_id]
     if span.trace_state:
         parts.append(_string(3, span.trace_state))
@@ -206,20 +250,19 @@ def _span(span: SpanRecord, out: list[bytes]) -> None:
     for at_ns, event_name, attributes in span.events or ():
         parts.append(_len(11, _EVENT_TIME + _pack_fixed64(at_ns) + _string(2, event_name)
                           + _attributes(3, attributes)))
-    out += (_SPAN_FIELD, _size(sum(map(len, parts))))
-    out += parts
+    body = b"".join(parts)
+    return _SPAN_FIELD + _size(len(body)) + body
 
 
-def encode_export(spans: Iterable[SpanRecord], resource: Attributes,
-                  scope: tuple[str, str], schema_url: str = "") -> bytes:
-    """An `ExportTraceServiceRequest` of `spans`, all of one resource and one
-    instrumentation scope (name, version)."""
-    scope_message = _string(1, scope[0]) + _string(2, scope[1])
-    out: list[bytes] = []
-    for span in spans:
-        _span(span, out)
-    scope_spans = _len(1, scope_message) + b"".join(out)
-    resource_spans = _len(1, _attributes(1, resource)) + _len(2, scope_spans)
-    if schema_url:
-        resource_spans += _string(3, schema_url)
-    return _len(1, resource_spans)
+def encode_export(spans: Iterable[bytes], resource: Attributes, scope: tuple[str, str],
+                  schema_url: str = "") -> bytes:
+    """An `ExportTraceServiceRequest` of `spans` (each as `encode_span` wrote it), all of
+    one resource and one instrumentation scope (name, version): joined once, its spans
+    copied once (a batch is hundreds of kilobytes)."""
+    scope_spans = [_len(1, _string(1, scope[0]) + _string(2, scope[1]))]
+    scope_spans += spans
+    scope_size = sum(map(len, scope_spans))
+    head = _len(1, _attributes(1, resource)) + _LEN_TAGS[2] + _size(scope_size)
+    schema = _string(3, schema_url) if schema_url else b""
+    size = len(head) + scope_size + len(schema)
+    return b"".join([_LEN_TAGS[1] + _size(size) + head, *scope_spans, schema])

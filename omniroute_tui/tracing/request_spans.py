@@ -6,9 +6,10 @@ attempt a client span under it whose context goes upstream in the attempt's own 
 
 While a request runs, its trace only records: the engine's events of the request, each
 with the time it came, an attempt's span id (made at once: its context goes upstream)
-and the provider's breaker state as the attempt began. When the request ends the record
-goes to the exporter, whose thread makes the spans from it (`_Trace.records`) and encodes
-them: the request's own thread pays for a list append an event, not for spans.
+and the provider's breaker state as the attempt began. When the request ends its spans
+are written from that record straight to their OTLP bytes (`_Trace.spans`), which wait
+for the exporter's thread to send them: bytes, which the garbage collector need not walk,
+not the record's objects (docs/tracing.md, "What tracing costs").
 
 An attempt's span starts at its `AttemptEvent` and is given its result at its
 `ResultEvent`; skips and waits are events of the request's span. The engine records a
@@ -53,7 +54,14 @@ from ..engine.events import (
     SkipEvent,
     WaitEvent,
 )
-from .otlp_wire import encode_attribute, encode_attributes, encode_shared
+from .otlp_wire import (
+    encode_attribute,
+    encode_attributes,
+    encode_shared,
+    encode_span,
+    encode_span_parts,
+    unique_text_attribute,
+)
 from .spans import CLIENT, ERROR, SERVER, Attributes, SpanRecord
 
 if TYPE_CHECKING:
@@ -78,6 +86,7 @@ _random_bits = random.getrandbits
 _TRACEPARENT = re.compile(
     r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*")
 _EMPTY_STATE = TraceState()
+_request_id = unique_text_attribute("omniroute.request_id")
 
 
 def _traceparent(header: str) -> tuple[int, int, int] | None:
@@ -114,8 +123,8 @@ def _new_id(bits: int) -> int:
 
 @dataclass(slots=True, eq=False)
 class _Trace:
-    """What one request's tracing records while it runs; its spans are made from it on
-    the export thread (`records`), once it has ended."""
+    """What one request's tracing records while it runs; its spans are written from it
+    once it has ended (`spans`)."""
 
     request_id: str
     trace_id: int
@@ -124,7 +133,7 @@ class _Trace:
     method: str
     path: str
     start_ns: int
-    endpoint: Endpoint  # its operation's name is the export thread's to look up
+    endpoint: Endpoint  # its operation's name is looked up when its spans are written
     state: TraceState
     state_header: str  # `state` as the `tracestate` header writes it
     sampled: bool
@@ -139,8 +148,60 @@ class _Trace:
     status: int | None = None  # the client's (None: abandoned)
     end_ns: int = 0
 
+    def spans(self) -> list[bytes]:
+        """The request's span and its attempts', encoded: most requests are one attempt
+        and its answer, written here directly; any other as `records` makes them."""
+        steps = self.steps
+        if len(steps) == 3:
+            (start_ns, attempt, span_id, before), (result_ns, result, _, _), (
+                _, response, _, _) = steps
+            if (type(attempt) is AttemptEvent and type(result) is ResultEvent
+                    and type(response) is ResponseEvent and result.n == attempt.n):
+                return self._answered(start_ns, attempt, span_id, before, result_ns, result,
+                                      response)
+        return [encode_span(span) for span in self.records()]
+
+    def _answered(self, start_ns: int, attempt: AttemptEvent, span_id: int, before: str,
+                  result_ns: int, result: ResultEvent, response: ResponseEvent
+                  ) -> list[bytes]:
+        """The spans of a request of one attempt, as `records` would make them."""
+        trace_id = self.trace_id.to_bytes(16, "big")
+        own = self.span_id.to_bytes(8, "big")
+        key = (self.endpoint, attempt.model, attempt.provider, attempt.connection,
+               attempt.n, attempt.probe, before, result.status, result.kind, result.reason)
+        kept = _ATTEMPTS.get(key)
+        if kept is None:
+            kept = _keep(_ATTEMPTS, key, _attempt_shared(key))
+        encoded = kept[1]
+        if attempt.why:
+            encoded += encode_attribute("omniroute.why", attempt.why)
+        status = self.status
+        shared_key = (self.method, self.path, self.route, status, response.attempts,
+                      response.served_by, bool(self.parent_id))
+        request_shared = _REQUESTS.get(shared_key)
+        if request_shared is None:
+            request_shared = _keep(_REQUESTS, shared_key, _request_shared(*shared_key))
+        server = request_shared + _request_id(self.request_id)
+        if self.extra or status is None or response.waited_ms:
+            varying: Attributes = dict(self.extra) if self.extra else {}
+            if status is None:
+                varying["omniroute.abandoned"] = True
+            if response.waited_ms:
+                varying["omniroute.waited_ms"] = response.waited_ms
+            server += encode_attributes(varying)
+        if self.usage is not None:
+            tokens = _tokens_of(self.usage)[1]
+            server += tokens
+            encoded += tokens
+        state, end_ns = self.state_header, self.end_ns
+        return [encode_span_parts(trace_id, own, self.parent_id.to_bytes(8, "big")
+                                  if self.parent_id else b"", state, self.start_ns, end_ns,
+                                  server),
+                encode_span_parts(trace_id, span_id.to_bytes(8, "big"), own, state, start_ns,
+                                  end_ns if result.kind is None else result_ns, encoded)]
+
     def records(self) -> list[SpanRecord]:
-        """The request's span and its attempts' (run on the export thread)."""
+        """The request's span and its attempts'."""
         trace_id = self.trace_id.to_bytes(16, "big")
         own = self.span_id.to_bytes(8, "big")
         varying: Attributes = dict(self.extra) if self.extra else {}  # the request's own
@@ -173,7 +234,7 @@ class _Trace:
                     moved = None
                     continue
                 start_ns, attempt, span_id, before = begun
-                key = (operation, attempt.model, attempt.provider, attempt.connection,
+                key = (self.endpoint, attempt.model, attempt.provider, attempt.connection,
                        attempt.n, attempt.probe, before, event.status, event.kind,
                        event.reason)
                 kept = _ATTEMPTS.get(key)
@@ -248,17 +309,12 @@ class _Trace:
         request_shared = _REQUESTS.get(shared_key)
         if request_shared is None:
             request_shared = _keep(_REQUESTS, shared_key, _request_shared(*shared_key))
-        server.encoded = request_shared + encode_attribute("omniroute.request_id",
-                                                           self.request_id)
+        server.encoded = request_shared + _request_id(self.request_id)
         if varying:  # its own, encoded too
             server.encoded += encode_attributes(varying)
             server.attributes = {}
-        usage = self.usage
-        if usage is not None:
-            counts = (usage.prompt_tokens, usage.completion_tokens)
-            tokens = _TOKENS.get(counts)
-            if tokens is None:
-                tokens = _keep(_TOKENS, counts, _tokens(*counts))
+        if self.usage is not None:
+            tokens = _tokens_of(self.usage)
             for span in (server, served):
                 if span is None:
                     continue
@@ -286,11 +342,15 @@ def _keep(cache: dict[tuple[Any, ...], _T], key: tuple[Any, ...], value: _T) -> 
     return value
 
 
-def _tokens(prompt: int, completion: int) -> tuple[Attributes, bytes]:
-    """An answer's tokens as attributes, and encoded."""
-    attributes: Attributes = {"gen_ai.usage.input_tokens": prompt,
-                              "gen_ai.usage.output_tokens": completion}
-    return attributes, encode_attributes(attributes)
+def _tokens_of(usage: Usage) -> tuple[Attributes, bytes]:
+    """An answer's tokens as attributes, and encoded (kept)."""
+    counts = (usage.prompt_tokens, usage.completion_tokens)
+    tokens = _TOKENS.get(counts)
+    if tokens is None:
+        attributes: Attributes = {"gen_ai.usage.input_tokens": counts[0],
+                                  "gen_ai.usage.output_tokens": counts[1]}
+        tokens = _keep(_TOKENS, counts, (attributes, encode_attributes(attributes)))
+    return tokens
 
 
 def _attempt_attributes(model: str, provider: str, connection: str, n: int, probe: bool,
@@ -306,7 +366,8 @@ def _attempt_attributes(model: str, provider: str, connection: str, n: int, prob
 
 def _attempt_shared(key: tuple[Any, ...]) -> tuple[str, bytes, Attributes, str]:
     """An attempt's name, its shared attributes encoded and as they are, its outcome."""
-    operation, model, provider, connection, n, probe, before, status, failure, cut = key
+    endpoint, model, provider, connection, n, probe, before, status, failure, cut = key
+    operation = _OPERATIONS.get(endpoint, "chat")
     attributes = _attempt_attributes(model, provider, connection, n, probe, before)
     outcome = "ok" if failure is None else failure.value
     attributes["http.response.status_code"] = status
@@ -479,7 +540,7 @@ class RequestTracing:
             log.warning("the trace of request %s was ended unanswered", trace.request_id)
         trace.status = status
         trace.end_ns = time.time_ns()
-        self.exporter.add(trace, 1 + trace.attempts)
+        self.exporter.add(trace.spans, 1 + trace.attempts)
 
     # -- what the engine tells --------------------------------------------------------------
 

@@ -1,7 +1,7 @@
-"""A span as the gateway makes it: plain data, made on the exporter's thread from what a
-request recorded (`request_spans`) and encoded there (`otlp_wire`). The SDK's span objects
-cost the gateway more than a request's routing (docs/tracing.md, "What tracing costs");
-this holds what the OTLP message needs and nothing more."""
+"""A span as the gateway makes it: plain data, made from what a request recorded
+(`request_spans`) when no faster way writes it, and encoded (`otlp_wire`). The SDK's span
+objects cost the gateway more than a request's routing (docs/tracing.md, "What tracing
+costs"); this holds what the OTLP message needs and nothing more."""
 
 from __future__ import annotations
 
@@ -44,7 +44,3 @@ class SpanRecord:
         if self.events is None:
             self.events = []
         self.events.append((time.time_ns() if at_ns is None else at_ns, name, attributes))
-
-    def records(self) -> tuple[SpanRecord]:
-        """Itself: what the exporter asks of everything it is given (`Exported`)."""
-        return (self,)
