@@ -596,10 +596,9 @@ def test_a_request_of_one_attempt_is_written_as_its_spans_would_be(
         "r1", 2**100 + 7, 2**60 + 3, parent, "POST", "/v1/chat/completions", 1_000,
         endpoint, TraceState.from_header([state]) if state else TraceState(), state, True,
         extra, [(2_000, AttemptEvent(1, "r1", n, provider, connection, model, probe,
-                                     why=why), 2**62 + 1, before.value),
+                                     why=why), 2**62 + 1, before),
                 (3_000, ResultEvent(2, "r1", n, provider, connection, model, upstream, kind,
-                                    1, cut), 0, ""),
-                (3_500, ResponseEvent(3, "r1", upstream, 1, 2, waited_ms, served_by), 0, "")],
-        route="chat", usage=None if usage is None else Usage(*usage), status=status,
-        end_ns=4_000)
+                                    1, cut), 0, None)],
+        route="chat", response=ResponseEvent(3, "r1", upstream, 1, 2, waited_ms, served_by),
+        usage=None if usage is None else Usage(*usage), status=status, end_ns=4_000)
     assert trace.spans() == [encode_span(span) for span in trace.records()]

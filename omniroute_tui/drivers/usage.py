@@ -47,6 +47,10 @@ def usage_of(content: bytes, previous: Usage | None = None) -> Usage | None:
 def _counts(value: Any, previous: Usage | None = None) -> Usage | None:
     if not isinstance(value, dict):
         return None
+    prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
+    if (type(prompt) is int and type(completion) is int and 0 <= prompt <= MAX_TOKENS
+            and 0 <= completion <= MAX_TOKENS):  # most: OpenAI's, in a few steps
+        return Usage(prompt, completion)
     for prompt_name, completion_name in _NAMES:
         prompt, completion = _count(value.get(prompt_name)), _count(value.get(completion_name))
         if prompt is not None and completion is not None:

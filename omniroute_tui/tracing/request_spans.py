@@ -54,6 +54,7 @@ from ..engine.events import (
     SkipEvent,
     WaitEvent,
 )
+from ..engine.kinds import BreakerState
 from .otlp_wire import (
     encode_attribute,
     encode_attributes,
@@ -139,32 +140,27 @@ class _Trace:
     sampled: bool
     extra: Mapping[str, Any] | None  # the sampler's attributes
     #: the request's events, each (when, event, its span id and the breaker's state
-    #: before it for an attempt: else 0 and "")
-    steps: list[tuple[int, Event, int, str]]
+    #: before it for an attempt: else 0 and None)
+    steps: list[tuple[int, Event, int, BreakerState | None]]
     current: int = 0  # the span id of the attempt sent last: its context goes upstream
     attempts: int = 0  # attempts recorded: a span each
     route: str | None = None
+    response: ResponseEvent | None = None  # what the router answered, when it did
     usage: Usage | None = None
     status: int | None = None  # the client's (None: abandoned)
     end_ns: int = 0
 
     def spans(self) -> list[bytes]:
         """The request's span and its attempts', encoded: most requests are one attempt
-        and its answer, written here directly; any other as `records` makes them."""
-        steps = self.steps
-        if len(steps) == 3:
-            (start_ns, attempt, span_id, before), (result_ns, result, _, _), (
-                _, response, _, _) = steps
-            if (type(attempt) is AttemptEvent and type(result) is ResultEvent
-                    and type(response) is ResponseEvent and result.n == attempt.n):
-                return self._answered(start_ns, attempt, span_id, before, result_ns, result,
-                                      response)
-        return [encode_span(span) for span in self.records()]
-
-    def _answered(self, start_ns: int, attempt: AttemptEvent, span_id: int, before: str,
-                  result_ns: int, result: ResultEvent, response: ResponseEvent
-                  ) -> list[bytes]:
-        """The spans of a request of one attempt, as `records` would make them."""
+        and its answer, written here directly, as `records` would make them; any other
+        as `records` makes them."""
+        steps, response = self.steps, self.response
+        if len(steps) != 2 or response is None:
+            return [encode_span(span) for span in self.records()]
+        (start_ns, attempt, span_id, before), (result_ns, result, _, _) = steps
+        if (type(attempt) is not AttemptEvent or type(result) is not ResultEvent
+                or result.n != attempt.n):
+            return [encode_span(span) for span in self.records()]
         trace_id = self.trace_id.to_bytes(16, "big")
         own = self.span_id.to_bytes(8, "big")
         key = (self.endpoint, attempt.model, attempt.provider, attempt.connection,
@@ -210,23 +206,22 @@ class _Trace:
             bool(self.parent_id), self.state_header, f"{self.method} {self.path}", SERVER,
             self.start_ns, varying, self.end_ns)
         spans = [server]
-        opened: dict[int, tuple[int, AttemptEvent, int, str]] = {}
+        opened: dict[int, tuple[int, AttemptEvent, int, BreakerState]] = {}
         #: attempts begun again under their number before their result (two requests
         #: under one client-chosen id): each still a span, cancelled
-        dropped: list[tuple[int, AttemptEvent, int, str]] = []
+        dropped: list[tuple[int, AttemptEvent, int, BreakerState]] = []
         last: SpanRecord | None = None  # the attempt whose result came last
         moved: SpanRecord | None = None  # it, while a dedup or a breaker's move is its
         served: SpanRecord | None = None  # the one that gets the answer's tokens
         shared: Attributes = {}  # its attributes in its `encoded`
         why: str | None = None  # and its strategy's why
         ok = False
-        response: ResponseEvent | None = None
         operation = _OPERATIONS.get(self.endpoint, "chat")
         for at_ns, event, span_id, before in self.steps:
             if isinstance(event, AttemptEvent):
                 if event.n in opened:
                     dropped.append(opened[event.n])
-                opened[event.n] = (at_ns, event, span_id, before)
+                opened[event.n] = (at_ns, event, span_id, before)  # type: ignore[assignment]
                 served = None  # a later attempt answers, if any does
             elif isinstance(event, ResultEvent):
                 begun = opened.pop(event.n, None)
@@ -250,8 +245,6 @@ class _Trace:
                     encoded + encode_attribute("omniroute.why", why) if why else encoded)
                 spans.append(last)
                 moved = served = last
-            elif isinstance(event, ResponseEvent):
-                response = event
             elif isinstance(event, BreakerEvent | DedupEvent):
                 if moved is None:
                     continue
@@ -301,6 +294,7 @@ class _Trace:
             varying["omniroute.abandoned"] = True
         elif status >= 500:
             server.status = ERROR
+        response = self.response
         if response is not None and response.waited_ms:
             varying["omniroute.waited_ms"] = response.waited_ms
         shared_key = (self.method, self.path, self.route, status,
@@ -354,11 +348,11 @@ def _tokens_of(usage: Usage) -> tuple[Attributes, bytes]:
 
 
 def _attempt_attributes(model: str, provider: str, connection: str, n: int, probe: bool,
-                        before: str) -> Attributes:
+                        before: BreakerState) -> Attributes:
     attributes: Attributes = {
         "gen_ai.request.model": model, "omniroute.provider": provider,
         "omniroute.connection": connection, "omniroute.attempt": n,
-        "omniroute.breaker.before": before, "omniroute.breaker.after": before}
+        "omniroute.breaker.before": before.value, "omniroute.breaker.after": before.value}
     if probe:
         attributes["omniroute.probe"] = True
     return attributes
@@ -422,7 +416,8 @@ class RequestTracing:
         self._unsubscribe = [
             bus.on(AttemptEvent, self._attempt),
             bus.on(ResultEvent, self._result),
-            bus.subscribe(self._step, SkipEvent, WaitEvent, ResponseEvent),
+            bus.subscribe(self._step, SkipEvent, WaitEvent),
+            bus.on(ResponseEvent, self._response),
             bus.subscribe(self._recorded, DedupEvent, BreakerEvent),
         ]
 
@@ -435,12 +430,8 @@ class RequestTracing:
         context: Context | None = None
         state = _EMPTY_STATE
         if self._w3c:
-            raw_parent = raw_state = None
-            for key, value in headers:
-                if key == b"traceparent":
-                    raw_parent = value
-                elif key == b"tracestate":
-                    raw_state = value
+            named = dict(headers)  # in C; a name given twice: its last, as a loop would
+            raw_parent, raw_state = named.get(b"traceparent"), named.get(b"tracestate")
             parent = (None if raw_parent is None
                       else _traceparent(raw_parent.decode("latin-1")))
             if parent is not None and raw_state:
@@ -553,25 +544,32 @@ class RequestTracing:
         if trace.sampled:
             trace.attempts += 1
             trace.steps.append((time.time_ns(), event, span_id,
-                                self._engine.breaker_state(event.provider).value))
+                                self._engine.breaker_state(event.provider)))
 
     def _result(self, event: ResultEvent) -> None:
         trace = self._traces.get(event.request)
         if trace is None or not trace.sampled:
             self._recording = None
             return
-        trace.steps.append((time.time_ns(), event, 0, ""))
+        trace.steps.append((time.time_ns(), event, 0, None))
         self._recording = (trace, event.provider)
 
     def _step(self, event: Event) -> None:
-        """A skip, a wait or the response: the request's span's."""
+        """A skip or a wait: an event of the request's span."""
         self._recording = None
         trace = self._traces.get(event.request)  # type: ignore[attr-defined]
         if trace is not None and trace.sampled:
-            trace.steps.append((time.time_ns(), event, 0, ""))
+            trace.steps.append((time.time_ns(), event, 0, None))
+
+    def _response(self, event: ResponseEvent) -> None:
+        """What the router answered: the request span's attempts, wait and server."""
+        self._recording = None
+        trace = self._traces.get(event.request)
+        if trace is not None:
+            trace.response = event
 
     def _recorded(self, event: Event) -> None:
         """A dedup or a breaker's move: the attempt's whose result is being recorded."""
         recording = self._recording
         if recording is not None and recording[1] == event.provider:  # type: ignore[attr-defined]
-            recording[0].steps.append((time.time_ns(), event, 0, ""))
+            recording[0].steps.append((time.time_ns(), event, 0, None))
