@@ -186,34 +186,36 @@ def _whole(reply: httpx.Response, stream: bool) -> bool:
         b"data: [DONE]\n\n"))
 
 
-async def latencies(direct: str, gateways: dict[str, str], count: int, body: dict[str, Any]
-                    ) -> dict[str, list[float]]:
-    """Milliseconds per request: `direct`, then each gateway, in turn, request by request
-    (a stream's until its last byte). The gateways' order is shuffled each turn (seeded):
-    a process that runs right after one running the same code finds the CPU's caches warm
-    for it, and a fixed order would favour some gateways by a few points of CPU."""
+async def latencies(direct: str, gateways: dict[str, str], count: int, body: dict[str, Any],
+                    block: int = 1) -> dict[str, list[float]]:
+    """Milliseconds per request: `direct`, then each gateway, in turn, `block` requests at a
+    time (a stream's until its last byte). The gateways' order is shuffled each turn
+    (seeded): a process that runs right after one running the same code finds the CPU's
+    caches warm for it, and a fixed order would favour some gateways by a few points of
+    CPU. A block of one is every process cold at every request; a larger block is each
+    gateway serving a run of requests, warm, as under steady traffic."""
     result: dict[str, list[float]] = {"direct": [], **{name: [] for name in gateways}}
     order = list(gateways.items())
     shuffle = random.Random(1).shuffle
     headers = {"authorization": "Bearer sk-bench-key-0001"}
     stream = bool(body.get("stream"))
     async with httpx.AsyncClient(timeout=10) as http:
-        for i in range(count + 50):
-            start = time.perf_counter()
-            reply = await http.post(f"{direct}/chat/completions", json=dict(body, model="m"),
-                                    headers=headers)
-            took = {"direct": (time.perf_counter() - start) * 1000}
-            assert _whole(reply, stream), reply.text
+        for first in range(0, count + 50, block):
             shuffle(order)
-            for name, url in order:
-                start = time.perf_counter()
-                through = await http.post(f"{url}/v1/chat/completions", json=body,
-                                          headers={"authorization": f"Bearer {CLIENT_KEY}"})
-                took[name] = (time.perf_counter() - start) * 1000
-                assert _whole(through, stream), (name, through.text)
-            if i >= 50:  # warm-up done
-                for name, ms in took.items():
-                    result[name].append(ms)
+            for name, url in [("direct", ""), *order]:
+                for i in range(first, min(first + block, count + 50)):
+                    start = time.perf_counter()
+                    if name == "direct":
+                        reply = await http.post(f"{direct}/chat/completions",
+                                                json=dict(body, model="m"), headers=headers)
+                    else:
+                        reply = await http.post(
+                            f"{url}/v1/chat/completions", json=body,
+                            headers={"authorization": f"Bearer {CLIENT_KEY}"})
+                    took = (time.perf_counter() - start) * 1000
+                    assert _whole(reply, stream), (name, reply.text)
+                    if i >= 50:  # warm-up done
+                        result[name].append(took)
     return result
 
 
@@ -270,6 +272,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure the sequential requests this many times, each round's "
                              "CPU a request printed (a shared machine's noise: the median)")
+    parser.add_argument("--block", type=int, default=1,
+                        help="requests each gateway serves in a row before the next one's "
+                             "turn (1: every request to a cold process; 50: each warm, as "
+                             "under steady traffic)")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--baseline", metavar="TREE", type=Path,
@@ -353,7 +359,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 before = {name: cpu_s(pid) for name, pid in pids.items()}
                 for name, values in asyncio.run(latencies(direct, gateways, args.requests,
-                                                          body)).items():
+                                                          body, args.block)).items():
                     ms.setdefault(name, []).extend(values)
                 rounds.append({name: (cpu_s(pid) - before[name]) / (args.requests + 50) * 1e6
                                for name, pid in pids.items()})
@@ -372,7 +378,8 @@ def main() -> None:
         spans_text = spans.read_text() if spans.exists() else ""
     d50, d99 = statistics.median(ms["direct"]), percentile(ms["direct"], 0.99)
     kind = "streamed requests" if args.stream else "requests"
-    print(f"{args.requests} sequential {kind}, in turn direct / through each gateway:")
+    print(f"{args.requests} sequential {kind}, in turn direct / through each gateway"
+          f"{f', {args.block} at a time' if args.block > 1 else ''}:")
     print(f"  direct:             median {d50:6.2f} ms   p99 {d99:6.2f} ms")
     labels = [("gateway", "gateway"), ("metrics", "gateway, metrics"),
               ("aiohttp", "gateway, aiohttp")]
