@@ -556,7 +556,7 @@ def test_an_attempt_begun_again_under_its_number_is_still_a_span() -> None:
 def test_a_trace_queued_takes_no_later_breaker_move() -> None:
     """A trace ended (or evicted as abandoned) while its attempt's result was the one
     being recorded: a later breaker move of that provider, an operator's say, is not
-    added to it on the export thread's side."""
+    added to its spans, written when it ended."""
     engine, _clock, _rec = make_engine()
     kept = Kept()
     tracing = RequestTracing(engine, kept)  # type: ignore[arg-type]

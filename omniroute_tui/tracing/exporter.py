@@ -114,8 +114,9 @@ class ExportSettings:
 
 
 class SpanExporter:
-    """Takes ended spans, encoded (`add`, from one thread: the event loop's), and sends
-    them in batches from its own."""
+    """Takes ended spans, encoded (`add`, from one thread at a time: the event loop's,
+    and at exit the thread that shuts tracing down), and sends them in batches from its
+    own."""
 
     def __init__(self, settings: ExportSettings, resource: Attributes,
                  scope: tuple[str, str], *, backoff_s: tuple[float, ...] = _BACKOFF_S) -> None:
@@ -130,8 +131,8 @@ class SpanExporter:
         self._queue: deque[Sequence[bytes]] = deque()
         self._added = self._taken = 0
         self._wake = threading.Event()
-        #: `_added` at which the adding thread wakes the export thread next: once a
-        #: batch's worth more is queued, not at every add while the thread is waking
+        #: `_added` at which the adding thread wakes the export thread next: a batch's
+        #: worth of spans added since it last did, not at every add while it wakes
         self._wake_at = settings.max_batch
         self._idle = threading.Event()  # nothing queued or being sent
         self._idle.set()

@@ -25,7 +25,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -165,19 +165,13 @@ class _Trace:
         own = self.span_id.to_bytes(8, "big")
         key = (self.endpoint, attempt.model, attempt.provider, attempt.connection,
                attempt.n, attempt.probe, before, result.status, result.kind, result.reason)
-        kept = _ATTEMPTS.get(key)
-        if kept is None:
-            kept = _keep(_ATTEMPTS, key, _attempt_shared(key))
-        encoded = kept[1]
+        encoded = _kept(_ATTEMPTS, key, _attempt_shared)[1]
         if attempt.why:
             encoded += encode_attribute("omniroute.why", attempt.why)
         status = self.status
         shared_key = (self.method, self.path, self.route, status, response.attempts,
                       response.served_by, bool(self.parent_id))
-        request_shared = _REQUESTS.get(shared_key)
-        if request_shared is None:
-            request_shared = _keep(_REQUESTS, shared_key, _request_shared(*shared_key))
-        server = request_shared + _request_id(self.request_id)
+        server = _kept(_REQUESTS, shared_key, _request_shared) + _request_id(self.request_id)
         if self.extra or status is None or response.waited_ms:
             varying: Attributes = dict(self.extra) if self.extra else {}
             if status is None:
@@ -232,10 +226,7 @@ class _Trace:
                 key = (self.endpoint, attempt.model, attempt.provider, attempt.connection,
                        attempt.n, attempt.probe, before, event.status, event.kind,
                        event.reason)
-                kept = _ATTEMPTS.get(key)
-                if kept is None:
-                    kept = _keep(_ATTEMPTS, key, _attempt_shared(key))
-                name, encoded, shared, outcome = kept
+                name, encoded, shared, outcome = _kept(_ATTEMPTS, key, _attempt_shared)
                 ok = event.kind is None
                 why = attempt.why
                 last = SpanRecord(
@@ -300,10 +291,8 @@ class _Trace:
         shared_key = (self.method, self.path, self.route, status,
                       None if response is None else response.attempts,
                       None if response is None else response.served_by, bool(self.parent_id))
-        request_shared = _REQUESTS.get(shared_key)
-        if request_shared is None:
-            request_shared = _keep(_REQUESTS, shared_key, _request_shared(*shared_key))
-        server.encoded = request_shared + _request_id(self.request_id)
+        server.encoded = _kept(_REQUESTS, shared_key, _request_shared) + _request_id(
+            self.request_id)
         if varying:  # its own, encoded too
             server.encoded += encode_attributes(varying)
             server.attributes = {}
@@ -329,22 +318,26 @@ _TOKENS: dict[tuple[Any, ...], tuple[Attributes, bytes]] = {}
 _T = TypeVar("_T")
 
 
-def _keep(cache: dict[tuple[Any, ...], _T], key: tuple[Any, ...], value: _T) -> _T:
-    if len(cache) >= _SHARED_MAX:
-        cache.clear()
-    cache[key] = value
+def _kept(cache: dict[tuple[Any, ...], _T], key: tuple[Any, ...],
+          make: Callable[[tuple[Any, ...]], _T]) -> _T:
+    """What `make` makes of `key`, kept in `cache` (cleared when full)."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= _SHARED_MAX:
+            cache.clear()
+        value = cache[key] = make(key)
     return value
 
 
 def _tokens_of(usage: Usage) -> tuple[Attributes, bytes]:
     """An answer's tokens as attributes, and encoded (kept)."""
-    counts = (usage.prompt_tokens, usage.completion_tokens)
-    tokens = _TOKENS.get(counts)
-    if tokens is None:
-        attributes: Attributes = {"gen_ai.usage.input_tokens": counts[0],
-                                  "gen_ai.usage.output_tokens": counts[1]}
-        tokens = _keep(_TOKENS, counts, (attributes, encode_attributes(attributes)))
-    return tokens
+    return _kept(_TOKENS, (usage.prompt_tokens, usage.completion_tokens), _tokens)
+
+
+def _tokens(counts: tuple[Any, ...]) -> tuple[Attributes, bytes]:
+    attributes: Attributes = {"gen_ai.usage.input_tokens": counts[0],
+                              "gen_ai.usage.output_tokens": counts[1]}
+    return attributes, encode_attributes(attributes)
 
 
 def _attempt_attributes(model: str, provider: str, connection: str, n: int, probe: bool,
@@ -375,9 +368,10 @@ def _attempt_shared(key: tuple[Any, ...]) -> tuple[str, bytes, Attributes, str]:
                                "" if failure is None else outcome), attributes, outcome
 
 
-def _request_shared(method: str, path: str, route: str | None, status: int | None,
-                    attempts: int | None, served_by: str | None, remote: bool) -> bytes:
-    """A request's shared attributes, encoded."""
+def _request_shared(key: tuple[Any, ...]) -> bytes:
+    """A request's shared attributes, encoded, by its method, path, route, status,
+    attempts, server and whether its parent is remote."""
+    method, path, route, status, attempts, served_by, remote = key
     attributes: Attributes = {"http.request.method": method, "url.path": path}
     if attempts is not None:
         attributes["omniroute.attempts"] = attempts
@@ -522,7 +516,8 @@ class RequestTracing:
         self.exporter.shutdown(timeout_s)
 
     def _end(self, trace: _Trace, status: int | None) -> None:
-        """The trace goes to the exporter (`status` None: it was never answered)."""
+        """The trace's spans are written and queued (`status` None: it was never
+        answered)."""
         if self._recording is not None and self._recording[0] is trace:
             self._recording = None  # nothing more is this trace's once it is queued
         if not trace.sampled:
