@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import pytest
@@ -324,3 +326,67 @@ def test_a_unique_text_is_written_as_any_attribute_is(value: str) -> None:
     `encode_attribute` writes, short or long, a lone surrogate included."""
     write = unique_text_attribute("omniroute.test_id")
     assert write(value) == encode_attribute("omniroute.test_id", value)
+
+
+def test_spans_added_as_the_exporter_stops_are_sent_not_lost() -> None:
+    """The last requests' spans (tracing's shutdown ends the open traces) can be added
+    while the export thread is between its last look at the queue and its stop: it
+    sends them before it stops, and every span is counted."""
+    drained, go = threading.Event(), threading.Event()
+
+    class Held(SpanExporter):
+        def _post(self, body: bytes, headers: dict[str, str]) -> int:
+            return 200
+
+        def _send_queued(self) -> None:
+            super()._send_queued()
+            if not go.is_set():  # the thread pauses just after a round found nothing
+                drained.set()
+                go.wait(10)
+
+    exporter = Held(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=0.01),
+                    {}, SCOPE)
+    assert drained.wait(10)
+    for n in range(3):
+        exporter.add(span(n))
+    exporter._stopping = True  # what `shutdown` does first
+    exporter._wake.set()
+    go.set()
+    exporter.shutdown(timeout_s=10)
+    assert (exporter.exported, exporter.dropped, exporter.failed) == (3, 0, 0)
+    assert not exporter.alive
+
+
+def test_flush_waits_for_a_span_added_as_a_round_ends() -> None:
+    """A span added while the export thread ends a round (the adder saw it busy, the
+    thread then found the queue empty and said so): `flush` still waits for it."""
+    drained = threading.Event()
+    hold = threading.Event()
+
+    class Slow(deque[Sequence[bytes]]):
+        def append(self, spans: Sequence[bytes]) -> None:
+            if hold.is_set():  # the adding thread is switched out before its append
+                drained.wait(10)
+            super().append(spans)
+
+    class Told(SpanExporter):
+        def _post(self, body: bytes, headers: dict[str, str]) -> int:
+            return 200
+
+        def _send_queued(self) -> None:
+            super()._send_queued()
+            drained.set()
+
+    exporter = Told(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=3600),
+                    {}, SCOPE)
+    exporter._queue = Slow()
+    exporter.add(span(1))
+    hold.set()
+    adder = threading.Thread(target=exporter.add, args=(span(2),))
+    adder.start()
+    exporter._wake.set()  # the thread sends the first span and ends its round
+    adder.join(10)
+    hold.clear()
+    assert exporter.flush(10)
+    assert exporter.exported == 2
+    exporter.shutdown(timeout_s=10)

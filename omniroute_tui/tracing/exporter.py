@@ -175,11 +175,11 @@ class SpanExporter:
             self._unmade += spans
             self._bug("making the spans of a request", spans)
             return
+        self._queue.append(made)  # before `_idle` is cleared: the export thread sets it
+        self._added += len(made)  # after its last look at the queue
         if self._idle_set:
             self._idle_set = False
             self._idle.clear()
-        self._queue.append(made)
-        self._added += len(made)
         if self._added >= self._wake_at:
             self._wake_at = self._added + self.settings.max_batch
             self._wake.set()
@@ -212,7 +212,7 @@ class SpanExporter:
                             "OTEL_BSP_MAX_QUEUE_SIZE)", self.dropped - self._dropped_told,
                             self.settings.max_queue, self.dropped)
                 self._dropped_told = self.dropped
-            if self._stopping:
+            if self._stopping and not self._queue:  # spans added at exit: sent too
                 return
 
     def _send_queued(self) -> None:
