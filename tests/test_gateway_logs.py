@@ -145,10 +145,10 @@ async def test_uvicorn_lines_go_through_the_same_formatter(
 
 def test_a_safe_client_id_is_kept_and_ours_are_short_and_unique() -> None:
     ids = RequestIds()
-    assert ids.for_headers([(b"x-request-id", b"Req_1.2:3-x")]) == "Req_1.2:3-x"
+    assert ids.take([(b"x-request-id", b"Req_1.2:3-x")]) == "Req_1.2:3-x"
     longest = b"a" * MAX_ID_CHARS
-    assert ids.for_headers([(b"accept", b"*/*"), (b"x-request-id", longest)]) == "a" * 128
-    ours = [ids.for_headers([]) for _ in range(1000)]
+    assert ids.take([(b"accept", b"*/*"), (b"x-request-id", longest)]) == "a" * 128
+    ours = [ids.take([]) for _ in range(1000)]
     assert len(set(ours)) == 1000
     assert all(OURS.fullmatch(i) and len(i) <= 14 for i in ours)
     assert ours[0] == f"{ids.prefix}-1" and ours[-1] == f"{ids.prefix}-1000"
@@ -171,7 +171,24 @@ def test_a_safe_client_id_is_kept_and_ours_are_short_and_unique() -> None:
         "two", "a-hundred"])
 def test_hostile_client_ids_get_ours(headers: list[tuple[bytes, bytes]]) -> None:
     ids = RequestIds(prefix="0badc0de")
-    assert ids.for_headers(headers) == "0badc0de-1"
+    assert ids.take(headers) == "0badc0de-1"
+
+
+def test_an_id_names_one_request_in_flight_never_two() -> None:
+    """A client's id held by a request in flight gets ours; once released it is the
+    client's again; ours skip an id a client sent ahead of us (ours are easy to guess)."""
+    ids = RequestIds(prefix="0badc0de")
+    mine = [(b"x-request-id", b"mine")]
+    assert ids.take(mine) == "mine"
+    assert ids.take(mine) == "0badc0de-1"
+    ids.release("mine")
+    assert ids.take(mine) == "mine"
+    assert ids.take([(b"x-request-id", b"0badc0de-2")]) == "0badc0de-2"  # a guess
+    assert ids.take([]) == "0badc0de-3"
+    assert ids.in_flight == 4
+    for request_id in ("mine", "0badc0de-1", "0badc0de-2", "0badc0de-3", "never-taken"):
+        ids.release(request_id)
+    assert ids.in_flight == 0
 
 
 # -- the gateway ---------------------------------------------------------------------------

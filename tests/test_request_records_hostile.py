@@ -60,21 +60,23 @@ async def _chat(url: str, request_id: str, model: str = "chat") -> httpx.Respons
 
 # -- 1: two requests in flight under one client id ------------------------------------------
 
-async def test_two_requests_in_flight_with_one_id_share_one_record_with_both(
-        tmp_path: Path) -> None:
-    """Two requests at once under one client id: neither's events are lost; they share
-    one record, written when the last ends, with each one's status."""
+async def test_two_requests_in_flight_with_one_id_get_a_record_each(tmp_path: Path) -> None:
+    """Two requests at once under one client id: the later gets an id of ours, and each
+    has its own record with its own events; nothing is left open."""
     async with running_gateway(tmp_path, scenario=SLOW) as gw:
         slow = asyncio.create_task(_chat(gw.url, "dup-1", "slow"))
         await eventually(lambda: "dup-1" in gw.gateway.records._open, what="the slow one")
-        await _chat(gw.url, "dup-1", "chat")  # ends while the slow one is in flight
+        fast = await _chat(gw.url, "dup-1", "chat")  # ends while the slow one is in flight
+        ours = fast.headers["x-request-id"]
+        assert ours.startswith(gw.gateway.request_ids.prefix + "-")
         assert (await _why(gw.url, "dup-1")).json()["records"] == []  # not yet: in flight
-        await slow
-        [record] = (await _why(gw.url, "dup-1")).json()["records"]
-        types = [e["type"] for e in record["events"]]
-        assert types.count("request") == types.count("response") == 2
-        assert record["statuses"] == [200, 200]
-        assert gw.gateway.records._open == {} and gw.gateway.records._shared == {}
+        assert (await slow).headers["x-request-id"] == "dup-1"
+        for request_id, route in (("dup-1", "slow"), (ours, "chat")):
+            [record] = (await _why(gw.url, request_id)).json()["records"]
+            [begun] = [e for e in record["events"] if e["type"] == "request"]
+            assert (begun["id"], begun["route"], record["status"]) == (request_id, route, 200)
+            assert "statuses" not in record
+        assert gw.gateway.records._open == {} and gw.gateway.request_ids.in_flight == 0
 
 
 # -- what a stranger stored as a record: nested past the stack, NaN in an event ----------
@@ -155,7 +157,7 @@ async def test_the_open_table_is_empty_after_requests_of_every_kind(tmp_path: Pa
                               headers=key) == 200
             assert await post("k-429", {"model": "chat", "messages": MESSAGES},
                               headers=key) == 429
-        assert gw.gateway.records._open == {}
+        assert gw.gateway.records._open == {} and gw.gateway.request_ids.in_flight == 0
 
 
 async def test_the_open_table_is_empty_after_404_499_and_streams(tmp_path: Path) -> None:
@@ -181,6 +183,7 @@ async def test_the_open_table_is_empty_after_404_499_and_streams(tmp_path: Path)
             async for _ in s.aiter_lines():
                 break
         await eventually(lambda: not gw.gateway.records._open, what="every record written")
+        assert gw.gateway.request_ids.in_flight == 0
         for rid in ("k-499", "k-s1", "k-s2"):
             answer = await _why(gw.url, rid)
             assert answer.status_code == 200, (rid, answer.text[:200])
@@ -196,7 +199,7 @@ async def test_a_cut_stream_is_recorded_and_nothing_left_open(route: str) -> Non
         await _tokens(setup.api, route)
         await eventually(lambda: not setup.gateway.records._open,
                          what="the stream's record written")
-        assert setup.gateway.records.kept == 1
+        assert setup.gateway.records.kept == 1 and setup.gateway.request_ids.in_flight == 0
         [(rid, blobs)] = list(setup.gateway.records.sink._records.items())
         found = await setup.gateway.records.lookup(rid)
         assert found is not None and found["records"][0]["events"][-1]["type"] == "result"

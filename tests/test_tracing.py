@@ -237,6 +237,65 @@ async def test_a_hostile_traceparent_starts_a_new_trace_and_the_request_is_serve
     assert upstream["traceparent"].split("-")[1] == server.trace_id
 
 
+async def test_two_requests_sent_at_once_under_one_id_keep_their_own_traces(
+        otel_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two clients send one `x-request-id` at once (ours are easy to guess). Both meet
+    the 429 together and fall back after the second has begun: each fallback carries its
+    own client's context upstream, never the other's, and each request has its spans."""
+    seen: list[dict[str, str]] = []
+    both_throttled = asyncio.Event()
+    throttled = 0
+
+    async def completions(request: Request) -> Response:
+        nonlocal throttled
+        seen.append(dict(request.headers))
+        if request.headers.get("authorization") == f"Bearer {THROTTLED}":
+            throttled += 1
+            if throttled == 2:
+                both_throttled.set()
+            await asyncio.wait_for(both_throttled.wait(), 10)
+            return JSONResponse({"error": {"message": "slow down"}}, 429,
+                                headers={"retry-after": "30"})
+        return JSONResponse({"id": "c1", "object": "chat.completion", "created": 1,
+                             "model": "m", "usage": USAGE, "choices": [{
+                                 "index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": "hello"}}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    async with receiving() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        async with serving(app) as url, gateway_for(config(url), traced=True) as gw, \
+                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+            async def call(n: int) -> httpx.Response:
+                return await http.post("/v1/chat/completions", json={
+                    "model": "chat", "messages": [{"role": "user", "content": "hi"}]},
+                    headers={"x-request-id": "shared-1",
+                             "traceparent": f"00-{TRACE_ID[:-1]}{n}-{PARENT}-01",
+                             "tracestate": f"who=client{n}"})
+
+            answers = await asyncio.gather(call(1), call(2))
+            assert [a.status_code for a in answers] == [200, 200]
+            assert gw.gateway.tracing is not None
+            assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
+            assert gw.gateway.request_ids.in_flight == 0
+    ids = sorted(a.headers["x-request-id"] for a in answers)
+    assert ids[1] == "shared-1" and ids[0].startswith(gw.gateway.request_ids.prefix + "-")
+    # upstream, every call's trace context is its own client's, with its own tracestate
+    assert sorted(h["traceparent"].split("-")[1][-1] for h in seen) == ["1", "1", "2", "2"]
+    for headers in seen:
+        n = headers["traceparent"].split("-")[1][-1]
+        assert headers["tracestate"] == f"who=client{n}", headers
+    spans = receiver.spans
+    for n in (1, 2):
+        trace_id = TRACE_ID[:-1] + str(n)
+        (server,) = [s for s in spans if s.kind == "server" and s.trace_id == trace_id]
+        assert server.trace_state == f"who=client{n}"
+        attempts = [s for s in spans if s.kind == "client" and s.trace_id == trace_id]
+        assert sorted(s.attributes["omniroute.provider"] for s in attempts) == [
+            "first", "second"]
+        assert {s.parent_span_id for s in attempts} == {server.span_id}
+
+
 @pytest.mark.parametrize("environ", [
     {}, {"OTEL_SERVICE_NAME": "gw"},
     {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "true"},

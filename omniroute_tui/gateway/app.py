@@ -320,7 +320,7 @@ class Gateway:
 
     async def proxy(self, request: Request, endpoint: Endpoint) -> Response:
         """A proxied request; every answer says the request's id in `x-request-id`."""
-        request_id = self.request_ids.for_headers(request.scope["headers"])
+        request_id = self.request_ids.take(request.scope["headers"])
         tracing = self.tracing
         if tracing is not None:
             scope = request.scope
@@ -334,8 +334,10 @@ class Gateway:
         except Exception:
             self._cut_short(request_id, 500)
             raise
-        if tracing is not None and not isinstance(response, RelayResponse):
-            tracing.end(request_id, response.status_code)  # a stream's ends with it
+        if not isinstance(response, RelayResponse):  # a stream's end is `_stream_ended`
+            if tracing is not None:
+                tracing.end(request_id, response.status_code)
+            self.request_ids.release(request_id)
         response.raw_headers.append((REQUEST_ID_HEADER, request_id.encode("ascii")))
         return response
 
@@ -345,6 +347,7 @@ class Gateway:
         if self.tracing is not None:
             self.tracing.end(request_id, status)
         self.records.finish(request_id, status)
+        self.request_ids.release(request_id)
 
     async def stored_response(self, request: Request) -> Response:
         """`/v1/responses/{id}` and its kin read or change a response an upstream stored:
@@ -460,6 +463,7 @@ class Gateway:
             self.tracing.end(request_id, completion.response.status)
         self._answered(request_id, completion.response.status, route=route, completion=completion,
                        endpoint=endpoint, tenant=tenant)
+        self.request_ids.release(request_id)
 
     async def _complete_unless_disconnected(
         self, request: Request, client_request: ClientRequest, request_id: str,

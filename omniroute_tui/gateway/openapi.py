@@ -127,10 +127,6 @@ MANAGEMENT_OPENAPI: dict[str, Any] = {
                         "properties": {
                             "replica": {"type": ["string", "null"]},
                             "status": {"type": ["integer", "null"]},
-                            "statuses": {"type": "array", "items": {"type": "integer"},
-                                         "description": "Requests in flight at once under "
-                                                        "one id share a record: each one's "
-                                                        "status, in the order they ended."},
                             "events": {"type": "array", "items": {"type": "object"}}}}},
                     "in_flight": {"type": "object"},
                     "unreadable_records": {"type": "integer"}}},

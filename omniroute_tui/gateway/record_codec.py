@@ -80,14 +80,10 @@ def _typed(event: Event) -> bool:
     return True
 
 
-def record_json(request_id: str, replica: str | None, status: int, events: list[str], *,
-                statuses: list[int] | None = None) -> str:
-    """The record of a request whose events are `events` (each its `to_json()`);
-    `statuses`: requests in flight at once under one id share a record, and these are
-    the statuses each got, in the order they ended."""
-    shared = "" if statuses is None else f',"statuses":{json.dumps(statuses)}'
+def record_json(request_id: str, replica: str | None, status: int, events: list[str]) -> str:
+    """The record of a request whose events are `events` (each its `to_json()`)."""
     return (f'{{"id":{json.dumps(request_id)},"replica":{json.dumps(replica)},'
-            f'"status":{int(status)}{shared},"events":[{",".join(events)}]}}')
+            f'"status":{int(status)},"events":[{",".join(events)}]}}')
 
 
 def encode_record(text: str) -> bytes:
@@ -104,13 +100,10 @@ class DecodedRecord:
     status: int | None
     events: list[dict[str, Any]] = field(default_factory=list)
     unreadable: int = 0
-    statuses: list[int] | None = None  # requests that shared one id: each one's status
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"replica": self.replica, "status": self.status,
                                 "events": self.events}
-        if self.statuses is not None:
-            body["statuses"] = self.statuses
         if self.unreadable:
             body["unreadable_events"] = self.unreadable
         return body
@@ -134,12 +127,8 @@ def decode_record(blob: object, request_id: str) -> DecodedRecord | None:
     replica, status, events = data.get("replica"), data.get("status"), data.get("events")
     if not isinstance(events, list) or len(events) > _MAX_EVENTS:
         return None
-    statuses = data.get("statuses")
-    if not (isinstance(statuses, list) and len(statuses) <= 100
-            and all(type(s) is int for s in statuses)):
-        statuses = None
     record = DecodedRecord(replica if isinstance(replica, str) else None,
-                           status if type(status) is int else None, statuses=statuses)
+                           status if type(status) is int else None)
     for item in events:
         try:
             if not isinstance(item, dict):

@@ -7,6 +7,11 @@ nothing a log line, a terminal or a header could misread. Anything else (too lon
 control characters, non-ASCII, the header twice) gets ours: a random prefix drawn when
 the gateway starts and a counter, unique across restarts and the replicas of a fleet
 (docs/design.md §13).
+
+An id names one request in flight here, never two: the router's events, the trace and
+the record of a request are found by it. A client's id already in flight (the client
+sent it twice at once, or another client sent it: ours are easy to guess) gets ours,
+and ours skip an id a client holds.
 """
 
 from __future__ import annotations
@@ -28,25 +33,44 @@ def is_request_id(text: str) -> bool:
 
 
 class RequestIds:
-    """Issues request ids: `new()` ours, `for_headers()` the client's or ours."""
+    """Issues the ids of the requests in flight: `take()` one for a request, the client's
+    or ours; `release()` it when the request has ended (its access line written)."""
 
     def __init__(self, prefix: str | None = None) -> None:
         # 8 hex digits: two gateways share a prefix once in about 65,000 pairs
         self.prefix = prefix if prefix is not None else secrets.token_hex(4)
         self._count = 0
+        self._in_flight: set[str] = set()
 
-    def new(self) -> str:
-        self._count += 1
-        return f"{self.prefix}-{self._count}"
+    @property
+    def in_flight(self) -> int:
+        """How many ids are taken and not released."""
+        return len(self._in_flight)
 
-    def for_headers(self, headers: Iterable[tuple[bytes, bytes]]) -> str:
-        """The id for a request with these raw ASGI headers (names in lower case)."""
+    def take(self, headers: Iterable[tuple[bytes, bytes]]) -> str:
+        """The id of a request with these raw ASGI headers (names in lower case), taken
+        until `release`."""
         found: bytes | None = None
         for name, value in headers:
             if name == REQUEST_ID_HEADER:
                 if found is not None:  # two ids: neither is the request's
-                    return self.new()
+                    return self._new()
                 found = value
         if found is not None and _SAFE.fullmatch(found):
-            return found.decode("ascii")
-        return self.new()
+            request_id = found.decode("ascii")
+            if request_id not in self._in_flight:
+                self._in_flight.add(request_id)
+                return request_id
+        return self._new()
+
+    def release(self, request_id: str) -> None:
+        self._in_flight.discard(request_id)
+
+    def _new(self) -> str:
+        in_flight = self._in_flight
+        while True:
+            self._count += 1
+            request_id = f"{self.prefix}-{self._count}"
+            if request_id not in in_flight:  # not one a client sent ahead of us
+                in_flight.add(request_id)
+                return request_id

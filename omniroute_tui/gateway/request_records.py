@@ -128,11 +128,8 @@ class RequestRecorder:
         self.sink = sink
         self.replica = replica
         self._wall_ms = wall_ms
+        #: each request in flight's events (its id names no other in flight: `RequestIds`)
         self._open: dict[str, list[str]] = {}
-        #: ids open for more than one request now (a client that sent one id twice at
-        #: once): how many, and the statuses of those ended; their record is written once,
-        #: when the last ends, with every one's events
-        self._shared: dict[str, list[int]] = {}
         self.kept = 0
         self.abandoned = 0
         bus.subscribe(self._begin, RequestEvent)
@@ -141,15 +138,8 @@ class RequestRecorder:
     def _begin(self, event: Event) -> None:
         assert isinstance(event, RequestEvent)
         opened = self._open
-        lines = opened.get(event.id)
-        if lines is not None:  # the client sent the id again while the first was open
-            lines.append(event.to_json())
-            self._shared.setdefault(event.id, [1])[0] += 1
-            return
         if len(opened) >= MAX_OPEN:
-            oldest = next(iter(opened))
-            del opened[oldest]
-            self._shared.pop(oldest, None)
+            del opened[next(iter(opened))]
             self.abandoned += 1
         opened[event.id] = [event.to_json()]
 
@@ -166,20 +156,12 @@ class RequestRecorder:
     def finish(self, request_id: str, status: int) -> None:
         """The request's access line is written: its record goes to the sink. A request
         the router never saw (refused at the door, a body that was not JSON) has none."""
-        shared = self._shared.get(request_id)
-        if shared is not None:
-            shared[0] -= 1
-            shared.append(status)
-            if shared[0] > 0:  # another request under this id is still going
-                return
-            del self._shared[request_id]
         lines = self._open.pop(request_id, None)
         if lines is None:
             return
         self.kept += 1
         self.sink.put(request_id, self._wall_ms(), encode_record(record_json(
-            request_id, self.replica, status, lines,
-            statuses=None if shared is None else shared[1:])))
+            request_id, self.replica, status, lines)))
 
     async def lookup(self, request_id: str) -> dict[str, Any] | None:
         """What is known of `request_id`: its records, oldest first (each its replica,
