@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import threading
 from collections import deque
@@ -29,6 +30,7 @@ from starlette.routing import Route
 
 from omniroute_tui.tracing.exporter import ExportSettings, SettingsError, SpanExporter
 from omniroute_tui.tracing.otlp_wire import (
+    clean_attributes,
     encode_attribute,
     encode_attributes,
     encode_export,
@@ -390,3 +392,52 @@ def test_flush_waits_for_a_span_added_as_a_round_ends() -> None:
     assert exporter.flush(10)
     assert exporter.exported == 2
     exporter.shutdown(timeout_s=10)
+
+
+def _one_value(encoded: bytes) -> object:
+    """The value of the one attribute of a span written with `encoded` as its own."""
+    text = encode_export([encode_span(replace(record(1), attributes={}, encoded=encoded
+                                              + encode_shared("s", SERVER, {})))],
+                         {}, ("t", "0"))
+    (span_,) = ExportTraceServiceRequest.FromString(text).resource_spans[0].scope_spans[0].spans
+    (attribute,) = span_.attributes
+    kind = attribute.value.WhichOneof("value")
+    return getattr(attribute.value, kind)
+
+
+def test_a_float_is_written_as_itself_whatever_was_written_before() -> None:
+    """-0.0 equals 0.0 and NaN equals nothing: a float is never taken from what was
+    written before."""
+    assert math.copysign(1, _one_value(encode_attribute("f", 0.0))) == 1  # type: ignore[arg-type]
+    assert math.copysign(1, _one_value(encode_attribute("f", -0.0))) == -1  # type: ignore[arg-type]
+    assert math.isnan(_one_value(encode_attribute("f", math.nan)))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value, read", [
+    (2**63 - 1, 2**63 - 1), (-(2**63), -(2**63)), (2**63, str(2**63)),
+    (-(2**63) - 1, str(-(2**63) - 1)), (10**40, str(10**40))])
+def test_an_int_past_64_bits_is_written_as_its_text(value: int, read: object) -> None:
+    assert _one_value(encode_attribute("i", value)) == read
+
+
+def test_attributes_from_code_not_ours_are_cleaned_to_what_a_span_holds() -> None:
+    class Shouting(str):
+        def __str__(self) -> str:
+            return "LOUD"
+
+    class Thing:
+        def __str__(self) -> str:
+            return "a thing"
+
+    many = {f"k{n}": n for n in range(300)}
+    cleaned = clean_attributes({"seq": (1, 2), "list": ["a"], "big": 2**70, "b": True,
+                                "neg0": -0.0, 7: "seven", "s": Shouting("quiet"),
+                                "thing": Thing(), "none": None, **many})
+    assert len(cleaned) == 128
+    assert {k: cleaned[k] for k in ("seq", "list", "big", "b", "7", "s", "thing", "none")} == {
+        "seq": "(1, 2)", "list": "['a']", "big": 2**70, "b": True, "7": "seven",
+        "s": "quiet", "thing": "a thing", "none": "None"}
+    assert type(cleaned["s"]) is str and math.copysign(1, cleaned["neg0"]) == -1
+    # and every one of them is written as a receiver reads it
+    for key, value in cleaned.items():
+        _one_value(encode_attribute(key, value))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -571,6 +573,69 @@ async def test_a_lone_surrogate_from_a_client_costs_no_other_requests_spans() ->
     evil = next(s for s in receiver.spans if s.attributes.get("omniroute.request_id") == "evil")
     assert evil.events[0][1]["gen_ai.request.model"] == "?"
     assert any(s.name == "chat ?" for s in receiver.spans)
+
+
+class _Odd:
+    def __str__(self) -> str:
+        return "odd"
+
+
+def _sampler(attributes: dict[Any, Any] | None, fails: bool = False) -> Any:
+    """A sampler of the operator's (OTEL_TRACES_SAMPLER names a plugin): it samples
+    every request and adds `attributes` to its span, or raises."""
+    from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+
+    class Plugin(Sampler):
+        def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+            if fails:
+                raise RuntimeError("the plugin's bug")
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+
+        def get_description(self) -> str:
+            return "plugin"
+
+    return Plugin()
+
+
+def test_a_samplers_attributes_are_cleaned_into_what_a_span_holds(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A sequence, an int past 64 bits, an object, a key not a text: each written as a
+    receiver reads it, the other spans and attributes whole, nothing logged."""
+    engine, _clock, _rec = make_engine()
+    kept = Kept()
+    odd = {"seq": [1, 2], "big": 2**64, "neg0": -0.0, 3: "three", "obj": _Odd()}
+    tracing = RequestTracing(engine, kept, _sampler(odd))  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, "omniroute.tracing"):
+        _one_request(tracing, engine.bus, "r1")
+    received = decoded(kept.spans)
+    assert len(received) == 3
+    (server,) = [s for s in received if s.kind == "server"]
+    assert {k: server.attributes[k] for k in ("seq", "big", "3", "obj")} == {
+        "seq": "[1, 2]", "big": str(2**64), "3": "three", "obj": "odd"}
+    assert math.copysign(1, server.attributes["neg0"]) == -1
+    assert server.attributes["omniroute.request_id"] == "r1"
+    assert caplog.records == []
+
+
+def test_a_sampler_that_raises_costs_the_request_its_trace_alone(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Its first traceback is logged, then a line at the 10th and 100th failure; the
+    requests go on untraced, and their trace context upstream says not sampled."""
+    engine, _clock, _rec = make_engine()
+    kept = Kept()
+    tracing = RequestTracing(engine, kept, _sampler(None, fails=True))  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, "omniroute.tracing"):
+        for n in range(100):
+            tracing.begin(f"r{n}", "POST", "/v1/chat/completions",
+                          [(b"traceparent", f"00-{TRACE_ID}-{PARENT}-01".encode())],
+                          Endpoint.CHAT)
+            sent = tracing.outbound(f"r{n}")
+            tracing.end(f"r{n}", 200)
+    assert kept.spans == [] and tracing.sampler_failures == 100
+    assert sent["traceparent"].startswith(f"00-{TRACE_ID}-") and sent["traceparent"][-2:] == "00"
+    assert [(r.levelname, r.exc_info is not None) for r in caplog.records] == [
+        ("ERROR", True), ("WARNING", False), ("WARNING", False)]
+    assert "failed 100 times" in caplog.records[-1].getMessage()
 
 
 def test_a_result_not_of_this_trace_moves_none_of_its_attempts() -> None:

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from .. import __version__
 from ..engine.engine import ResilienceEngine
 from .exporter import ExportSettings, SettingsError, SpanExporter
+from .otlp_wire import clean_attributes
 from .request_spans import MAX_OPEN_TRACES, RequestTracing
-from .spans import Attributes
 
 __all__ = ["MAX_OPEN_TRACES", "RequestTracing", "SettingsError", "tracing_from_env",
            "tracing_wanted"]
@@ -51,9 +51,7 @@ def tracing_from_env(environ: Mapping[str, str], engine: ResilienceEngine, *,
         given["service.name"] = "omniroute-gateway"
     if replica is not None:
         given["service.instance.id"] = replica
-    resource: Attributes = {}
-    for name, value in Resource.create(given).attributes.items():
-        resource[name] = value if isinstance(value, str | int | float | bool) else str(value)
+    resource = clean_attributes(Resource.create(given).attributes)
     chosen = environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
     sampler = (None if chosen in ("", "parentbased_always_on")
                else TracerProvider(shutdown_on_exit=False).sampler)

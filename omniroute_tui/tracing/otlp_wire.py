@@ -11,12 +11,13 @@ model, an outcome) from one span to the next. Tests decode its output with the
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from .spans import Attributes, SpanRecord
 
-__all__ = ["encode_attribute", "encode_attributes", "encode_export", "encode_shared",
-           "encode_span", "encode_span_parts", "unique_text_attribute"]
+__all__ = ["clean_attributes", "encode_attribute", "encode_attributes", "encode_export",
+           "encode_shared", "encode_span", "encode_span_parts", "unique_text_attribute"]
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 #: Span.flags: the context says whether it is remote (0x100), and it is (0x200)
@@ -67,15 +68,41 @@ def _string(field: int, text: str) -> bytes:
     return _len(field, text.encode("utf-8", "replace"))  # a lone surrogate: `?`
 
 
+#: the ints an AnyValue holds (`in` a range of ints is one comparison each way)
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
 def _any_value(value: str | int | float | bool) -> bytes:
-    """AnyValue: string 1, bool 2, int 3, double 4."""
+    """AnyValue: string 1, bool 2, int 3, double 4; an int past 64 bits as its text."""
     if isinstance(value, str):
         return _string(1, value)
     if value is True or value is False:
         return _tag(2, _VARINT) + (b"\x01" if value else b"\x00")
     if isinstance(value, int):
+        if value not in _INT64:
+            return _string(1, str(value))
         return _tag(3, _VARINT) + _varint(value)
     return _tag(4, _FIXED64) + _pack_double(value)
+
+
+def clean_attributes(attributes: Mapping[Any, object]) -> Attributes:
+    """Attributes from code not ours (a sampler's, the resource's) as a span holds them:
+    each a text, a bool, an int or a float; anything else (a sequence, an object) as its
+    text; no more than the SDK's default count of 128."""
+    cleaned: Attributes = {}
+    for key, value in attributes.items():
+        if len(cleaned) == _MAX_ATTRIBUTES:
+            break
+        if isinstance(value, bool):
+            cleaned[str(key)] = bool(value)
+        elif isinstance(value, int | float):
+            cleaned[str(key)] = (int if isinstance(value, int) else float)(value)
+        else:  # a str subclass too: its text alone, none of its own methods kept
+            cleaned[str(key)] = str.__str__(value) if isinstance(value, str) else str(value)
+    return cleaned
+
+
+_MAX_ATTRIBUTES = 128
 
 
 #: encoded `KeyValue`s by message field, key, value and the value's type (True is 1)
@@ -104,7 +131,7 @@ def _key_value(field: int, key: str, value: str | int | float | bool) -> bytes:
         any_value = _any_value(value)
         pair = name + _size(len(any_value)) + any_value
     encoded = _LEN_TAGS[field] + _size(len(pair)) + pair
-    if key not in _UNIQUE:
+    if key not in _UNIQUE and type(value) is not float:  # -0.0 == 0.0, and NaN != NaN
         if len(_cache) >= _CACHE_MAX:
             _cache.clear()
         _cache[field, key, value, type(value)] = encoded

@@ -25,7 +25,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -56,6 +56,7 @@ from ..engine.events import (
 )
 from ..engine.kinds import BreakerState
 from .otlp_wire import (
+    clean_attributes,
     encode_attribute,
     encode_attributes,
     encode_shared,
@@ -138,7 +139,7 @@ class _Trace:
     state: TraceState
     state_header: str  # `state` as the `tracestate` header writes it
     sampled: bool
-    extra: Mapping[str, Any] | None  # the sampler's attributes
+    extra: Attributes | None  # the sampler's attributes, cleaned
     #: the request's events, each (when, event, its span id and the breaker's state
     #: before it for an attempt: else 0 and None)
     steps: list[tuple[int, Event, int, BreakerState | None]]
@@ -403,6 +404,7 @@ class RequestTracing:
         self._sampler = sampler
         self._w3c = w3c
         self._traces: dict[str, _Trace] = {}
+        self.sampler_failures = 0
         #: the request whose attempt's result the engine is recording now, and the
         #: attempt's provider: its dedup and its breaker's move are that attempt's
         self._recording: tuple[_Trace, str] | None = None
@@ -439,17 +441,22 @@ class RequestTracing:
                 parent = (found.trace_id, found.span_id, found.trace_flags)
                 state = found.trace_state
         trace_id = parent[0] if parent is not None else _random_bits(128) or _new_id(128)
-        extra: Mapping[str, Any] | None = None
+        extra: Attributes | None = None
         if self._sampler is None:  # parent-based, always on
             sampled = parent is None or bool(parent[2] & TraceFlags.SAMPLED)
         else:
             if context is None:
                 context = _context_of(parent, state)
-            decision = self._sampler.should_sample(context, trace_id, f"{method} {path}",
-                                                   SpanKind.SERVER)
-            sampled = decision.decision.is_sampled()  # type: ignore[no-untyped-call]
-            state = decision.trace_state or state
-            extra = decision.attributes
+            try:
+                decision = self._sampler.should_sample(
+                    context, trace_id, f"{method} {path}", SpanKind.SERVER)
+                sampled = decision.decision.is_sampled()  # type: ignore[no-untyped-call]
+                state = decision.trace_state or state
+                if decision.attributes:
+                    extra = clean_attributes(decision.attributes)
+            except Exception:  # a sampler's bug: the request is served, not traced
+                sampled, extra = False, None
+                self._sampler_failed()
         traces = self._traces
         traces[request_id] = _Trace(
             request_id, trace_id, _random_bits(64) or _new_id(64),
@@ -460,6 +467,18 @@ class RequestTracing:
         if len(traces) > MAX_OPEN_TRACES:
             oldest = next(iter(traces))
             self._end(traces.pop(oldest), None)
+
+    def _sampler_failed(self) -> None:
+        """The sampler raised: its first traceback logged, then a line at the 10th,
+        100th, ... failure (one a request would bury the log)."""
+        self.sampler_failures += 1
+        count = self.sampler_failures
+        if count == 1:
+            log.exception("the sampler (OTEL_TRACES_SAMPLER) failed: the request is not "
+                          "traced")
+        elif str(count).rstrip("0") == "1":
+            log.warning("the sampler (OTEL_TRACES_SAMPLER) has failed %d times: those "
+                        "requests were not traced", count)
 
     def outbound(self, request_id: str) -> dict[str, str]:
         """The trace headers of the request's attempt being sent (none if untraced)."""
