@@ -132,7 +132,7 @@ async def gateway_for(config_text: str, *, traced: bool = False) -> AsyncIterato
     finally:
         await server.stop()
         if tracing is not None:
-            await asyncio.to_thread(tracing.shutdown)
+            await tracing.aclose()
 
 
 @asynccontextmanager

@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import math
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -334,14 +335,16 @@ class Kept:
 
     def __init__(self) -> None:
         self.spans: list[bytes] = []
+        self.threads: list[str] = []  # the threads spans were added from, then stopped on
 
     def add(self, make: Callable[[], Sequence[bytes]], spans: int = 1) -> None:
         made = list(make())
         assert len(made) == spans  # what the queue's bound counts is what is sent
         self.spans += made
+        self.threads.append(threading.current_thread().name)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        pass
+        self.threads.append(threading.current_thread().name)
 
 
 def test_a_request_never_ended_is_ended_abandoned_once_the_table_is_full() -> None:
@@ -573,6 +576,23 @@ async def test_a_lone_surrogate_from_a_client_costs_no_other_requests_spans() ->
     evil = next(s for s in receiver.spans if s.attributes.get("omniroute.request_id") == "evil")
     assert evil.events[0][1]["gen_ai.request.model"] == "?"
     assert any(s.name == "chat ?" for s in receiver.spans)
+
+
+async def test_the_gateways_exit_ends_open_traces_on_the_loops_thread() -> None:
+    """A request still going at exit ends its trace on the loop: the exit ends the open
+    traces there too (no two threads on one table), and waits for the export off it."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    engine, _clock, _rec = make_engine()
+    kept = Kept()
+    tracing = RequestTracing(engine, kept, ALWAYS_ON)  # type: ignore[arg-type]
+    for n in range(3):
+        tracing.begin(f"r{n}", "POST", "/v1/chat/completions", [], Endpoint.CHAT)
+    await tracing.aclose(timeout_s=5)
+    loop = threading.current_thread().name
+    assert kept.threads[:3] == [loop] * 3 and kept.threads[3] != loop
+    tracing.end("r1", 200)  # the request ends after: nothing more, nothing raised
+    assert len(decoded(kept.spans)) == 3
 
 
 class _Odd:

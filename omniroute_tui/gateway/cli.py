@@ -134,7 +134,7 @@ async def _serve(args: argparse.Namespace) -> int:
         if link is not None:
             await link.close()
         if tracing is not None:  # the spans batched, sent within the exporter's timeout
-            await asyncio.to_thread(tracing.shutdown)
+            await tracing.aclose()
     if server.listener.failure is not None:
         print(f"omniroute-gateway stopped: {server.listener.failure}", flush=True)
         return 1

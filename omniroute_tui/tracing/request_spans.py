@@ -21,6 +21,7 @@ answer's tokens, and, when it succeeded, ends with the request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import re
@@ -525,14 +526,25 @@ class RequestTracing:
             self._end(trace, status)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """End what is open, send what is queued and stop (the gateway's exit; blocks for
-        up to `timeout_s`: call it off the event loop)."""
+        """End what is open, send what is queued and stop; blocks for up to `timeout_s`.
+        From the event loop (the gateway's exit), `aclose`."""
+        self._end_open()
+        self.exporter.shutdown(timeout_s)
+
+    async def aclose(self, timeout_s: float = 10.0) -> None:
+        """`shutdown` from the event loop: what is open is ended on the loop's thread,
+        where requests end theirs (a request still going cannot end its trace at once),
+        and the export waited for off it."""
+        self._end_open()
+        await asyncio.to_thread(self.exporter.shutdown, timeout_s)
+
+    def _end_open(self) -> None:
         self._recording = None
         for request_id in list(self._traces):
             self._end(self._traces.pop(request_id), None)
         for unsubscribe in self._unsubscribe:
             unsubscribe()
-        self.exporter.shutdown(timeout_s)
+        self._unsubscribe = []
 
     def _end(self, trace: _Trace, status: int | None) -> None:
         """The trace's spans are written and queued (`status` None: it was never
