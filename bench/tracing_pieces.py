@@ -18,7 +18,7 @@ threads, kernel excluded.
 - `no-export`: the requests' traces recorded, their spans never written;
 - `no-export,no-context`: nor the trace context written upstream;
 - `no-export,no-events`: nor the engine's events taken (no attempt spans);
-- `no-export,no-usage`: nor the answer's tokens.
+- `no-export,no-usage`: nor the answer's route and tokens.
 
 The pieces are switched off by patching the tracing's methods in the gateway's process
 (`--gateway VARIANT`), so this measures the code as it is, not a copy.
@@ -59,7 +59,7 @@ def patched_gateway(variant: str) -> int:
     if "no-context" in pieces:
         RequestTracing.outbound = lambda self, request_id: {}  # type: ignore[method-assign]
     if "no-usage" in pieces:
-        RequestTracing.sampled = lambda self, request_id: False  # type: ignore[method-assign]
+        RequestTracing.trace = lambda self, request_id: None  # type: ignore[method-assign]
     if "no-events" in pieces:
         subscribed = RequestTracing.__init__
 

@@ -176,17 +176,20 @@ def test_hostile_client_ids_get_ours(headers: list[tuple[bytes, bytes]]) -> None
 
 def test_an_id_names_one_request_in_flight_never_two() -> None:
     """A client's id held by a request in flight gets ours; once released it is the
-    client's again; ours skip an id a client sent ahead of us (ours are easy to guess)."""
+    client's again. Ours are easy to guess: a client's id that begins with our prefix
+    gets ours, so none is taken before we give it."""
     ids = RequestIds(prefix="0badc0de")
     mine = [(b"x-request-id", b"mine")]
     assert ids.take(mine) == "mine"
     assert ids.take(mine) == "0badc0de-1"
     ids.release("mine")
     assert ids.take(mine) == "mine"
-    assert ids.take([(b"x-request-id", b"0badc0de-2")]) == "0badc0de-2"  # a guess
+    assert ids.take([(b"x-request-id", b"0badc0de-3")]) == "0badc0de-2"  # a guess of ours
     assert ids.take([]) == "0badc0de-3"
-    assert ids.in_flight == 4
-    for request_id in ("mine", "0badc0de-1", "0badc0de-2", "0badc0de-3", "never-taken"):
+    assert ids.take([(b"x-request-id", b"0badc0de")]) == "0badc0de"  # not one of ours
+    assert ids.in_flight == 5
+    for request_id in ("mine", "0badc0de-1", "0badc0de-2", "0badc0de-3", "0badc0de",
+                       "never-taken"):
         ids.release(request_id)
     assert ids.in_flight == 0
 

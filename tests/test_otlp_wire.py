@@ -441,3 +441,69 @@ def test_attributes_from_code_not_ours_are_cleaned_to_what_a_span_holds() -> Non
     # and every one of them is written as a receiver reads it
     for key, value in cleaned.items():
         _one_value(encode_attribute(key, value))
+
+
+def test_flush_waits_for_a_span_added_as_the_thread_says_it_is_idle() -> None:
+    """The adder appends after the thread's last look at the queue and reads the idle
+    flag before the thread sets it: `_idle` is set for a moment with a span queued. A
+    flush that comes then waits for that span to be sent."""
+    round_over, go, idle_was_set, go_on = (threading.Event() for _ in range(4))
+    exporter: SpanExporter
+
+    class Queue(deque[Sequence[bytes]]):
+        def __bool__(self) -> bool:
+            empty = not len(self)
+            if (empty and threading.current_thread().name == "omniroute-otlp-export"
+                    and exporter.exported and not round_over.is_set()):
+                round_over.set()  # the round found the queue empty: it pauses here
+                go.wait(10)
+            return not empty
+
+    class Idle(threading.Event):
+        def set(self) -> None:
+            super().set()
+            if (threading.current_thread().name == "omniroute-otlp-export" and go.is_set()
+                    and not idle_was_set.is_set()):
+                idle_was_set.set()  # between `_idle.set()` and the queue's second look
+                go_on.wait(10)
+
+    class Told(SpanExporter):
+        def _post(self, body: bytes, headers: dict[str, str]) -> int:
+            return 200
+
+    exporter = Told(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=3600),
+                    {}, SCOPE)
+    exporter._queue, exporter._idle = Queue(), Idle()
+    exporter._idle.set()
+    exporter.add(span(1))
+    exporter._wake.set()
+    assert round_over.wait(10)
+    exporter.add(span(2))  # its idle flag read still unset: `_idle` is not cleared
+    go.set()
+    assert idle_was_set.wait(10)
+    flushed: list[tuple[bool, int]] = []  # what it said, and what was sent then
+    flushing = threading.Thread(
+        target=lambda: flushed.append((exporter.flush(10), exporter.exported)))
+    flushing.start()
+    go_on.set()
+    flushing.join(10)
+    assert flushed == [(True, 2)]
+    exporter.shutdown(timeout_s=10)
+
+
+def test_spans_left_once_the_thread_has_stopped_are_counted_not_sent(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Told(SpanExporter):
+        def _post(self, body: bytes, headers: dict[str, str]) -> int:
+            return 200
+
+    exporter = Told(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=3600),
+                    {}, SCOPE)
+    exporter.shutdown(timeout_s=10)
+    exporter.add(span(1))  # after the thread's last look: nothing will send it
+    with caplog.at_level(logging.WARNING, "omniroute.tracing"):
+        exporter.shutdown(timeout_s=10)
+    assert (exporter.exported, exporter.failed, exporter.dropped) == (0, 1, 0)
+    assert not exporter._queue and exporter.flush(0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 span(s) not sent: added as the exporter stopped"]

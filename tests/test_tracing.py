@@ -48,11 +48,12 @@ from omniroute_tui.engine.kinds import (
 from omniroute_tui.tracing import MAX_OPEN_TRACES, RequestTracing, tracing_from_env
 from omniroute_tui.tracing.exporter import ExportSettings, SpanExporter
 from omniroute_tui.tracing.otlp_wire import encode_export, encode_span
-from omniroute_tui.tracing.request_spans import _Trace
+from omniroute_tui.tracing.request_spans import RequestTrace
 from simulator.otlp_receiver import ReceivedSpan, Receiving, receiving, spans_of
 
 from .gateway_helpers import TOKEN, gateway_for, serving
 from .helpers import make_engine
+from .waiting import eventually
 
 THROTTLED = "sk-throttled-key-0001"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -451,9 +452,10 @@ def _one_request(tracing: RequestTracing, bus: Any, request_id: str) -> None:
         ResponseEvent(15, request_id, 200, 2, 15, 10, "beta/x/m"),
     ):
         bus.emit(event)
-    tracing.route(request_id, "chat")
-    tracing.usage(request_id, Usage(11, 7))
-    tracing.end(request_id, 200)
+    trace = tracing.trace(request_id)
+    assert trace is not None
+    trace.route = "chat"
+    tracing.end(request_id, 200, Usage(11, 7))
 
 
 def test_the_spans_written_from_a_requests_record_hold_every_attribute_and_event() -> None:
@@ -541,8 +543,9 @@ def test_what_spans_share_is_kept_within_its_bound_whatever_the_clients_send() -
         tracing.begin(request_id, "POST", "/v1/chat/completions", [], Endpoint.CHAT)
         engine.bus.emit(AttemptEvent(1, request_id, 1, "beta", "x", f"m{n}", False))
         engine.bus.emit(ResultEvent(2, request_id, 1, "beta", "x", f"m{n}", 200, None, 1))
-        tracing.route(request_id, f"beta/m{n}")
-        tracing.usage(request_id, Usage(n, n))
+        trace = tracing.trace(request_id)
+        assert trace is not None
+        trace.route, trace.usage = f"beta/m{n}", Usage(n, n)
         tracing.end(request_id, 200)
     tracing.shutdown()
     for cache in (request_spans._ATTEMPTS, request_spans._REQUESTS, request_spans._TOKENS):
@@ -595,21 +598,59 @@ async def test_the_gateways_exit_ends_open_traces_on_the_loops_thread() -> None:
     assert len(decoded(kept.spans)) == 3
 
 
+async def test_a_bug_in_tracing_frees_the_requests_id_and_ends_its_record(
+        otel_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tracing raising as a request begins (a 500) or as a stream ends: the request's id
+    is free again and its record ended, whatever the bug."""
+    seen: list[dict[str, str]] = []
+    async with receiving() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        async with serving(upstream_app(seen)) as url, \
+                gateway_for(config(url), traced=True) as gw, \
+                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+            tracing = gw.gateway.tracing
+            assert tracing is not None
+
+            def broken(*args: Any, **kwargs: Any) -> None:
+                raise RuntimeError("a bug of ours")
+
+            body = {"model": "second/m", "messages": [{"role": "user", "content": "hi"}]}
+            with monkeypatch.context() as patched:
+                patched.setattr(tracing, "begin", broken)
+                answer = await http.post("/v1/chat/completions", json=body,
+                                         headers={"x-request-id": "mine-1"})
+            assert answer.status_code == 500
+            with monkeypatch.context() as patched:
+                patched.setattr(tracing, "end", broken)
+                async with http.stream("POST", "/v1/chat/completions",
+                                       json={**body, "stream": True},
+                                       headers={"x-request-id": "mine-2"}) as streamed:
+                    assert streamed.status_code == 200
+                    await streamed.aread()
+            await eventually(lambda: not gw.gateway.records._open, what="records ended")
+            assert gw.gateway.request_ids.in_flight == 0
+            answer = await http.post("/v1/chat/completions", json=body,
+                                     headers={"x-request-id": "mine-1"})
+            assert answer.headers["x-request-id"] == "mine-1"  # the client's again
+
+
 class _Odd:
     def __str__(self) -> str:
         return "odd"
 
 
-def _sampler(attributes: dict[Any, Any] | None, fails: bool = False) -> Any:
+def _sampler(attributes: dict[Any, Any] | None, fails: bool = False,
+             state: Any = None) -> Any:
     """A sampler of the operator's (OTEL_TRACES_SAMPLER names a plugin): it samples
-    every request and adds `attributes` to its span, or raises."""
+    every request and adds `attributes` to its span (and `state` as its trace state), or
+    raises."""
     from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
     class Plugin(Sampler):
         def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
             if fails:
                 raise RuntimeError("the plugin's bug")
-            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, state)
 
         def get_description(self) -> str:
             return "plugin"
@@ -623,7 +664,16 @@ def test_a_samplers_attributes_are_cleaned_into_what_a_span_holds(
     receiver reads it, the other spans and attributes whole, nothing logged."""
     engine, _clock, _rec = make_engine()
     kept = Kept()
-    odd = {"seq": [1, 2], "big": 2**64, "neg0": -0.0, 3: "three", "obj": _Odd()}
+    class Loud(str):
+        def __str__(self) -> Loud:  # type: ignore[override]
+            return self
+
+        def encode(self, *args: Any) -> bytes:  # type: ignore[override]
+            raise TypeError("not bytes")
+
+    odd = {"seq": [1, 2], "big": 2**64, "neg0": -0.0, 3: "three", "obj": _Odd(),
+           Loud("loud"): Loud("quiet"), "omniroute.request_id": "spoofed",
+           "http.response.status_code": 999}
     tracing = RequestTracing(engine, kept, _sampler(odd))  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, "omniroute.tracing"):
         _one_request(tracing, engine.bus, "r1")
@@ -633,8 +683,28 @@ def test_a_samplers_attributes_are_cleaned_into_what_a_span_holds(
     assert {k: server.attributes[k] for k in ("seq", "big", "3", "obj")} == {
         "seq": "[1, 2]", "big": str(2**64), "3": "three", "obj": "odd"}
     assert math.copysign(1, server.attributes["neg0"]) == -1
+    assert server.attributes["loud"] == "quiet"
+    # a span's keys are unique: ours win over the sampler's of the same name
     assert server.attributes["omniroute.request_id"] == "r1"
+    assert server.attributes["http.response.status_code"] == 200
+    (raw,) = [span for span in ExportTraceServiceRequest.FromString(encode_export(
+        kept.spans, {}, ("t", "0"))).resource_spans[0].scope_spans[0].spans
+        if span.kind == 2]
+    keys = [attribute.key for attribute in raw.attributes]
+    assert len(keys) == len(set(keys))
     assert caplog.records == []
+
+
+@pytest.mark.parametrize("state", ["vendor=x", 42, object()], ids=["text", "int", "object"])
+def test_a_samplers_trace_state_that_is_not_one_costs_the_trace_alone(
+        state: Any, caplog: pytest.LogCaptureFixture) -> None:
+    engine, _clock, _rec = make_engine()
+    kept = Kept()
+    tracing = RequestTracing(engine, kept, _sampler(None, state=state))  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, "omniroute.tracing"):
+        _one_request(tracing, engine.bus, "r1")
+    assert kept.spans == [] and tracing.sampler_failures == 1
+    assert "not one" in caplog.text
 
 
 def test_a_sampler_that_raises_costs_the_request_its_trace_alone(
@@ -659,8 +729,9 @@ def test_a_sampler_that_raises_costs_the_request_its_trace_alone(
 
 
 def test_a_result_not_of_this_trace_moves_none_of_its_attempts() -> None:
-    """Two requests under one client-chosen `x-request-id`: the first's result and the
-    breaker move it caused on `alpha` are not the second's attempt on `beta`."""
+    """Two requests begun under one id (the gateway gives each its own; a caller of the
+    class may not): the first's result and the breaker move it caused on `alpha` are
+    not the second's attempt on `beta`."""
     engine, _clock, _rec = make_engine()
     kept = Kept()
     tracing = RequestTracing(engine, kept)  # type: ignore[arg-type]
@@ -736,7 +807,7 @@ def test_a_request_of_one_attempt_is_written_as_its_spans_would_be(
         endpoint: Endpoint) -> None:
     """Most requests are one attempt and its answer, written straight to their bytes:
     byte for byte what the spans made from the same record (`records`) are."""
-    trace = _Trace(
+    trace = RequestTrace(
         "r1", 2**100 + 7, 2**60 + 3, parent, "POST", "/v1/chat/completions", 1_000,
         endpoint, TraceState.from_header([state]) if state else TraceState(), state, True,
         extra, [(2_000, AttemptEvent(1, "r1", n, provider, connection, model, probe,

@@ -33,7 +33,7 @@ from ..drivers import AsyncDriver, UpstreamClient
 from ..drivers.async_driver import Completion
 from ..drivers.client_request import ClientRequest
 from ..drivers.outbound import FORWARDED_ANTHROPIC_HEADERS
-from ..drivers.usage import usage_of
+from ..drivers.usage import Usage, usage_of
 from ..engine.engine import UnknownTarget
 from ..engine.events import STATE_CHANGE_CLASSES, Event, OperatorEvent
 from ..fleet.redis_link import RedisLink
@@ -322,11 +322,11 @@ class Gateway:
         """A proxied request; every answer says the request's id in `x-request-id`."""
         request_id = self.request_ids.take(request.scope["headers"])
         tracing = self.tracing
-        if tracing is not None:
-            scope = request.scope
-            tracing.begin(request_id, scope["method"], scope["path"], scope["headers"],
-                          endpoint)
         try:
+            if tracing is not None:
+                scope = request.scope
+                tracing.begin(request_id, scope["method"], scope["path"], scope["headers"],
+                              endpoint)
             response = await self._proxied(request, request_id, endpoint)
         except asyncio.CancelledError:
             self._cut_short(request_id, 499)
@@ -335,19 +335,26 @@ class Gateway:
             self._cut_short(request_id, 500)
             raise
         if not isinstance(response, RelayResponse):  # a stream's end is `_stream_ended`
-            if tracing is not None:
-                tracing.end(request_id, response.status_code)
-            self.request_ids.release(request_id)
+            self._end_trace(request_id, response.status_code)
         response.raw_headers.append((REQUEST_ID_HEADER, request_id.encode("ascii")))
         return response
+
+    def _end_trace(self, request_id: str, status: int, usage: Usage | None = None) -> None:
+        """The request's last step: its trace ended, its id free again (whatever the
+        trace met: a bug of ours)."""
+        try:
+            if self.tracing is not None:
+                self.tracing.end(request_id, status, usage)
+        finally:
+            self.request_ids.release(request_id)
 
     def _cut_short(self, request_id: str, status: int) -> None:
         """The request ended in an exception (a bug of ours, or the client gone): its
         trace and its record end here, as its access line would have ended them."""
-        if self.tracing is not None:
-            self.tracing.end(request_id, status)
-        self.records.finish(request_id, status)
-        self.request_ids.release(request_id)
+        try:
+            self.records.finish(request_id, status)
+        finally:
+            self._end_trace(request_id, status)
 
     async def stored_response(self, request: Request) -> Response:
         """`/v1/responses/{id}` and its kin read or change a response an upstream stored:
@@ -416,8 +423,9 @@ class Gateway:
         the route asked for; a success's time to first token (a stream: its first content
         was read before it was chosen) or its tokens (a whole body's `usage`; a stream's
         are known when it ends, `_stream_ended`)."""
-        if self.tracing is not None:
-            self.tracing.route(request_id, route)
+        trace = self.tracing.trace(request_id) if self.tracing is not None else None
+        if trace is not None:
+            trace.route = route
         reply, upstream = completion.reply, completion.response.upstream
         if reply is None or upstream is None or not 200 <= reply.status < 300:
             return
@@ -426,14 +434,13 @@ class Gateway:
                 self.answers.streamed(upstream.provider, upstream.model,
                                       self.engine.now() - upstream.started_at)
             return
-        tracing = (self.tracing if self.tracing is not None
-                   and self.tracing.sampled(request_id) else None)
-        if (self.answers is not None or tracing is not None or tenant is not None) and (
+        traced = trace is not None and trace.sampled
+        if (self.answers is not None or traced or tenant is not None) and (
                 usage := usage_of(reply.content)) is not None:
             if self.answers is not None:
                 self.answers.usage(upstream.provider, route, upstream.model, usage)
-            if tracing is not None:
-                tracing.usage(request_id, usage)
+            if trace is not None:
+                trace.usage = usage
             if tenant is not None:
                 self.clients.spend(tenant, usage)
 
@@ -452,18 +459,17 @@ class Gateway:
         """A relayed stream is over: its access line, and the tokens its last usage
         chunk said it took (a stream cut before it counts none)."""
         relay, upstream = completion.relay, completion.response.upstream
-        if (self.answers is not None and relay is not None and relay.usage is not None
-                and upstream is not None):
-            self.answers.usage(upstream.provider, route, upstream.model, relay.usage)
-        if tenant is not None and relay is not None and relay.usage is not None:
-            self.clients.spend(tenant, relay.usage)
-        if self.tracing is not None:
-            if relay is not None and relay.usage is not None:
-                self.tracing.usage(request_id, relay.usage)
-            self.tracing.end(request_id, completion.response.status)
-        self._answered(request_id, completion.response.status, route=route, completion=completion,
-                       endpoint=endpoint, tenant=tenant)
-        self.request_ids.release(request_id)
+        try:
+            if (self.answers is not None and relay is not None and relay.usage is not None
+                    and upstream is not None):
+                self.answers.usage(upstream.provider, route, upstream.model, relay.usage)
+            if tenant is not None and relay is not None and relay.usage is not None:
+                self.clients.spend(tenant, relay.usage)
+            self._answered(request_id, completion.response.status, route=route,
+                           completion=completion, endpoint=endpoint, tenant=tenant)
+        finally:
+            self._end_trace(request_id, completion.response.status,
+                            None if relay is None else relay.usage)
 
     async def _complete_unless_disconnected(
         self, request: Request, client_request: ClientRequest, request_id: str,

@@ -49,5 +49,7 @@ class RelayResponse(Response):
             completion.client_gone()
         finally:
             watcher.cancel()
-            await self.completion.finish()
-            self.on_end(self.completion)
+            try:
+                await self.completion.finish()
+            finally:  # the request's end (its id, record and trace) whatever `finish` met
+                self.on_end(self.completion)

@@ -10,8 +10,9 @@ the gateway starts and a counter, unique across restarts and the replicas of a f
 
 An id names one request in flight here, never two: the router's events, the trace and
 the record of a request are found by it. A client's id already in flight (the client
-sent it twice at once, or another client sent it: ours are easy to guess) gets ours,
-and ours skip an id a client holds.
+sent it twice at once, or another client sent it) gets ours. Ours are easy to guess
+from any answer, so a client's id that begins with our prefix gets ours too: no client
+can take one of ours before we give it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class RequestIds:
     def __init__(self, prefix: str | None = None) -> None:
         # 8 hex digits: two gateways share a prefix once in about 65,000 pairs
         self.prefix = prefix if prefix is not None else secrets.token_hex(4)
+        self._ours = self.prefix.encode("ascii") + b"-"
         self._count = 0
         self._in_flight: set[str] = set()
 
@@ -56,7 +58,7 @@ class RequestIds:
                 if found is not None:  # two ids: neither is the request's
                     return self._new()
                 found = value
-        if found is not None and _SAFE.fullmatch(found):
+        if found is not None and _SAFE.fullmatch(found) and not found.startswith(self._ours):
             request_id = found.decode("ascii")
             if request_id not in self._in_flight:
                 self._in_flight.add(request_id)
@@ -67,10 +69,7 @@ class RequestIds:
         self._in_flight.discard(request_id)
 
     def _new(self) -> str:
-        in_flight = self._in_flight
-        while True:
-            self._count += 1
-            request_id = f"{self.prefix}-{self._count}"
-            if request_id not in in_flight:  # not one a client sent ahead of us
-                in_flight.add(request_id)
-                return request_id
+        self._count += 1
+        request_id = f"{self.prefix}-{self._count}"
+        self._in_flight.add(request_id)
+        return request_id

@@ -114,9 +114,8 @@ class ExportSettings:
 
 
 class SpanExporter:
-    """Takes ended spans, encoded (`add`, from one thread at a time: the event loop's,
-    and at exit the thread that shuts tracing down), and sends them in batches from its
-    own."""
+    """Takes ended spans, encoded (`add`, from one thread at a time: the event loop's),
+    and sends them in batches from its own."""
 
     def __init__(self, settings: ExportSettings, resource: Attributes,
                  scope: tuple[str, str], *, backoff_s: tuple[float, ...] = _BACKOFF_S) -> None:
@@ -187,15 +186,34 @@ class SpanExporter:
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Send what is queued now; whether it was sent (or given up) within `timeout_s`.
         Blocks: call it off the event loop."""
-        self._wake.set()
-        return self._idle.wait(timeout_s)
+        target, deadline = self._added, time.monotonic() + timeout_s
+        while True:
+            self._wake.set()
+            if not self._idle.wait(max(0.0, deadline - time.monotonic())):
+                return False
+            if self._taken >= target:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            # `_idle` was set as a span came: the thread has seen it and clears it at once
+            time.sleep(0.001)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Send what is queued and stop (blocks, as `flush`)."""
+        """Send what is queued and stop (blocks, as `flush`); what is left once the
+        thread has stopped (added as it stopped) is counted as not sent."""
         self._stopping = True
         self._wake.set()
         self._thread.join(timeout_s)
         self._disconnect()
+        if not self._thread.is_alive():  # the thread's counters are this one's now
+            left = self._added - self._taken
+            if left:
+                self._taken += left
+                self._queue.clear()
+                self._unsent += left
+                self._idle_set = True
+                self._idle.set()
+                log.warning("%d span(s) not sent: added as the exporter stopped", left)
 
     def _run(self) -> None:
         """The thread: a batch when one is full or at each schedule delay. It must not

@@ -17,7 +17,8 @@ from typing import Any
 from .spans import Attributes, SpanRecord
 
 __all__ = ["clean_attributes", "encode_attribute", "encode_attributes", "encode_export",
-           "encode_shared", "encode_span", "encode_span_parts", "unique_text_attribute"]
+           "encode_shared", "encode_span", "encode_span_pair", "encode_span_parts",
+           "unique_text_attribute"]
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 #: Span.flags: the context says whether it is remote (0x100), and it is (0x200)
@@ -94,12 +95,19 @@ def clean_attributes(attributes: Mapping[Any, object]) -> Attributes:
         if len(cleaned) == _MAX_ATTRIBUTES:
             break
         if isinstance(value, bool):
-            cleaned[str(key)] = bool(value)
+            cleaned[_text(key)] = bool(value)
         elif isinstance(value, int | float):
-            cleaned[str(key)] = (int if isinstance(value, int) else float)(value)
-        else:  # a str subclass too: its text alone, none of its own methods kept
-            cleaned[str(key)] = str.__str__(value) if isinstance(value, str) else str(value)
+            cleaned[_text(key)] = (int if isinstance(value, int) else float)(value)
+        else:
+            cleaned[_text(key)] = _text(value)
     return cleaned
+
+
+def _text(value: object) -> str:
+    """`value`'s text as a plain `str`: none of a subclass's own methods kept, whatever
+    its `__str__` gives."""
+    text = value if isinstance(value, str) else str(value)
+    return text if type(text) is str else str.__str__(text)
 
 
 _MAX_ATTRIBUTES = 128
@@ -174,15 +182,17 @@ def unique_text_attribute(key: str) -> Callable[[str], bytes]:
     request's id): as `encode_attribute` writes it, in a few steps, and not kept."""
     name = _len(1, key.encode("utf-8", "replace")) + b"\x12"
     _UNIQUE.add(key)
-    whole, short = len(name) + 3, 0x80 - len(name) - 3
-    tag = _LEN_TAGS[9]
+    whole = len(name) + 3
+    #: what comes before a text of each length whose every length fits a byte
+    heads = [b"".join((_LEN_TAGS[9], _SMALL[whole + n], name, _SMALL[n + 2], b"\x0a",
+                       _SMALL[n])) for n in range(0x80 - whole)]
+    short = len(heads)
 
     def write(value: str) -> bytes:
         text = value.encode("utf-8", "replace")
         n = len(text)
-        if n < short:  # every length fits a byte
-            return b"".join((tag, _SMALL[whole + n], name, _SMALL[n + 2], b"\x0a", _SMALL[n],
-                             text))
+        if n < short:
+            return heads[n] + text
         return _key_value(9, key, value)
 
     return write
@@ -243,6 +253,33 @@ def encode_span_parts(trace_id: bytes, span_id: bytes, parent_span_id: bytes,
     body = b"".join((_TRACE_ID, trace_id, _SPAN_ID, span_id, state, parent, _START,
                      _pack_fixed64(start_ns), _END, _pack_fixed64(end_ns), encoded))
     return _SPAN_FIELD + _size(len(body)) + body
+
+
+def encode_span_pair(trace_id: bytes, span_id: bytes, parent_span_id: bytes,
+                     trace_state: str, start_ns: int, end_ns: int, encoded: bytes,
+                     child_id: bytes, child_start_ns: int, child_end_ns: int,
+                     child_encoded: bytes) -> list[bytes]:
+    """A span and one child's (a request's and its one attempt's: most of a gateway's), as
+    two `encode_span_parts` would write them, in one call."""
+    if not trace_state:
+        n = (_IDS_AND_TIMES + 10 if parent_span_id else _IDS_AND_TIMES) + len(encoded)
+        m = _IDS_AND_TIMES + 10 + len(child_encoded)
+        if 0x80 <= n < 0x4000 and 0x80 <= m < 0x4000:
+            return [(_pack_child(_SPAN_TAG, n & 0x7F | 0x80 | (n >> 7) << 8, _TRACE_ID_TAG,
+                                 trace_id, _SPAN_ID_TAG, span_id, _PARENT_ID_TAG,
+                                 parent_span_id, _START_TAG, start_ns, _END_TAG, end_ns)
+                     if parent_span_id else
+                     _pack_root(_SPAN_TAG, n & 0x7F | 0x80 | (n >> 7) << 8, _TRACE_ID_TAG,
+                                trace_id, _SPAN_ID_TAG, span_id, _START_TAG, start_ns,
+                                _END_TAG, end_ns)) + encoded,
+                    _pack_child(_SPAN_TAG, m & 0x7F | 0x80 | (m >> 7) << 8, _TRACE_ID_TAG,
+                                trace_id, _SPAN_ID_TAG, child_id, _PARENT_ID_TAG, span_id,
+                                _START_TAG, child_start_ns, _END_TAG, child_end_ns)
+                    + child_encoded]
+    return [encode_span_parts(trace_id, span_id, parent_span_id, trace_state, start_ns, end_ns,
+                              encoded),
+            encode_span_parts(trace_id, child_id, span_id, trace_state, child_start_ns,
+                              child_end_ns, child_encoded)]
 
 
 #: a span's head in one `struct` call: its tag, its length's two bytes, then its ids and

@@ -7,7 +7,7 @@ attempt a client span under it whose context goes upstream in the attempt's own 
 While a request runs, its trace only records: the engine's events of the request, each
 with the time it came, an attempt's span id (made at once: its context goes upstream)
 and the provider's breaker state as the attempt began. When the request ends its spans
-are written from that record straight to their OTLP bytes (`_Trace.spans`), which wait
+are written from that record straight to their OTLP bytes (`RequestTrace.spans`), which wait
 for the exporter's thread to send them: bytes, which the garbage collector need not walk,
 not the record's objects (docs/tracing.md, "What tracing costs").
 
@@ -62,7 +62,7 @@ from .otlp_wire import (
     encode_attributes,
     encode_shared,
     encode_span,
-    encode_span_parts,
+    encode_span_pair,
     unique_text_attribute,
 )
 from .spans import CLIENT, ERROR, SERVER, Attributes, SpanRecord
@@ -89,6 +89,12 @@ _random_bits = random.getrandbits
 _TRACEPARENT = re.compile(
     r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*")
 _EMPTY_STATE = TraceState()
+#: the attributes a request's span may carry of ours: a sampler's of the same name go
+_SERVER_KEYS = frozenset((
+    "http.request.method", "url.path", "omniroute.attempts", "omniroute.served_by",
+    "omniroute.route", "http.response.status_code", "error.type", "omniroute.request_id",
+    "omniroute.abandoned", "omniroute.waited_ms", "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens"))
 _request_id = unique_text_attribute("omniroute.request_id")
 
 
@@ -125,9 +131,10 @@ def _new_id(bits: int) -> int:
 
 
 @dataclass(slots=True, eq=False)
-class _Trace:
+class RequestTrace:
     """What one request's tracing records while it runs; its spans are written from it
-    once it has ended (`spans`)."""
+    once it has ended (`spans`). The gateway sets `route` and `usage` on the trace
+    `RequestTracing.trace` gives it (one lookup for both, not a call each)."""
 
     request_id: str
     trace_id: int
@@ -163,17 +170,17 @@ class _Trace:
         if (type(attempt) is not AttemptEvent or type(result) is not ResultEvent
                 or result.n != attempt.n):
             return [encode_span(span) for span in self.records()]
-        trace_id = self.trace_id.to_bytes(16, "big")
-        own = self.span_id.to_bytes(8, "big")
-        key = (self.endpoint, attempt.model, attempt.provider, attempt.connection,
-               attempt.n, attempt.probe, before, result.status, result.kind, result.reason)
-        encoded = _kept(_ATTEMPTS, key, _attempt_shared)[1]
+        key: tuple[Any, ...] = (
+            self.endpoint, attempt.model, attempt.provider, attempt.connection, attempt.n,
+            attempt.probe, before, result.status, result.kind, result.reason)
+        encoded = (_ATTEMPTS.get(key) or _kept(_ATTEMPTS, key, _attempt_shared))[1]
         if attempt.why:
             encoded += encode_attribute("omniroute.why", attempt.why)
         status = self.status
-        shared_key = (self.method, self.path, self.route, status, response.attempts,
-                      response.served_by, bool(self.parent_id))
-        server = _kept(_REQUESTS, shared_key, _request_shared) + _request_id(self.request_id)
+        key = (self.method, self.path, self.route, status, response.attempts,
+               response.served_by, bool(self.parent_id))
+        server = (_REQUESTS.get(key) or _kept(_REQUESTS, key, _request_shared)) + _request_id(
+            self.request_id)
         if self.extra or status is None or response.waited_ms:
             varying: Attributes = dict(self.extra) if self.extra else {}
             if status is None:
@@ -181,16 +188,17 @@ class _Trace:
             if response.waited_ms:
                 varying["omniroute.waited_ms"] = response.waited_ms
             server += encode_attributes(varying)
-        if self.usage is not None:
-            tokens = _tokens_of(self.usage)[1]
+        usage = self.usage
+        if usage is not None:
+            key = (usage.prompt_tokens, usage.completion_tokens)
+            tokens = (_TOKENS.get(key) or _kept(_TOKENS, key, _tokens))[1]
             server += tokens
             encoded += tokens
-        state, end_ns = self.state_header, self.end_ns
-        return [encode_span_parts(trace_id, own, self.parent_id.to_bytes(8, "big")
-                                  if self.parent_id else b"", state, self.start_ns, end_ns,
-                                  server),
-                encode_span_parts(trace_id, span_id.to_bytes(8, "big"), own, state, start_ns,
-                                  end_ns if result.kind is None else result_ns, encoded)]
+        return encode_span_pair(
+            self.trace_id.to_bytes(16, "big"), self.span_id.to_bytes(8, "big"),
+            self.parent_id.to_bytes(8, "big") if self.parent_id else b"", self.state_header,
+            self.start_ns, self.end_ns, server, span_id.to_bytes(8, "big"), start_ns,
+            self.end_ns if result.kind is None else result_ns, encoded)
 
     def records(self) -> list[SpanRecord]:
         """The request's span and its attempts'."""
@@ -204,7 +212,8 @@ class _Trace:
         spans = [server]
         opened: dict[int, tuple[int, AttemptEvent, int, BreakerState]] = {}
         #: attempts begun again under their number before their result (two requests
-        #: under one client-chosen id): each still a span, cancelled
+        #: begun under one id: the gateway never does it, a caller may): each still a
+        #: span, cancelled
         dropped: list[tuple[int, AttemptEvent, int, BreakerState]] = []
         last: SpanRecord | None = None  # the attempt whose result came last
         moved: SpanRecord | None = None  # it, while a dedup or a breaker's move is its
@@ -404,11 +413,11 @@ class RequestTracing:
         self.exporter = exporter
         self._sampler = sampler
         self._w3c = w3c
-        self._traces: dict[str, _Trace] = {}
+        self._traces: dict[str, RequestTrace] = {}
         self.sampler_failures = 0
         #: the request whose attempt's result the engine is recording now, and the
         #: attempt's provider: its dedup and its breaker's move are that attempt's
-        self._recording: tuple[_Trace, str] | None = None
+        self._recording: tuple[RequestTrace, str] | None = None
         bus = engine.bus
         self._unsubscribe = [
             bus.on(AttemptEvent, self._attempt),
@@ -451,20 +460,24 @@ class RequestTracing:
             try:
                 decision = self._sampler.should_sample(
                     context, trace_id, f"{method} {path}", SpanKind.SERVER)
-                sampled = decision.decision.is_sampled()  # type: ignore[no-untyped-call]
-                state = decision.trace_state or state
-                if decision.attributes:
-                    extra = clean_attributes(decision.attributes)
+                sampled = bool(decision.decision.is_sampled())  # type: ignore[no-untyped-call]
+                chosen = decision.trace_state
+                if chosen:  # else the client's goes on
+                    if not isinstance(chosen, TraceState):
+                        raise TypeError(f"a trace state that is not one: {chosen!r:.80}")
+                    state = chosen
+                if decision.attributes:  # ours win: a span's keys are unique
+                    extra = {key: value for key, value in clean_attributes(
+                        decision.attributes).items() if key not in _SERVER_KEYS}
             except Exception:  # a sampler's bug: the request is served, not traced
                 sampled, extra = False, None
                 self._sampler_failed()
         traces = self._traces
-        traces[request_id] = _Trace(
+        traces[request_id] = RequestTrace(
             request_id, trace_id, _random_bits(64) or _new_id(64),
             parent[1] if parent is not None else 0, method, path, time.time_ns(), endpoint,
-            state,
-            "" if state is _EMPTY_STATE or not state else state.to_header(), sampled, extra,
-            [])
+            state, "" if state is _EMPTY_STATE or not state else state.to_header(), sampled,
+            extra, [])
         if len(traces) > MAX_OPEN_TRACES:
             oldest = next(iter(traces))
             self._end(traces.pop(oldest), None)
@@ -499,30 +512,21 @@ class RequestTracing:
         propagate.inject(carrier, set_span_in_context(NonRecordingSpan(context)))
         return carrier
 
-    def sampled(self, request_id: str) -> bool:
-        """Whether the request's spans are recorded (else its answer's tokens need not be
-        read for them)."""
-        trace = self._traces.get(request_id)
-        return trace is not None and trace.sampled
+    def trace(self, request_id: str) -> RequestTrace | None:
+        """The request's trace, if it is traced: the gateway sets on it the route the
+        request asked for (`route`) and the tokens its answer said it took (`usage`: on the
+        request's span and the span of the attempt that served it); `sampled` says
+        whether its spans are written (else the tokens need not be read for them)."""
+        return self._traces.get(request_id)
 
-    def route(self, request_id: str, route: str) -> None:
-        """The route (or provider/model) the request asked for."""
-        trace = self._traces.get(request_id)
-        if trace is not None:
-            trace.route = route
-
-    def usage(self, request_id: str, usage: Usage) -> None:
-        """The tokens the answer said it took: on the request's span and on the span of
-        the attempt that served it."""
-        trace = self._traces.get(request_id)
-        if trace is not None:
-            trace.usage = usage
-
-    def end(self, request_id: str, status: int) -> None:
-        """The request is answered (a stream: its last byte sent or its client gone)."""
+    def end(self, request_id: str, status: int, usage: Usage | None = None) -> None:
+        """The request is answered (a stream: its last byte sent or its client gone;
+        `usage`: the tokens its last chunk said it took)."""
         self._recording = None
         trace = self._traces.pop(request_id, None)
         if trace is not None:
+            if usage is not None:
+                trace.usage = usage
             self._end(trace, status)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
@@ -546,7 +550,7 @@ class RequestTracing:
             unsubscribe()
         self._unsubscribe = []
 
-    def _end(self, trace: _Trace, status: int | None) -> None:
+    def _end(self, trace: RequestTrace, status: int | None) -> None:
         """The trace's spans are written and queued (`status` None: it was never
         answered)."""
         if self._recording is not None and self._recording[0] is trace:
