@@ -6,6 +6,7 @@ and tracing off unless the standard variables turn it on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -51,7 +52,7 @@ from omniroute_tui.tracing.otlp_wire import encode_export, encode_span
 from omniroute_tui.tracing.request_spans import RequestTrace
 from simulator.otlp_receiver import ReceivedSpan, Receiving, receiving, spans_of
 
-from .gateway_helpers import TOKEN, gateway_for, serving
+from .gateway_helpers import TOKEN, Running, gateway_for, serving
 from .helpers import make_engine
 from .waiting import eventually
 
@@ -111,6 +112,17 @@ def otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("OTEL_"):
             monkeypatch.delenv(name)
+
+
+@contextlib.asynccontextmanager
+async def traced_gateway(monkeypatch: pytest.MonkeyPatch, app: Starlette
+                         ) -> AsyncIterator[tuple[Receiving, Running, httpx.AsyncClient]]:
+    """A traced gateway in front of `app`, exporting to a receiver of its own; a client."""
+    async with receiving() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        async with serving(app) as url, gateway_for(config(url), traced=True) as gw, \
+                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
+            yield receiver, gw, http
 
 
 async def traced_calls(receiver: Receiving, monkeypatch: pytest.MonkeyPatch,
@@ -208,18 +220,14 @@ async def one_request(monkeypatch: pytest.MonkeyPatch, headers: list[tuple[bytes
     """One chat request with `headers` through a traced gateway: the spans the receiver
     got, and the headers the upstream got."""
     seen: list[dict[str, str]] = []
-    async with receiving() as receiver:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-        async with serving(upstream_app(seen)) as url, \
-                gateway_for(config(url), traced=True) as gw, \
-                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
-            answer = await http.post("/v1/chat/completions", json={
-                "model": "second/m", "messages": [{"role": "user", "content": "hi"}]},
-                headers=headers)
-            assert answer.status_code == 200, answer.text
-            assert gw.gateway.tracing is not None
-            assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
-            scraped = (await http.get("/metrics", headers=AUTH)).text
+    async with traced_gateway(monkeypatch, upstream_app(seen)) as (receiver, gw, http):
+        answer = await http.post("/v1/chat/completions", json={
+            "model": "second/m", "messages": [{"role": "user", "content": "hi"}]},
+            headers=headers)
+        assert answer.status_code == 200, answer.text
+        assert gw.gateway.tracing is not None
+        assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
+        scraped = (await http.get("/metrics", headers=AUTH)).text
     (upstream,) = seen
     # what the exporter sent is on /metrics, the first scrape's rendering read after it
     exported = f'omniroute_trace_spans_total{{result="exported"}} {len(receiver.spans)}.0'
@@ -266,22 +274,19 @@ async def test_two_requests_sent_at_once_under_one_id_keep_their_own_traces(
                                  "message": {"role": "assistant", "content": "hello"}}]})
 
     app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
-    async with receiving() as receiver:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-        async with serving(app) as url, gateway_for(config(url), traced=True) as gw, \
-                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
-            async def call(n: int) -> httpx.Response:
-                return await http.post("/v1/chat/completions", json={
-                    "model": "chat", "messages": [{"role": "user", "content": "hi"}]},
-                    headers={"x-request-id": "shared-1",
-                             "traceparent": f"00-{TRACE_ID[:-1]}{n}-{PARENT}-01",
-                             "tracestate": f"who=client{n}"})
+    async with traced_gateway(monkeypatch, app) as (receiver, gw, http):
+        async def call(n: int) -> httpx.Response:
+            return await http.post("/v1/chat/completions", json={
+                "model": "chat", "messages": [{"role": "user", "content": "hi"}]},
+                headers={"x-request-id": "shared-1",
+                         "traceparent": f"00-{TRACE_ID[:-1]}{n}-{PARENT}-01",
+                         "tracestate": f"who=client{n}"})
 
-            answers = await asyncio.gather(call(1), call(2))
-            assert [a.status_code for a in answers] == [200, 200]
-            assert gw.gateway.tracing is not None
-            assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
-            assert gw.gateway.request_ids.in_flight == 0
+        answers = await asyncio.gather(call(1), call(2))
+        assert [a.status_code for a in answers] == [200, 200]
+        assert gw.gateway.tracing is not None
+        assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
+        assert gw.gateway.request_ids.in_flight == 0
     ids = sorted(a.headers["x-request-id"] for a in answers)
     assert ids[1] == "shared-1" and ids[0].startswith(gw.gateway.request_ids.prefix + "-")
     # upstream, every call's trace context is its own client's, with its own tracestate
@@ -414,17 +419,14 @@ async def test_a_stream_cut_after_its_first_byte_ends_its_attempt_span_with_the_
         return StreamingResponse(cut(body["model"]), media_type="text/event-stream")
 
     app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
-    async with receiving() as receiver:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-        async with serving(app) as url, gateway_for(config(url), traced=True) as gw, \
-                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
-            answer = await http.post("/v1/chat/completions", json={
-                "model": "second/m", "stream": True,
-                "messages": [{"role": "user", "content": "hi"}]})
-            assert answer.status_code == 200
-            assert b"hel" in answer.content and b'"error"' in answer.content
-            assert gw.gateway.tracing is not None
-            assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
+    async with traced_gateway(monkeypatch, app) as (receiver, gw, http):
+        answer = await http.post("/v1/chat/completions", json={
+            "model": "second/m", "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]})
+        assert answer.status_code == 200
+        assert b"hel" in answer.content and b'"error"' in answer.content
+        assert gw.gateway.tracing is not None
+        assert await asyncio.to_thread(gw.gateway.tracing.exporter.flush)
         (server,) = [s for s in receiver.spans if s.kind == "server"]
         (attempt,) = [s for s in receiver.spans if s.kind == "client"]
     assert server.attributes["http.response.status_code"] == 200
@@ -603,35 +605,31 @@ async def test_a_bug_in_tracing_frees_the_requests_id_and_ends_its_record(
     """Tracing raising as a request begins (a 500) or as a stream ends: the request's id
     is free again and its record ended, whatever the bug."""
     seen: list[dict[str, str]] = []
-    async with receiving() as receiver:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-        async with serving(upstream_app(seen)) as url, \
-                gateway_for(config(url), traced=True) as gw, \
-                httpx.AsyncClient(base_url=gw.url, timeout=10) as http:
-            tracing = gw.gateway.tracing
-            assert tracing is not None
+    async with traced_gateway(monkeypatch, upstream_app(seen)) as (receiver, gw, http):
+        tracing = gw.gateway.tracing
+        assert tracing is not None
 
-            def broken(*args: Any, **kwargs: Any) -> None:
-                raise RuntimeError("a bug of ours")
+        def broken(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("a bug of ours")
 
-            body = {"model": "second/m", "messages": [{"role": "user", "content": "hi"}]}
-            with monkeypatch.context() as patched:
-                patched.setattr(tracing, "begin", broken)
-                answer = await http.post("/v1/chat/completions", json=body,
-                                         headers={"x-request-id": "mine-1"})
-            assert answer.status_code == 500
-            with monkeypatch.context() as patched:
-                patched.setattr(tracing, "end", broken)
-                async with http.stream("POST", "/v1/chat/completions",
-                                       json={**body, "stream": True},
-                                       headers={"x-request-id": "mine-2"}) as streamed:
-                    assert streamed.status_code == 200
-                    await streamed.aread()
-            await eventually(lambda: not gw.gateway.records._open, what="records ended")
-            assert gw.gateway.request_ids.in_flight == 0
+        body = {"model": "second/m", "messages": [{"role": "user", "content": "hi"}]}
+        with monkeypatch.context() as patched:
+            patched.setattr(tracing, "begin", broken)
             answer = await http.post("/v1/chat/completions", json=body,
                                      headers={"x-request-id": "mine-1"})
-            assert answer.headers["x-request-id"] == "mine-1"  # the client's again
+        assert answer.status_code == 500
+        with monkeypatch.context() as patched:
+            patched.setattr(tracing, "end", broken)
+            async with http.stream("POST", "/v1/chat/completions",
+                                   json={**body, "stream": True},
+                                   headers={"x-request-id": "mine-2"}) as streamed:
+                assert streamed.status_code == 200
+                await streamed.aread()
+        await eventually(lambda: not gw.gateway.records._open, what="records ended")
+        assert gw.gateway.request_ids.in_flight == 0
+        answer = await http.post("/v1/chat/completions", json=body,
+                                 headers={"x-request-id": "mine-1"})
+        assert answer.headers["x-request-id"] == "mine-1"  # the client's again
 
 
 class _Odd:
