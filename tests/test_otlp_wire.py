@@ -31,6 +31,7 @@ from starlette.routing import Route
 from omniroute_tui.tracing.exporter import ExportSettings, SettingsError, SpanExporter
 from omniroute_tui.tracing.otlp_wire import (
     clean_attributes,
+    count_attribute,
     encode_attribute,
     encode_attributes,
     encode_export,
@@ -328,6 +329,17 @@ def test_a_unique_text_is_written_as_any_attribute_is(value: str) -> None:
     `encode_attribute` writes, short or long, a lone surrogate included."""
     write = unique_text_attribute("omniroute.test_id")
     assert write(value) == encode_attribute("omniroute.test_id", value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(0, 300), st.integers(-(2**64), 2**65),
+                 st.sampled_from([0x7F, 0x80, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2**63 - 1,
+                                  2**63, -1])))
+def test_a_count_is_written_as_any_attribute_is(value: int) -> None:
+    """`count_attribute` writes a count in a few steps, as `encode_attribute` writes it:
+    at each varint's length, negative and past 64 bits included."""
+    assert count_attribute("omniroute.test_count")(value) == encode_attribute(
+        "omniroute.test_count", value)
 
 
 def test_spans_added_as_the_exporter_stops_are_sent_not_lost() -> None:

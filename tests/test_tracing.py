@@ -550,7 +550,7 @@ def test_what_spans_share_is_kept_within_its_bound_whatever_the_clients_send() -
         trace.route, trace.usage = f"beta/m{n}", Usage(n, n)
         tracing.end(request_id, 200)
     tracing.shutdown()
-    for cache in (request_spans._ATTEMPTS, request_spans._REQUESTS, request_spans._TOKENS):
+    for cache in (request_spans._ATTEMPTS, request_spans._REQUESTS):
         assert 0 < len(cache) <= request_spans._SHARED_MAX
     last = decoded(kept.spans[-2:])
     assert {s.attributes["gen_ai.request.model"] for s in last if s.kind == "client"} == {

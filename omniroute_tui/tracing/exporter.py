@@ -129,6 +129,7 @@ class SpanExporter:
         #: queue (each counter written by one thread: the requests', the export's)
         self._queue: deque[Sequence[bytes]] = deque()
         self._added = self._taken = 0
+        self._max_queue = settings.max_queue
         self._wake = threading.Event()
         #: `_added` at which the adding thread wakes the export thread next: a batch's
         #: worth of spans added since it last did, not at every add while it wakes
@@ -165,7 +166,8 @@ class SpanExporter:
         it), made now unless the queue is full: then they are dropped (counted, logged
         once a batch). What `make` raises is a bug: its spans are counted as failed and
         logged, and nothing is raised to the request."""
-        if self._added - self._taken + spans > self.settings.max_queue:
+        added = self._added
+        if added - self._taken + spans > self._max_queue:
             self.dropped += spans
             return
         try:
@@ -175,12 +177,12 @@ class SpanExporter:
             self._bug("making the spans of a request", spans)
             return
         self._queue.append(made)  # before `_idle` is cleared: the export thread sets it
-        self._added += len(made)  # after its last look at the queue
+        self._added = added = added + len(made)  # after its last look at the queue
         if self._idle_set:
             self._idle_set = False
             self._idle.clear()
-        if self._added >= self._wake_at:
-            self._wake_at = self._added + self.settings.max_batch
+        if added >= self._wake_at:
+            self._wake_at = added + self.settings.max_batch
             self._wake.set()
 
     def flush(self, timeout_s: float = 10.0) -> bool:

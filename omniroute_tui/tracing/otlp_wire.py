@@ -16,9 +16,9 @@ from typing import Any
 
 from .spans import Attributes, SpanRecord
 
-__all__ = ["clean_attributes", "encode_attribute", "encode_attributes", "encode_export",
-           "encode_shared", "encode_span", "encode_span_pair", "encode_span_parts",
-           "unique_text_attribute"]
+__all__ = ["clean_attributes", "count_attribute", "encode_attribute", "encode_attributes",
+           "encode_export", "encode_shared", "encode_span", "encode_span_pair",
+           "encode_span_parts", "unique_text_attribute"]
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 #: Span.flags: the context says whether it is remote (0x100), and it is (0x200)
@@ -194,6 +194,33 @@ def unique_text_attribute(key: str) -> Callable[[str], bytes]:
         if n < short:
             return heads[n] + text
         return _key_value(9, key, value)
+
+    return write
+
+
+def count_attribute(key: str) -> Callable[[int], bytes]:
+    """A writer of the span attribute `key`, whose values are counts (a token count: a new
+    value at most requests), as `encode_attribute` writes them, in a few steps and none
+    kept."""
+    name = _len(1, key.encode("utf-8", "replace")) + b"\x12"
+    _UNIQUE.add(key)
+    #: what comes before a count whose varint takes n bytes (its AnyValue's tag last)
+    heads = [b""] + [_LEN_TAGS[9] + _size(len(name) + 2 + n) + name + _SMALL[1 + n] + b"\x18"
+                     for n in range(1, 11)]
+
+    two, three = heads[2], heads[3]
+
+    def write(value: int) -> bytes:
+        if 0 <= value < 0x80:
+            return heads[1] + _SMALL[value]
+        if 0x80 <= value < 0x4000:  # most counts: their varint's two bytes in one call
+            return two + bytes((value & 0x7F | 0x80, value >> 7))
+        if 0x4000 <= value < 0x200000:
+            return three + bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+        if value not in _INT64:
+            return _key_value(9, key, value)
+        varint = _varint(value)
+        return heads[len(varint)] + varint
 
     return write
 

@@ -58,6 +58,7 @@ from ..engine.events import (
 from ..engine.kinds import BreakerState
 from .otlp_wire import (
     clean_attributes,
+    count_attribute,
     encode_attribute,
     encode_attributes,
     encode_shared,
@@ -96,6 +97,8 @@ _SERVER_KEYS = frozenset((
     "omniroute.abandoned", "omniroute.waited_ms", "gen_ai.usage.input_tokens",
     "gen_ai.usage.output_tokens"))
 _request_id = unique_text_attribute("omniroute.request_id")
+_input_tokens = count_attribute("gen_ai.usage.input_tokens")
+_output_tokens = count_attribute("gen_ai.usage.output_tokens")
 
 
 def _traceparent(header: str) -> tuple[int, int, int] | None:
@@ -190,8 +193,7 @@ class RequestTrace:
             server += encode_attributes(varying)
         usage = self.usage
         if usage is not None:
-            key = (usage.prompt_tokens, usage.completion_tokens)
-            tokens = (_TOKENS.get(key) or _kept(_TOKENS, key, _tokens))[1]
+            tokens = _input_tokens(usage.prompt_tokens) + _output_tokens(usage.completion_tokens)
             server += tokens
             encoded += tokens
         return encode_span_pair(
@@ -325,7 +327,6 @@ class RequestTrace:
 _SHARED_MAX = 4_096
 _ATTEMPTS: dict[tuple[Any, ...], tuple[str, bytes, Attributes, str]] = {}
 _REQUESTS: dict[tuple[Any, ...], bytes] = {}
-_TOKENS: dict[tuple[Any, ...], tuple[Attributes, bytes]] = {}
 _T = TypeVar("_T")
 
 
@@ -341,14 +342,10 @@ def _kept(cache: dict[tuple[Any, ...], _T], key: tuple[Any, ...],
 
 
 def _tokens_of(usage: Usage) -> tuple[Attributes, bytes]:
-    """An answer's tokens as attributes, and encoded (kept)."""
-    return _kept(_TOKENS, (usage.prompt_tokens, usage.completion_tokens), _tokens)
-
-
-def _tokens(counts: tuple[Any, ...]) -> tuple[Attributes, bytes]:
-    attributes: Attributes = {"gen_ai.usage.input_tokens": counts[0],
-                              "gen_ai.usage.output_tokens": counts[1]}
-    return attributes, encode_attributes(attributes)
+    """An answer's tokens as attributes, and encoded."""
+    return ({"gen_ai.usage.input_tokens": usage.prompt_tokens,
+             "gen_ai.usage.output_tokens": usage.completion_tokens},
+            _input_tokens(usage.prompt_tokens) + _output_tokens(usage.completion_tokens))
 
 
 def _attempt_attributes(model: str, provider: str, connection: str, n: int, probe: bool,
@@ -524,10 +521,12 @@ class RequestTracing:
         `usage`: the tokens its last chunk said it took)."""
         self._recording = None
         trace = self._traces.pop(request_id, None)
-        if trace is not None:
+        if trace is not None and trace.sampled:  # `_end`'s, for an answered request
             if usage is not None:
                 trace.usage = usage
-            self._end(trace, status)
+            trace.status = status
+            trace.end_ns = time.time_ns()
+            self.exporter.add(trace.spans, 1 + trace.attempts)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """End what is open, send what is queued and stop; blocks for up to `timeout_s`.
