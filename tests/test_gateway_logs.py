@@ -187,9 +187,11 @@ def test_an_id_names_one_request_in_flight_never_two() -> None:
     assert ids.take([(b"x-request-id", b"0badc0de-3")]) == "0badc0de-2"  # a guess of ours
     assert ids.take([]) == "0badc0de-3"
     assert ids.take([(b"x-request-id", b"0badc0de")]) == "0badc0de"  # not one of ours
-    assert ids.in_flight == 5
+    assert ids.take([(b"x-request-id", b"r12")]) == "0badc0de-4"  # a live run's, in a console
+    assert ids.take([(b"x-request-id", b"r12x")]) == "r12x"
+    assert ids.in_flight == 7
     for request_id in ("mine", "0badc0de-1", "0badc0de-2", "0badc0de-3", "0badc0de",
-                       "never-taken"):
+                       "0badc0de-4", "r12x", "never-taken"):
         ids.release(request_id)
     assert ids.in_flight == 0
 

@@ -12,7 +12,8 @@ An id names one request in flight here, never two: the router's events, the trac
 the record of a request are found by it. A client's id already in flight (the client
 sent it twice at once, or another client sent it) gets ours. Ours are easy to guess
 from any answer, so a client's id that begins with our prefix gets ours too: no client
-can take one of ours before we give it.
+can take one of ours before we give it. Nor one of the router's own (`r12`: the
+requests a live run in the console sends itself, on the same router).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ __all__ = ["MAX_ID_CHARS", "REQUEST_ID_HEADER", "RequestIds", "is_request_id"]
 REQUEST_ID_HEADER = b"x-request-id"
 MAX_ID_CHARS = 128
 _SAFE = re.compile(rb"[A-Za-z0-9._:-]{1,%d}" % MAX_ID_CHARS)
+#: the ids the router's own driver gives the requests it sends itself (`AsyncDriver`)
+_DRIVERS = re.compile(rb"r[0-9]+")
 
 
 def is_request_id(text: str) -> bool:
@@ -58,7 +61,8 @@ class RequestIds:
                 if found is not None:  # two ids: neither is the request's
                     return self._new()
                 found = value
-        if found is not None and _SAFE.fullmatch(found) and not found.startswith(self._ours):
+        if (found is not None and _SAFE.fullmatch(found) and not found.startswith(self._ours)
+                and not _DRIVERS.fullmatch(found)):
             request_id = found.decode("ascii")
             if request_id not in self._in_flight:
                 self._in_flight.add(request_id)
