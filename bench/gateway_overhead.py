@@ -276,6 +276,11 @@ def main() -> None:
                         help="requests each gateway serves in a row before the next one's "
                              "turn (1: every request to a cold process; 50: each warm, as "
                              "under steady traffic)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="gateways of each kind (plain, metrics, tracing), their CPU a "
+                             "request averaged: one process can be a few points cheaper or "
+                             "dearer than its twin in every round, which rounds do not "
+                             "average out")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--baseline", metavar="TREE", type=Path,
@@ -312,16 +317,27 @@ def main() -> None:
             data = yaml.safe_load(config.read_text())
             data["gateway"] = {**(data.get("gateway") or {}), "metrics": "public"}
             with_metrics.write_text(yaml.safe_dump(data))
-            ports = {"gateway": free_port(), "metrics": free_port(), "aiohttp": free_port()}
+            ports: dict[str, int] = {}
+            pids: dict[str, int] = {}
+
+            def start(name: str, path: Path, traced: Mapping[str, str] | None = None) -> None:
+                """`--processes` gateways of one kind: `name`, `name@2`, ..."""
+                for k in range(1, args.processes + 1):
+                    key = name if k == 1 else f"{name}@{k}"
+                    ports[key] = free_port()
+                    procs.append(gateway_process(path, ports[key], "--log-format",
+                                                 args.log_format, env=traced))
+                    pids[key] = procs[-1].pid
+
             env = {**os.environ, "OMNIROUTE_TOKEN": ""}
-            for name, path in (("gateway", config), ("metrics", with_metrics)):
-                procs.append(gateway_process(path, ports[name], "--log-format",
-                                             args.log_format))
+            start("gateway", config)
+            start("metrics", with_metrics)
+            ports["aiohttp"] = free_port()
             procs.append(subprocess.Popen(
                 [sys.executable, __file__, "--serve-aiohttp", str(config),
                  str(ports["aiohttp"])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 env=env))
-            pids = {"gateway": procs[1].pid, "metrics": procs[2].pid, "aiohttp": procs[3].pid}
+            pids["aiohttp"] = procs[-1].pid
             if args.baseline is not None:
                 ports["baseline"] = free_port()
                 procs.append(subprocess.Popen(
@@ -340,11 +356,8 @@ def main() -> None:
                     stderr=subprocess.DEVNULL))
                 traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver}",
                           "OTEL_SERVICE_NAME": "bench"}
-                for name, path in (("tracing", config), ("tracing_metrics", with_metrics)):
-                    ports[name] = free_port()
-                    procs.append(gateway_process(path, ports[name], "--log-format",
-                                                 args.log_format, env=traced))
-                    pids[name] = procs[-1].pid
+                start("tracing", config, traced)
+                start("tracing_metrics", with_metrics, traced)
             redis_prefix = None
             if args.client_keys:
                 redis_prefix = client_key_gateways(
@@ -363,11 +376,20 @@ def main() -> None:
                     ms.setdefault(name, []).extend(values)
                 rounds.append({name: (cpu_s(pid) - before[name]) / (args.requests + 50) * 1e6
                                for name, pid in pids.items()})
-            cpu_us = {name: statistics.mean(r[name] for r in rounds) for name in pids}
+            # each kind's figures: its processes' together (`name@k` is `name`'s k-th)
+            kinds = list(dict.fromkeys(name.split("@")[0] for name in pids))
+            per_process = {name: statistics.mean(r[name] for r in rounds) for name in pids}
+            rounds = [{kind: statistics.mean(cpu for name, cpu in r.items()
+                                             if name.split("@")[0] == kind) for kind in kinds}
+                      for r in rounds]
+            ms = {kind: [m for name, values in ms.items() if name.split("@")[0] == kind
+                         for m in values] for kind in ["direct", *kinds]}
+            cpu_us = {kind: statistics.mean(r[kind] for r in rounds) for kind in kinds}
             counted = scraped_requests(gateways["metrics"])
             if args.tracing:
-                stop(procs[-2:])  # each gateway's exit sends its last batch
-                del procs[-2:]
+                traced_procs = 2 * args.processes
+                stop(procs[-traced_procs:])  # each gateway's exit sends its last batch
+                del procs[-traced_procs:]
                 time.sleep(1)
             done, errors = asyncio.run(throughput(gateways["gateway"], args.clients,
                                                   args.seconds, body))
@@ -379,7 +401,8 @@ def main() -> None:
     d50, d99 = statistics.median(ms["direct"]), percentile(ms["direct"], 0.99)
     kind = "streamed requests" if args.stream else "requests"
     print(f"{args.requests} sequential {kind}, in turn direct / through each gateway"
-          f"{f', {args.block} at a time' if args.block > 1 else ''}:")
+          f"{f', {args.block} at a time' if args.block > 1 else ''}"
+          f"{f', {args.processes} processes of each kind' if args.processes > 1 else ''}:")
     print(f"  direct:             median {d50:6.2f} ms   p99 {d99:6.2f} ms")
     labels = [("gateway", "gateway"), ("metrics", "gateway, metrics"),
               ("aiohttp", "gateway, aiohttp")]
@@ -408,7 +431,7 @@ def main() -> None:
               f"({cpu_us['tracing'] / cpu_us['gateway'] - 1:+.1%}); with metrics on in both: "
               f"{cpu_us['tracing_metrics']:,.0f} against {cpu_us['metrics']:,.0f} µs "
               f"({cpu_us['tracing_metrics'] / cpu_us['metrics'] - 1:+.1%}); target within "
-              f"5 %; the receiver got {received:,} spans for 2 x "
+              f"5 %; the receiver got {received:,} spans for {2 * args.processes} x "
               f"{(args.requests + 50) * args.rounds:,} requests")
         if args.rounds > 1:
             off = [r["tracing"] / r["gateway"] - 1 for r in rounds]
@@ -423,6 +446,11 @@ def main() -> None:
             print(f"  {what}: CPU {cpu_us[name]:,.0f} against {cpu_us[base]:,.0f} µs "
                   f"a request ({cpu_us[name] / cpu_us[base] - 1:+.1%}); median "
                   f"{statistics.median(ms[name]) - statistics.median(ms[base]):+.2f} ms")
+    if args.processes > 1:
+        print("  each process's CPU a request (µs): " + "; ".join(
+            f"{kind} " + ", ".join(f"{cpu:,.0f}" for name, cpu in per_process.items()
+                                   if name.split("@")[0] == kind)
+            for kind in kinds if kind != "aiohttp" and kind != "baseline"))
     own, other = statistics.median(ms["gateway"]), statistics.median(ms["aiohttp"])
     print(f"  aiohttp's client costs {other - own:+.2f} ms a request more than ours")
     if "baseline" in ms:
