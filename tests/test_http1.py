@@ -463,6 +463,15 @@ async def test_cr_lf_and_nul_in_headers_are_refused_before_connecting(
         await pool.post("http://127.0.0.1:9/v1", headers, b"{}", 5)
 
 
+@pytest.mark.parametrize("headers", [{"x-a": b"v\r\nx: y"}, {"x-a": 1}, {b"x-a": "v"}],
+                         ids=["bytes-value", "int-value", "bytes-name"])
+async def test_a_header_that_is_not_text_is_refused_before_connecting(
+        headers: dict[str, str]) -> None:
+    pool = Http1Pool(proxies=http1.Proxies())
+    with pytest.raises(TypeError):
+        await pool.post("http://127.0.0.1:9/v1", headers, b"{}", 5)
+
+
 def test_a_key_with_a_line_break_is_refused_in_the_config() -> None:
     from omniroute_tui.config import ConfigError, load_router_config
 

@@ -332,12 +332,14 @@ def test_a_unique_text_is_written_as_any_attribute_is(value: str) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(st.integers(0, 300), st.integers(-(2**64), 2**65),
+@given(st.one_of(st.integers(0, 300), st.integers(-(2**64), 2**65), st.booleans(),
+                 st.floats(),
                  st.sampled_from([0x7F, 0x80, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2**63 - 1,
                                   2**63, -1])))
-def test_a_count_is_written_as_any_attribute_is(value: int) -> None:
+def test_a_count_is_written_as_any_attribute_is(value: int | float) -> None:
     """`count_attribute` writes a count in a few steps, as `encode_attribute` writes it:
-    at each varint's length, negative and past 64 bits included."""
+    at each varint's length, negative and past 64 bits included (and a bool or a float,
+    which no count is, as any attribute)."""
     assert count_attribute("omniroute.test_count")(value) == encode_attribute(
         "omniroute.test_count", value)
 
@@ -512,10 +514,15 @@ def test_spans_left_once_the_thread_has_stopped_are_counted_not_sent(
     exporter = Told(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=3600),
                     {}, SCOPE)
     exporter.shutdown(timeout_s=10)
-    exporter.add(span(1))  # after the thread's last look: nothing will send it
+    # an add that passed its checks as the thread took its last look: queued for nobody
+    exporter._queue.append(span(1)())
+    exporter._added += 1
     with caplog.at_level(logging.WARNING, "omniroute.tracing"):
         exporter.shutdown(timeout_s=10)
     assert (exporter.exported, exporter.failed, exporter.dropped) == (0, 1, 0)
     assert not exporter._queue and exporter.flush(0)
     assert [r.getMessage() for r in caplog.records] == [
         "1 span(s) not sent: added as the exporter stopped"]
+    exporter.add(span(2))  # once stopped: counted at once, not queued for nobody
+    assert (exporter.exported, exporter.failed, exporter.dropped) == (0, 2, 0)
+    assert not exporter._queue and exporter.flush(0)

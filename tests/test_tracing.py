@@ -693,16 +693,29 @@ def test_a_samplers_attributes_are_cleaned_into_what_a_span_holds(
     assert caplog.records == []
 
 
-@pytest.mark.parametrize("state", ["vendor=x", 42, object()], ids=["text", "int", "object"])
+class _Unwritable(TraceState):
+    def to_header(self) -> str:
+        raise ValueError("a trace state that cannot be written")
+
+
+@pytest.mark.parametrize("state", [
+    "vendor=x", 42, object(), "", {}, _Unwritable([("a", "b")])],
+    ids=["text", "int", "object", "empty-text", "empty-dict", "unwritable"])
 def test_a_samplers_trace_state_that_is_not_one_costs_the_trace_alone(
         state: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The request is served untraced; the client's trace state goes upstream."""
     engine, _clock, _rec = make_engine()
     kept = Kept()
     tracing = RequestTracing(engine, kept, _sampler(None, state=state))  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, "omniroute.tracing"):
         _one_request(tracing, engine.bus, "r1")
-    assert kept.spans == [] and tracing.sampler_failures == 1
-    assert "not one" in caplog.text
+        tracing.begin("r2", "POST", "/v1/chat/completions",
+                      [(b"traceparent", f"00-{TRACE_ID}-{PARENT}-01".encode()),
+                       (b"tracestate", b"vendor=abc")], Endpoint.CHAT)
+        sent = tracing.outbound("r2")
+    assert kept.spans == [] and tracing.sampler_failures == 2
+    assert sent["tracestate"] == "vendor=abc" and sent["traceparent"].endswith("-00")
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
 
 
 def test_a_sampler_that_raises_costs_the_request_its_trace_alone(

@@ -170,6 +170,9 @@ class SpanExporter:
         if added - self._taken + spans > self._max_queue:
             self.dropped += spans
             return
+        if self._stopping and not self._thread.is_alive():  # nothing would send them
+            self._unmade += spans
+            return
         try:
             made = make()
         except Exception:

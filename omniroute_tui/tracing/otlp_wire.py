@@ -211,6 +211,8 @@ def count_attribute(key: str) -> Callable[[int], bytes]:
     two, three = heads[2], heads[3]
 
     def write(value: int) -> bytes:
+        if type(value) is not int:  # a bool, a float: as any attribute is written
+            return _key_value(9, key, value)
         if 0 <= value < 0x80:
             return heads[1] + _SMALL[value]
         if 0x80 <= value < 0x4000:  # most counts: their varint's two bytes in one call

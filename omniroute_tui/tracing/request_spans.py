@@ -449,32 +449,35 @@ class RequestTracing:
                 state = found.trace_state
         trace_id = parent[0] if parent is not None else _random_bits(128) or _new_id(128)
         extra: Attributes | None = None
+        header = "" if state is _EMPTY_STATE or not state else state.to_header()
         if self._sampler is None:  # parent-based, always on
             sampled = parent is None or bool(parent[2] & TraceFlags.SAMPLED)
         else:
             if context is None:
                 context = _context_of(parent, state)
+            client_state, client_header = state, header
             try:
                 decision = self._sampler.should_sample(
                     context, trace_id, f"{method} {path}", SpanKind.SERVER)
                 sampled = bool(decision.decision.is_sampled())  # type: ignore[no-untyped-call]
                 chosen = decision.trace_state
-                if chosen:  # else the client's goes on
+                if chosen is not None and chosen is not state:  # the trace state it gives
                     if not isinstance(chosen, TraceState):
                         raise TypeError(f"a trace state that is not one: {chosen!r:.80}")
+                    header = chosen.to_header() if chosen else ""
                     state = chosen
                 if decision.attributes:  # ours win: a span's keys are unique
                     extra = {key: value for key, value in clean_attributes(
                         decision.attributes).items() if key not in _SERVER_KEYS}
-            except Exception:  # a sampler's bug: the request is served, not traced
-                sampled, extra = False, None
+            except Exception:  # a sampler's bug: the request is served, not traced, and
+                sampled, extra = False, None  # the client's trace state goes on
+                state, header = client_state, client_header
                 self._sampler_failed()
         traces = self._traces
         traces[request_id] = RequestTrace(
             request_id, trace_id, _random_bits(64) or _new_id(64),
             parent[1] if parent is not None else 0, method, path, time.time_ns(), endpoint,
-            state, "" if state is _EMPTY_STATE or not state else state.to_header(), sampled,
-            extra, [])
+            state, header, sampled, extra, [])
         if len(traces) > MAX_OPEN_TRACES:
             oldest = next(iter(traces))
             self._end(traces.pop(oldest), None)
