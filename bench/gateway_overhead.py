@@ -219,6 +219,11 @@ async def latencies(direct: str, gateways: dict[str, str], count: int, body: dic
     return result
 
 
+def kind_of(name: str) -> str:
+    """A gateway's kind: `tracing@2`, the second of `--processes`, is a `tracing`."""
+    return name.split("@")[0]
+
+
 def scraped_requests(gateway: str) -> int:
     """The answered requests a gateway's `/metrics` counted (all routes, all classes)."""
     text = httpx.get(f"{gateway}/metrics", timeout=10).text
@@ -376,13 +381,13 @@ def main() -> None:
                     ms.setdefault(name, []).extend(values)
                 rounds.append({name: (cpu_s(pid) - before[name]) / (args.requests + 50) * 1e6
                                for name, pid in pids.items()})
-            # each kind's figures: its processes' together (`name@k` is `name`'s k-th)
-            kinds = list(dict.fromkeys(name.split("@")[0] for name in pids))
+            # each kind's figures: its processes' together
+            kinds = list(dict.fromkeys(map(kind_of, pids)))
             per_process = {name: statistics.mean(r[name] for r in rounds) for name in pids}
             rounds = [{kind: statistics.mean(cpu for name, cpu in r.items()
-                                             if name.split("@")[0] == kind) for kind in kinds}
+                                             if kind_of(name) == kind) for kind in kinds}
                       for r in rounds]
-            ms = {kind: [m for name, values in ms.items() if name.split("@")[0] == kind
+            ms = {kind: [m for name, values in ms.items() if kind_of(name) == kind
                          for m in values] for kind in ["direct", *kinds]}
             cpu_us = {kind: statistics.mean(r[kind] for r in rounds) for kind in kinds}
             counted = scraped_requests(gateways["metrics"])
@@ -449,7 +454,7 @@ def main() -> None:
     if args.processes > 1:
         print("  each process's CPU a request (µs): " + "; ".join(
             f"{kind} " + ", ".join(f"{cpu:,.0f}" for name, cpu in per_process.items()
-                                   if name.split("@")[0] == kind)
+                                   if kind_of(name) == kind)
             for kind in kinds if kind != "aiohttp" and kind != "baseline"))
     own, other = statistics.median(ms["gateway"]), statistics.median(ms["aiohttp"])
     print(f"  aiohttp's client costs {other - own:+.2f} ms a request more than ours")

@@ -656,6 +656,35 @@ def _sampler(attributes: dict[Any, Any] | None, fails: bool = False,
     return Plugin()
 
 
+def test_every_attribute_a_request_span_carries_is_one_a_sampler_may_not_name() -> None:
+    """A sampler's attribute of one of the request span's own names is left out: the
+    list of those names holds every one a request span is written with (one attempt and
+    its answer, with tokens and a wait; the general path; a 5xx; an abandoned trace)."""
+    from omniroute_tui.tracing.request_spans import _SERVER_KEYS
+
+    engine, _clock, _rec = make_engine()
+    kept = Kept()
+    tracing = RequestTracing(engine, kept)  # type: ignore[arg-type]
+    emit = engine.bus.emit
+    _one_request(tracing, engine.bus, "general")
+    for request_id, status in (("ok", 200), ("failed", 503)):
+        tracing.begin(request_id, "POST", "/v1/chat/completions",
+                      [(b"traceparent", f"00-{TRACE_ID}-{PARENT}-01".encode())], Endpoint.CHAT)
+        emit(AttemptEvent(1, request_id, 1, "beta", "x", "m", False))
+        emit(ResultEvent(2, request_id, 1, "beta", "x", "m", status, None, 1))
+        emit(ResponseEvent(2, request_id, status, 1, 1, 5, "beta/x/m"))
+        trace = tracing.trace(request_id)
+        assert trace is not None
+        trace.route = "chat"
+        tracing.end(request_id, status, Usage(3, 4))
+    tracing.begin("abandoned", "POST", "/v1/chat/completions", [], Endpoint.CHAT)
+    tracing.shutdown()
+    keys = {key for span in decoded(kept.spans) if span.kind == "server"
+            for key in span.attributes}
+    assert "error.type" in keys and "omniroute.abandoned" in keys
+    assert keys <= _SERVER_KEYS, keys - _SERVER_KEYS
+
+
 def test_a_samplers_attributes_are_cleaned_into_what_a_span_holds(
         caplog: pytest.LogCaptureFixture) -> None:
     """A sequence, an int past 64 bits, an object, a key not a text: each written as a

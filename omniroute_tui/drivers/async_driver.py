@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -27,7 +28,10 @@ from .resume import StreamResume
 from .translated import answer_in_client_api, stream_translator
 from .upstream import UpstreamClient, UpstreamReply
 
-__all__ = ["AsyncDriver", "Completion"]
+__all__ = ["OWN_REQUEST_ID", "AsyncDriver", "Completion"]
+
+#: the ids the driver gives the requests it sends itself (`r1`, `r2`, ...: a live run's)
+OWN_REQUEST_ID = re.compile(r"r[0-9]+")
 
 
 @dataclass
@@ -124,6 +128,7 @@ class AsyncDriver:
         return request.why_not(self.router.resolve(str(request.body["model"])), providers)
 
     def next_request_id(self) -> str:
+        """An id of its own (`OWN_REQUEST_ID`) for a request sent without one."""
         self._ids += 1
         return f"r{self._ids}"
 

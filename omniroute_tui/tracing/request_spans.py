@@ -176,6 +176,7 @@ class RequestTrace:
         key: tuple[Any, ...] = (
             self.endpoint, attempt.model, attempt.provider, attempt.connection, attempt.n,
             attempt.probe, before, result.status, result.kind, result.reason)
+        # a hit (most) looked up here: `_kept`'s own call only for a miss
         encoded = (_ATTEMPTS.get(key) or _kept(_ATTEMPTS, key, _attempt_shared))[1]
         if attempt.why:
             encoded += encode_attribute("omniroute.why", attempt.why)
@@ -524,12 +525,10 @@ class RequestTracing:
         `usage`: the tokens its last chunk said it took)."""
         self._recording = None
         trace = self._traces.pop(request_id, None)
-        if trace is not None and trace.sampled:  # `_end`'s, for an answered request
+        if trace is not None:
             if usage is not None:
                 trace.usage = usage
-            trace.status = status
-            trace.end_ns = time.time_ns()
-            self.exporter.add(trace.spans, 1 + trace.attempts)
+            self._end(trace, status)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """End what is open, send what is queued and stop; blocks for up to `timeout_s`.
