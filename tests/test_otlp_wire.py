@@ -526,3 +526,24 @@ def test_spans_left_once_the_thread_has_stopped_are_counted_not_sent(
     exporter.add(span(2))  # once stopped: counted at once, not queued for nobody
     assert (exporter.exported, exporter.failed, exporter.dropped) == (0, 2, 0)
     assert not exporter._queue and exporter.flush(0)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_an_export_thread_that_dies_all_the_same_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Something no `except Exception` catches ends the thread: it is logged, and the
+    spans that come after are counted as dropped once the queue is full."""
+    class Dying(SpanExporter):
+        def _send_queued(self) -> None:
+            raise SystemExit("gone")
+
+    with caplog.at_level(logging.ERROR, "omniroute.tracing"):
+        exporter = Dying(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=0.01,
+                                        max_queue=2, max_batch=2), {}, SCOPE)
+        exporter._thread.join(10)
+    assert not exporter.alive
+    assert ["the trace export thread stopped" in r.getMessage() for r in caplog.records] == [
+        True]
+    for n in range(3):
+        exporter.add(span(n))
+    assert (exporter.exported, exporter.dropped) == (0, 1)

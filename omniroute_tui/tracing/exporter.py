@@ -222,7 +222,18 @@ class SpanExporter:
 
     def _run(self) -> None:
         """The thread: a batch when one is full or at each schedule delay. It must not
-        die: what a batch raises is logged and the loop goes on."""
+        die: what a batch raises is logged and the loop goes on; if it dies all the same
+        (something no `except Exception` catches), that is logged, and every span from
+        then on is counted dropped once the queue is full."""
+        try:
+            self._rounds()
+        finally:
+            if not self._stopping:
+                log.error("the trace export thread stopped: no more spans are sent "
+                          "(omniroute_trace_spans_total{result=\"dropped\"} counts them "
+                          "once %d are queued)", self.settings.max_queue)
+
+    def _rounds(self) -> None:
         while True:
             self._wake.wait(self.settings.schedule_delay_s)
             self._wake.clear()
