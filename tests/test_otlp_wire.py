@@ -10,8 +10,7 @@ import logging
 import math
 import re
 import threading
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import pytest
@@ -379,11 +378,11 @@ def test_flush_waits_for_a_span_added_as_a_round_ends() -> None:
     drained = threading.Event()
     hold = threading.Event()
 
-    class Slow(deque[Sequence[bytes]]):
-        def append(self, spans: Sequence[bytes]) -> None:
-            if hold.is_set():  # the adding thread is switched out before its append
+    class Slow(list[bytes]):
+        def __iadd__(self, spans: Iterable[bytes]) -> Slow:  # type: ignore[override]
+            if hold.is_set():  # the adding thread is switched out before it queues them
                 drained.wait(10)
-            super().append(spans)
+            return super().__iadd__(spans)
 
     class Told(SpanExporter):
         def _post(self, body: bytes, headers: dict[str, str]) -> int:
@@ -464,7 +463,7 @@ def test_flush_waits_for_a_span_added_as_the_thread_says_it_is_idle() -> None:
     round_over, go, idle_was_set, go_on = (threading.Event() for _ in range(4))
     exporter: SpanExporter
 
-    class Queue(deque[Sequence[bytes]]):
+    class Queue(list[bytes]):
         def __bool__(self) -> bool:
             empty = not len(self)
             if (empty and threading.current_thread().name == "omniroute-otlp-export"
@@ -515,7 +514,7 @@ def test_spans_left_once_the_thread_has_stopped_are_counted_not_sent(
                     {}, SCOPE)
     exporter.shutdown(timeout_s=10)
     # an add that passed its checks as the thread took its last look: queued for nobody
-    exporter._queue.append(span(1)())
+    exporter._queue += span(1)()
     exporter._added += 1
     with caplog.at_level(logging.WARNING, "omniroute.tracing"):
         exporter.shutdown(timeout_s=10)

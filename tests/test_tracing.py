@@ -360,7 +360,7 @@ def test_a_request_never_ended_is_ended_abandoned_once_the_table_is_full() -> No
     kept = Kept()
     tracing = RequestTracing(engine, kept, ALWAYS_ON)  # type: ignore[arg-type]
     for n in range(MAX_OPEN_TRACES + 1):
-        tracing.begin(f"r{n}", "POST", "/v1/chat/completions", {}, Endpoint.CHAT)
+        tracing.begin(f"r{n}", "POST", "/v1/chat/completions", [], Endpoint.CHAT)
     (ended,) = decoded(kept.spans)
     assert ended.attributes["omniroute.request_id"] == "r0"
     assert ended.attributes["omniroute.abandoned"] is True
@@ -848,12 +848,13 @@ def test_a_request_of_one_attempt_is_written_as_its_spans_would_be(
     """Most requests are one attempt and its answer, written straight to their bytes:
     byte for byte what the spans made from the same record (`records`) are."""
     trace = RequestTrace(
-        "r1", 2**100 + 7, 2**60 + 3, parent, "POST", "/v1/chat/completions", 1_000,
-        endpoint, TraceState.from_header([state]) if state else TraceState(), state, True,
+        "r1", (2**100 + 7).to_bytes(16), (2**60 + 3).to_bytes(8),
+        parent.to_bytes(8) if parent else b"", "POST", "/v1/chat/completions", 1_000,
+        endpoint, state, True,
         extra, [(2_000, AttemptEvent(1, "r1", n, provider, connection, model, probe,
-                                     why=why), 2**62 + 1, before),
+                                     why=why), (2**62 + 1).to_bytes(8), before),
                 (3_000, ResultEvent(2, "r1", n, provider, connection, model, upstream, kind,
-                                    1, cut), 0, None)],
+                                    1, cut), b"", None)],
         route="chat", response=ResponseEvent(3, "r1", upstream, 1, 2, waited_ms, served_by),
         usage=None if usage is None else Usage(*usage), status=status, end_ns=4_000)
     assert trace.spans() == [encode_span(span) for span in trace.records()]

@@ -17,7 +17,6 @@ import os
 import ssl
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
@@ -124,10 +123,11 @@ class SpanExporter:
         self._backoff_s = backoff_s
         self._resource = resource
         self._scope = scope
-        #: what is queued: each request's spans, encoded (bytes: nothing for the garbage
-        #: collector to walk while they wait); spans ever queued and ever taken off the
-        #: queue (each counter written by one thread: the requests', the export's)
-        self._queue: deque[Sequence[bytes]] = deque()
+        #: the spans queued, encoded (bytes: nothing for the garbage collector to walk
+        #: while they wait), oldest first: the adding thread extends it, the export thread
+        #: takes a batch off its head in one slice (not a step a request); spans ever
+        #: queued and ever taken off it (each counter written by one thread)
+        self._queue: list[bytes] = []
         self._added = self._taken = 0
         self._max_queue = settings.max_queue
         self._wake = threading.Event()
@@ -179,7 +179,7 @@ class SpanExporter:
             self._unmade += spans
             self._bug("making the spans of a request", spans)
             return
-        self._queue.append(made)  # before `_idle` is cleared: the export thread sets it
+        self._queue += made  # before `_idle` is cleared: the export thread sets it
         self._added = added = added + len(made)  # after its last look at the queue
         if self._idle_set:
             self._idle_set = False
@@ -252,14 +252,8 @@ class SpanExporter:
     def _send_queued(self) -> None:
         queue, size = self._queue, self.settings.max_batch
         while queue:
-            batch: list[bytes] = []
-            while queue and len(batch) < size:
-                spans = queue.popleft()
-                room = size - len(batch)
-                if len(spans) > room:  # a request's spans across two batches
-                    queue.appendleft(spans[room:])
-                    spans = spans[:room]
-                batch += spans
+            batch = queue[:size]
+            del queue[:len(batch)]  # what was added since went to its end
             self._taken += len(batch)
             try:
                 self._send(batch)

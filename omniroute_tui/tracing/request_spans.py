@@ -26,8 +26,9 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import propagate
@@ -86,9 +87,11 @@ _OPERATIONS = {Endpoint.CHAT: "chat", Endpoint.MESSAGES: "chat", Endpoint.RESPON
                Endpoint.COUNT_TOKENS: "count_tokens"}
 _SAMPLED, _NOT_SAMPLED = TraceFlags(TraceFlags.SAMPLED), TraceFlags(TraceFlags.DEFAULT)
 _random_bits = random.getrandbits
+_name = itemgetter(0)  # a raw header's
 #: W3C trace context's `traceparent`, as OpenTelemetry's own propagator reads it
 _TRACEPARENT = re.compile(
     r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*")
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 _EMPTY_STATE = TraceState()
 #: the attributes a request's span may carry of ours: a sampler's of the same name go
 _SERVER_KEYS = frozenset((
@@ -101,7 +104,7 @@ _input_tokens = count_attribute("gen_ai.usage.input_tokens")
 _output_tokens = count_attribute("gen_ai.usage.output_tokens")
 
 
-def _traceparent(header: str) -> tuple[int, int, int] | None:
+def _traceparent(header: str) -> tuple[bytes, bytes, int] | None:
     """The trace id, parent id and flags a `traceparent` header gives; None when there is
     none or it is not one (version ff, an all-zero id, extra fields on version 00)."""
     if len(header) > 512:
@@ -112,21 +115,23 @@ def _traceparent(header: str) -> tuple[int, int, int] | None:
     version, trace_hex, parent_hex, flags, rest = match.groups()
     if version == "ff" or (version == "00" and rest):
         return None
-    trace_id, parent_id = int(trace_hex, 16), int(parent_hex, 16)
-    if not trace_id or not parent_id:
+    if trace_hex == _ZERO_TRACE or parent_hex == _ZERO_SPAN:
         return None
-    return trace_id, parent_id, int(flags, 16)
+    return bytes.fromhex(trace_hex), bytes.fromhex(parent_hex), int(flags, 16)
 
 
-def _context_of(parent: tuple[int, int, int] | None, state: TraceState) -> Context:
+def _context_of(parent: tuple[bytes, bytes, int] | None, state: TraceState) -> Context:
     """The context a sampler is asked in: the client's span as the parent, if any."""
     if parent is None:
         return Context()
     return set_span_in_context(NonRecordingSpan(SpanContext(
-        parent[0], parent[1], True, TraceFlags(parent[2]), state)))
+        int.from_bytes(parent[0]), int.from_bytes(parent[1]), True, TraceFlags(parent[2]),
+        state)))
 
 
-def _new_id(bits: int) -> int:
+def _nonzero(bits: int) -> int:
+    """Random bits, not all zero (an id of zeros is no id): `_random_bits(n) or
+    _nonzero(n)` is a new id's value, this call almost never made."""
     value = _random_bits(bits)
     while not value:
         value = _random_bits(bits)
@@ -140,21 +145,20 @@ class RequestTrace:
     `RequestTracing.trace` gives it (one lookup for both, not a call each)."""
 
     request_id: str
-    trace_id: int
-    span_id: int
-    parent_id: int  # the client's span (0: none)
+    trace_id: bytes  # 16 bytes, as OTLP writes it (and `.hex()` the header)
+    span_id: bytes  # 8
+    parent_id: bytes  # the client's span (b"": none)
     method: str
     path: str
     start_ns: int
     endpoint: Endpoint  # its operation's name is looked up when its spans are written
-    state: TraceState
-    state_header: str  # `state` as the `tracestate` header writes it
+    state_header: str  # its trace state, as the `tracestate` header writes it
     sampled: bool
     extra: Attributes | None  # the sampler's attributes, cleaned
     #: the request's events, each (when, event, its span id and the breaker's state
-    #: before it for an attempt: else 0 and None)
-    steps: list[tuple[int, Event, int, BreakerState | None]]
-    current: int = 0  # the span id of the attempt sent last: its context goes upstream
+    #: before it for an attempt: else b"" and None)
+    steps: list[tuple[int, Event, bytes, BreakerState | None]]
+    current: bytes = b""  # the span id of the attempt sent last: its context goes upstream
     attempts: int = 0  # attempts recorded: a span each
     route: str | None = None
     response: ResponseEvent | None = None  # what the router answered, when it did
@@ -173,18 +177,17 @@ class RequestTrace:
         if (type(attempt) is not AttemptEvent or type(result) is not ResultEvent
                 or result.n != attempt.n):
             return [encode_span(span) for span in self.records()]
+        status = self.status
         key: tuple[Any, ...] = (
             self.endpoint, attempt.model, attempt.provider, attempt.connection, attempt.n,
-            attempt.probe, before, result.status, result.kind, result.reason)
-        # a hit (most) looked up here: `_kept`'s own call only for a miss
-        encoded = (_ATTEMPTS.get(key) or _kept(_ATTEMPTS, key, _attempt_shared))[1]
+            attempt.probe, before, result.status, result.kind, result.reason, self.method,
+            self.path, self.route, status, response.attempts, response.served_by,
+            bool(self.parent_id))
+        # both spans' shared parts in one lookup (a hit, most, here: `_kept` for a miss)
+        server, encoded = _PAIRS.get(key) or _kept(_PAIRS, key, _pair_shared)
+        server += _request_id(self.request_id)
         if attempt.why:
             encoded += encode_attribute("omniroute.why", attempt.why)
-        status = self.status
-        key = (self.method, self.path, self.route, status, response.attempts,
-               response.served_by, bool(self.parent_id))
-        server = (_REQUESTS.get(key) or _kept(_REQUESTS, key, _request_shared)) + _request_id(
-            self.request_id)
         if self.extra or status is None or response.waited_ms:
             varying: Attributes = dict(self.extra) if self.extra else {}
             if status is None:
@@ -198,26 +201,23 @@ class RequestTrace:
             server += tokens
             encoded += tokens
         return encode_span_pair(
-            self.trace_id.to_bytes(16, "big"), self.span_id.to_bytes(8, "big"),
-            self.parent_id.to_bytes(8, "big") if self.parent_id else b"", self.state_header,
-            self.start_ns, self.end_ns, server, span_id.to_bytes(8, "big"), start_ns,
+            self.trace_id, self.span_id, self.parent_id, self.state_header,
+            self.start_ns, self.end_ns, server, span_id, start_ns,
             self.end_ns if result.kind is None else result_ns, encoded)
 
     def records(self) -> list[SpanRecord]:
         """The request's span and its attempts'."""
-        trace_id = self.trace_id.to_bytes(16, "big")
-        own = self.span_id.to_bytes(8, "big")
+        trace_id, own = self.trace_id, self.span_id
         varying: Attributes = dict(self.extra) if self.extra else {}  # the request's own
         server = SpanRecord(
-            trace_id, own, self.parent_id.to_bytes(8, "big") if self.parent_id else b"",
-            bool(self.parent_id), self.state_header, f"{self.method} {self.path}", SERVER,
-            self.start_ns, varying, self.end_ns)
+            trace_id, own, self.parent_id, bool(self.parent_id), self.state_header,
+            f"{self.method} {self.path}", SERVER, self.start_ns, varying, self.end_ns)
         spans = [server]
-        opened: dict[int, tuple[int, AttemptEvent, int, BreakerState]] = {}
+        opened: dict[int, tuple[int, AttemptEvent, bytes, BreakerState]] = {}
         #: attempts begun again under their number before their result (two requests
         #: begun under one id: the gateway never does it, a caller may): each still a
         #: span, cancelled
-        dropped: list[tuple[int, AttemptEvent, int, BreakerState]] = []
+        dropped: list[tuple[int, AttemptEvent, bytes, BreakerState]] = []
         last: SpanRecord | None = None  # the attempt whose result came last
         moved: SpanRecord | None = None  # it, while a dedup or a breaker's move is its
         served: SpanRecord | None = None  # the one that gets the answer's tokens
@@ -244,7 +244,7 @@ class RequestTrace:
                 ok = event.kind is None
                 why = attempt.why
                 last = SpanRecord(
-                    trace_id, span_id.to_bytes(8, "big"), own, False, self.state_header,
+                    trace_id, span_id, own, False, self.state_header,
                     name, CLIENT, start_ns, {}, at_ns, None, 0 if ok else ERROR,
                     "" if ok else outcome,
                     encoded + encode_attribute("omniroute.why", why) if why else encoded)
@@ -289,7 +289,7 @@ class RequestTrace:
             if attempt.why:
                 attributes["omniroute.why"] = attempt.why
             spans.append(SpanRecord(
-                trace_id, span_id.to_bytes(8, "big"), own, False, self.state_header,
+                trace_id, span_id, own, False, self.state_header,
                 f"{operation} {attempt.model}", CLIENT, start_ns, attributes,
                 self.end_ns))
         if last is not None and ok:
@@ -328,6 +328,8 @@ class RequestTrace:
 _SHARED_MAX = 4_096
 _ATTEMPTS: dict[tuple[Any, ...], tuple[str, bytes, Attributes, str]] = {}
 _REQUESTS: dict[tuple[Any, ...], bytes] = {}
+#: a one-attempt request's two spans' (`RequestTrace.spans`), by both their keys
+_PAIRS: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
 _T = TypeVar("_T")
 
 
@@ -375,6 +377,12 @@ def _attempt_shared(key: tuple[Any, ...]) -> tuple[str, bytes, Attributes, str]:
     name = f"{operation} {model}"
     return name, encode_shared(name, CLIENT, attributes, 0 if failure is None else ERROR,
                                "" if failure is None else outcome), attributes, outcome
+
+
+def _pair_shared(key: tuple[Any, ...]) -> tuple[bytes, bytes]:
+    """A one-attempt request's shared parts: its own span's, its attempt's (`key`: the
+    attempt's key, then the request's)."""
+    return _request_shared(key[10:]), _attempt_shared(key[:10])[1]
 
 
 def _request_shared(key: tuple[Any, ...]) -> bytes:
@@ -428,27 +436,30 @@ class RequestTracing:
     # -- what the gateway tells -------------------------------------------------------------
 
     def begin(self, request_id: str, method: str, path: str,
-              headers: Iterable[tuple[bytes, bytes]], endpoint: Endpoint) -> None:
+              headers: Sequence[tuple[bytes, bytes]], endpoint: Endpoint) -> None:
         """A request has come (its raw ASGI headers: names in lower case): its trace,
         continued from the client's trace context."""
         context: Context | None = None
         state = _EMPTY_STATE
-        if self._w3c:
-            named = dict(headers)  # in C; a name given twice: its last, as a loop would
-            raw_parent, raw_state = named.get(b"traceparent"), named.get(b"tracestate")
-            parent = (None if raw_parent is None
-                      else _traceparent(raw_parent.decode("latin-1")))
+        parent = None
+        # most requests carry no trace context: that is seen in C without hashing each
+        # header's name into a dict
+        if self._w3c and b"traceparent" in map(_name, headers):
+            named = dict(headers)  # a name given twice: its last, as a loop would
+            parent = _traceparent(named[b"traceparent"].decode("latin-1"))
+            raw_state = named.get(b"tracestate")
             if parent is not None and raw_state:
                 state = TraceState.from_header([raw_state.decode("latin-1")])
-        else:
+        elif not self._w3c:
             context = propagate.extract({key.decode("latin-1"): value.decode("latin-1")
                                          for key, value in headers})
             found = get_current_span(context).get_span_context()
-            parent = None
             if found.is_valid:
-                parent = (found.trace_id, found.span_id, found.trace_flags)
+                parent = (found.trace_id.to_bytes(16), found.span_id.to_bytes(8),
+                          found.trace_flags)
                 state = found.trace_state
-        trace_id = parent[0] if parent is not None else _random_bits(128) or _new_id(128)
+        trace_id = (parent[0] if parent is not None
+                    else (_random_bits(128) or _nonzero(128)).to_bytes(16))
         extra: Attributes | None = None
         header = "" if state is _EMPTY_STATE or not state else state.to_header()
         if self._sampler is None:  # parent-based, always on
@@ -459,7 +470,7 @@ class RequestTracing:
             client_state, client_header = state, header
             try:
                 decision = self._sampler.should_sample(
-                    context, trace_id, f"{method} {path}", SpanKind.SERVER)
+                    context, int.from_bytes(trace_id), f"{method} {path}", SpanKind.SERVER)
                 sampled = bool(decision.decision.is_sampled())  # type: ignore[no-untyped-call]
                 chosen = decision.trace_state
                 if chosen is not None and chosen is not state:  # the trace state it gives
@@ -476,9 +487,9 @@ class RequestTracing:
                 self._sampler_failed()
         traces = self._traces
         traces[request_id] = RequestTrace(
-            request_id, trace_id, _random_bits(64) or _new_id(64),
-            parent[1] if parent is not None else 0, method, path, time.time_ns(), endpoint,
-            state, header, sampled, extra, [])
+            request_id, trace_id, (_random_bits(64) or _nonzero(64)).to_bytes(8),
+            parent[1] if parent is not None else b"", method, path, time.time_ns(), endpoint,
+            header, sampled, extra, [])
         if len(traces) > MAX_OPEN_TRACES:
             oldest = next(iter(traces))
             self._end(traces.pop(oldest), None)
@@ -502,13 +513,15 @@ class RequestTracing:
             return {}
         span_id = trace.current or trace.span_id
         if self._w3c:
-            headers = {"traceparent": f"00-{trace.trace_id:032x}-{span_id:016x}-"
+            headers = {"traceparent": f"00-{trace.trace_id.hex()}-{span_id.hex()}-"
                                       f"{'01' if trace.sampled else '00'}"}  # the flags
             if trace.state_header:
                 headers["tracestate"] = trace.state_header
             return headers
-        context = SpanContext(trace.trace_id, span_id, False,
-                              _SAMPLED if trace.sampled else _NOT_SAMPLED, trace.state)
+        state = (TraceState.from_header([trace.state_header]) if trace.state_header
+                 else _EMPTY_STATE)
+        context = SpanContext(int.from_bytes(trace.trace_id), int.from_bytes(span_id), False,
+                              _SAMPLED if trace.sampled else _NOT_SAMPLED, state)
         carrier: dict[str, str] = {}
         propagate.inject(carrier, set_span_in_context(NonRecordingSpan(context)))
         return carrier
@@ -571,7 +584,7 @@ class RequestTracing:
         trace = self._traces.get(event.request)
         if trace is None:
             return
-        trace.current = span_id = _random_bits(64) or _new_id(64)  # 0 is no id
+        trace.current = span_id = (_random_bits(64) or _nonzero(64)).to_bytes(8)
         if trace.sampled:
             trace.attempts += 1
             trace.steps.append((time.time_ns(), event, span_id,
@@ -582,7 +595,7 @@ class RequestTracing:
         if trace is None or not trace.sampled:
             self._recording = None
             return
-        trace.steps.append((time.time_ns(), event, 0, None))
+        trace.steps.append((time.time_ns(), event, b"", None))
         self._recording = (trace, event.provider)
 
     def _step(self, event: Event) -> None:
@@ -590,7 +603,7 @@ class RequestTracing:
         self._recording = None
         trace = self._traces.get(event.request)  # type: ignore[attr-defined]
         if trace is not None and trace.sampled:
-            trace.steps.append((time.time_ns(), event, 0, None))
+            trace.steps.append((time.time_ns(), event, b"", None))
 
     def _response(self, event: ResponseEvent) -> None:
         """What the router answered: the request span's attempts, wait and server."""
@@ -603,4 +616,4 @@ class RequestTracing:
         """A dedup or a breaker's move: the attempt's whose result is being recorded."""
         recording = self._recording
         if recording is not None and recording[1] == event.provider:  # type: ignore[attr-defined]
-            recording[0].steps.append((time.time_ns(), event, 0, None))
+            recording[0].steps.append((time.time_ns(), event, b"", None))
