@@ -353,8 +353,8 @@ def test_spans_added_as_the_exporter_stops_are_sent_not_lost() -> None:
         def _post(self, body: bytes, headers: dict[str, str]) -> int:
             return 200
 
-        def _send_queued(self) -> None:
-            super()._send_queued()
+        def _send_queued(self, part: bool) -> None:
+            super()._send_queued(part)
             if not go.is_set():  # the thread pauses just after a round found nothing
                 drained.set()
                 go.wait(10)
@@ -370,6 +370,61 @@ def test_spans_added_as_the_exporter_stops_are_sent_not_lost() -> None:
     exporter.shutdown(timeout_s=10)
     assert (exporter.exported, exporter.dropped, exporter.failed) == (3, 0, 0)
     assert not exporter.alive
+
+
+def _spans_in(body: bytes) -> int:
+    (resource,) = ExportTraceServiceRequest.FromString(body).resource_spans
+    return len(resource.scope_spans[0].spans)
+
+
+def test_a_part_batch_waits_while_full_ones_go_then_goes_at_a_flush() -> None:
+    """Woken by a full batch, the thread sends full batches alone: what is left waits for
+    more spans, the schedule delay or a flush (under steady traffic, a part batch sent as
+    soon as the last one is would make every POST a few spans)."""
+    first_sent, go, round_over = (threading.Event() for _ in range(3))
+    posted: list[int] = []
+
+    class Counted(SpanExporter):
+        def _post(self, body: bytes, headers: dict[str, str]) -> int:
+            posted.append(_spans_in(body))
+            if not first_sent.is_set():  # more come while the first batch is sent
+                first_sent.set()
+                go.wait(10)
+            return 200
+
+        def _send_queued(self, part: bool) -> None:
+            super()._send_queued(part)
+            round_over.set()
+
+    exporter = Counted(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=3600,
+                                      max_batch=4), {}, SCOPE)
+    for n in range(4):
+        exporter.add(span(n))  # a batch's worth: the thread is woken
+    assert first_sent.wait(10)
+    for n in range(4, 6):
+        exporter.add(span(n))
+    go.set()
+    assert round_over.wait(10)
+    assert posted == [4] and len(exporter._queue) == 2
+    assert exporter.flush(10)
+    assert posted == [4, 2] and exporter.exported == 6
+    exporter.shutdown(timeout_s=10)
+
+
+def test_a_part_batch_goes_at_the_schedule_delay() -> None:
+    posted: list[int] = []
+
+    class Counted(SpanExporter):
+        def _post(self, body: bytes, headers: dict[str, str]) -> int:
+            posted.append(_spans_in(body))
+            return 200
+
+    exporter = Counted(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=0.05,
+                                      max_batch=4), {}, SCOPE)
+    exporter.add(span(1))  # idle no more until it is sent
+    assert exporter._idle.wait(10)
+    assert posted == [1] and exporter.exported == 1
+    exporter.shutdown(timeout_s=10)
 
 
 def test_flush_waits_for_a_span_added_as_a_round_ends() -> None:
@@ -388,8 +443,8 @@ def test_flush_waits_for_a_span_added_as_a_round_ends() -> None:
         def _post(self, body: bytes, headers: dict[str, str]) -> int:
             return 200
 
-        def _send_queued(self) -> None:
-            super()._send_queued()
+        def _send_queued(self, part: bool) -> None:
+            super()._send_queued(part)
             drained.set()
 
     exporter = Told(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=3600),
@@ -399,6 +454,7 @@ def test_flush_waits_for_a_span_added_as_a_round_ends() -> None:
     hold.set()
     adder = threading.Thread(target=exporter.add, args=(span(2),))
     adder.start()
+    exporter._flush_to = 1  # the round sends a part batch, as a flush's does
     exporter._wake.set()  # the thread sends the first span and ends its round
     adder.join(10)
     hold.clear()
@@ -489,6 +545,7 @@ def test_flush_waits_for_a_span_added_as_the_thread_says_it_is_idle() -> None:
     exporter._queue, exporter._idle = Queue(), Idle()
     exporter._idle.set()
     exporter.add(span(1))
+    exporter._flush_to = 1  # the round sends a part batch, as a flush's does
     exporter._wake.set()
     assert round_over.wait(10)
     exporter.add(span(2))  # its idle flag read still unset: `_idle` is not cleared
@@ -533,7 +590,7 @@ def test_an_export_thread_that_dies_all_the_same_says_so(
     """Something no `except Exception` catches ends the thread: it is logged, and the
     spans that come after are counted as dropped once the queue is full."""
     class Dying(SpanExporter):
-        def _send_queued(self) -> None:
+        def _send_queued(self, part: bool) -> None:
             raise SystemExit("gone")
 
     with caplog.at_level(logging.ERROR, "omniroute.tracing"):

@@ -134,6 +134,8 @@ class SpanExporter:
         #: `_added` at which the adding thread wakes the export thread next: a batch's
         #: worth of spans added since it last did, not at every add while it wakes
         self._wake_at = settings.max_batch
+        #: `_added` up to which a `flush` wants every span sent, a part batch included
+        self._flush_to = 0
         self._idle = threading.Event()  # nothing queued or being sent
         self._idle.set()
         #: whether `_idle` may be set, as the adding thread saw it last: a plain flag,
@@ -192,6 +194,7 @@ class SpanExporter:
         """Send what is queued now; whether it was sent (or given up) within `timeout_s`.
         Blocks: call it off the event loop."""
         target, deadline = self._added, time.monotonic() + timeout_s
+        self._flush_to = max(self._flush_to, target)
         while True:
             self._wake.set()
             if not self._idle.wait(max(0.0, deadline - time.monotonic())):
@@ -221,7 +224,9 @@ class SpanExporter:
                 log.warning("%d span(s) not sent: added as the exporter stopped", left)
 
     def _run(self) -> None:
-        """The thread: a batch when one is full or at each schedule delay. It must not
+        """The thread: a batch when one is full; at each schedule delay, at a flush and
+        at the stop, what is queued, a part batch too (a part batch sent as soon as the
+        last is, under steady traffic, would make every POST a few spans). It must not
         die: what a batch raises is logged and the loop goes on; if it dies all the same
         (something no `except Exception` catches), that is logged, and every span from
         then on is counted dropped once the queue is full."""
@@ -235,10 +240,10 @@ class SpanExporter:
 
     def _rounds(self) -> None:
         while True:
-            self._wake.wait(self.settings.schedule_delay_s)
+            woken = self._wake.wait(self.settings.schedule_delay_s)
             self._wake.clear()
             try:
-                self._send_queued()
+                self._send_queued(not woken or self._stopping or self._taken < self._flush_to)
             except Exception:  # a bug: logged with its traceback, the next batch tried
                 log.exception("sending traces failed")
             if self.dropped > self._dropped_told:
@@ -249,9 +254,10 @@ class SpanExporter:
             if self._stopping and not self._queue:  # spans added at exit: sent too
                 return
 
-    def _send_queued(self) -> None:
+    def _send_queued(self, part: bool) -> None:
+        """The full batches queued, and with `part` what is left (else it waits)."""
         queue, size = self._queue, self.settings.max_batch
-        while queue:
+        while len(queue) >= size or (part and queue):
             batch = queue[:size]
             del queue[:len(batch)]  # what was added since went to its end
             self._taken += len(batch)
@@ -260,6 +266,8 @@ class SpanExporter:
             except Exception:  # a bug: this batch is counted, the next one sent
                 self._unsent += len(batch)
                 self._bug("writing a batch of spans", len(batch))
+        if queue and not part:  # a part batch waits for more, the delay or a flush
+            return
         self._idle_set = True
         self._idle.set()
         if queue:  # added while the event was being set: the next round takes them
