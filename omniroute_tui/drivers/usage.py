@@ -23,6 +23,11 @@ class Usage(NamedTuple):
     completion_tokens: int
 
 
+#: a `Usage` made in C, `_usage(Usage, (prompt, completion))`: the class's own `__new__`
+#: is a Python function, called from C, a fifth of `usage_of`'s time
+_usage = tuple.__new__
+
+
 def usage_of(content: bytes, previous: Usage | None = None) -> Usage | None:
     """The `usage` of an answer's JSON body, or of a stream's last chunk (its `data`): the
     object after the body's last `"usage"` key, decoded alone (a body of megabytes is not
@@ -41,16 +46,17 @@ def usage_of(content: bytes, previous: Usage | None = None) -> Usage | None:
         value, _ = _SCAN(content[start:].decode("utf-8"), 0)
     except (ValueError, RecursionError, StopIteration):  # not JSON, not UTF-8, too deep
         return None
+    if type(value) is dict:  # most: OpenAI's, in a few steps, without `_counts`' call
+        prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
+        if (type(prompt) is int and type(completion) is int and 0 <= prompt <= MAX_TOKENS
+                and 0 <= completion <= MAX_TOKENS):
+            return _usage(Usage, (prompt, completion))
     return _counts(value, previous)
 
 
 def _counts(value: Any, previous: Usage | None = None) -> Usage | None:
     if not isinstance(value, dict):
         return None
-    prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
-    if (type(prompt) is int and type(completion) is int and 0 <= prompt <= MAX_TOKENS
-            and 0 <= completion <= MAX_TOKENS):  # most: OpenAI's, in a few steps
-        return Usage(prompt, completion)
     for prompt_name, completion_name in _NAMES:
         prompt, completion = _count(value.get(prompt_name)), _count(value.get(completion_name))
         if prompt is not None and completion is not None:
