@@ -411,6 +411,74 @@ def test_a_part_batch_waits_while_full_ones_go_then_goes_at_a_flush() -> None:
     exporter.shutdown(timeout_s=10)
 
 
+def test_the_thread_is_woken_when_a_full_batch_is_queued_not_before() -> None:
+    """After a part batch went (a flush, or the delay), a batch's worth of adds may find
+    fewer than a batch queued: the thread is woken once a full batch is, so a queue no
+    bigger than a batch does not fill and drop every span until the delay."""
+    posted: list[int] = []
+    full = threading.Event()
+
+    class Counted(SpanExporter):
+        def _post(self, body: bytes, headers: dict[str, str]) -> int:
+            posted.append(_spans_in(body))
+            if posted[-1] == 4:
+                full.set()
+            return 200
+
+    exporter = Counted(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=3600,
+                                      max_queue=4, max_batch=4), {}, SCOPE)
+    exporter.add(span(0))
+    assert exporter.flush(10)  # a part batch of one
+    for n in range(1, 4):
+        exporter.add(span(n))  # 4 added since the start, 3 queued: not yet a batch
+    assert exporter._wake_at == 4  # no wake spent on them (the next would be 4 later)
+    exporter.add(span(4))
+    assert full.wait(10)
+    assert posted == [1, 4] and exporter.dropped == 0
+    exporter.shutdown(timeout_s=10)
+
+
+def test_flush_returns_once_its_spans_are_sent_though_a_later_one_waits() -> None:
+    """A round sending full batches takes every span a flush waits for and leaves one
+    added after the flush: the flush's ask still gets a round that sends the part batch,
+    and it returns True at once, not at its timeout."""
+    first_post, go, waiting = (threading.Event() for _ in range(3))
+
+    class Idle(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            if threading.current_thread().name == "flusher":
+                waiting.set()  # the flush has counted what it waits for
+            return super().wait(timeout)
+
+    class Held(SpanExporter):
+        def _post(self, body: bytes, headers: dict[str, str]) -> int:
+            if not first_post.is_set():
+                first_post.set()
+                go.wait(10)
+            return 200
+
+    exporter = Held(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=3600,
+                                   max_batch=2), {}, SCOPE)
+    exporter._idle = Idle()
+    exporter._idle.set()
+    for n in range(2):
+        exporter.add(span(n))  # a batch: sent, its POST held
+    assert first_post.wait(10)
+    for n in range(2, 4):
+        exporter.add(span(n))
+    flushed: list[bool] = []
+    flushing = threading.Thread(target=lambda: flushed.append(exporter.flush(5)),
+                                name="flusher")
+    flushing.start()
+    assert waiting.wait(10)
+    exporter.add(span(4))  # after the flush: a part batch once the full ones are sent
+    go.set()
+    flushing.join(10)
+    assert flushed == [True]
+    exporter.shutdown(timeout_s=10)
+    assert exporter.exported == 5
+
+
 def test_a_part_batch_goes_at_the_schedule_delay() -> None:
     posted: list[int] = []
 
@@ -454,7 +522,7 @@ def test_flush_waits_for_a_span_added_as_a_round_ends() -> None:
     hold.set()
     adder = threading.Thread(target=exporter.add, args=(span(2),))
     adder.start()
-    exporter._flush_to = 1  # the round sends a part batch, as a flush's does
+    exporter._flush_asked = next(exporter._asks)  # the round sends a part batch, as a flush's does
     exporter._wake.set()  # the thread sends the first span and ends its round
     adder.join(10)
     hold.clear()
@@ -545,7 +613,7 @@ def test_flush_waits_for_a_span_added_as_the_thread_says_it_is_idle() -> None:
     exporter._queue, exporter._idle = Queue(), Idle()
     exporter._idle.set()
     exporter.add(span(1))
-    exporter._flush_to = 1  # the round sends a part batch, as a flush's does
+    exporter._flush_asked = next(exporter._asks)  # the round sends a part batch, as a flush's does
     exporter._wake.set()
     assert round_over.wait(10)
     exporter.add(span(2))  # its idle flag read still unset: `_idle` is not cleared

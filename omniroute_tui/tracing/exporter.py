@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import itertools
 import logging
 import os
 import ssl
@@ -131,11 +132,15 @@ class SpanExporter:
         self._added = self._taken = 0
         self._max_queue = settings.max_queue
         self._wake = threading.Event()
-        #: `_added` at which the adding thread wakes the export thread next: a batch's
-        #: worth of spans added since it last did, not at every add while it wakes
+        #: `_added` at which the adding thread wakes the export thread next, if a full
+        #: batch is queued then: a batch's worth of spans added since it last did, not
+        #: at every add while it wakes
         self._wake_at = settings.max_batch
-        #: `_added` up to which a `flush` wants every span sent, a part batch included
-        self._flush_to = 0
+        #: each `flush` asks for a round that sends a part batch too: the ask last made
+        #: (`next` on a count is one step, whatever thread flushes) and last seen by the
+        #: export thread
+        self._asks = itertools.count(1)
+        self._flush_asked = self._flush_seen = 0
         self._idle = threading.Event()  # nothing queued or being sent
         self._idle.set()
         #: whether `_idle` may be set, as the adding thread saw it last: a plain flag,
@@ -186,7 +191,7 @@ class SpanExporter:
         if self._idle_set:
             self._idle_set = False
             self._idle.clear()
-        if added >= self._wake_at:
+        if added >= self._wake_at and added - self._taken >= self.settings.max_batch:
             self._wake_at = added + self.settings.max_batch
             self._wake.set()
 
@@ -194,8 +199,8 @@ class SpanExporter:
         """Send what is queued now; whether it was sent (or given up) within `timeout_s`.
         Blocks: call it off the event loop."""
         target, deadline = self._added, time.monotonic() + timeout_s
-        self._flush_to = max(self._flush_to, target)
         while True:
+            self._flush_asked = next(self._asks)  # the next round sends a part batch too
             self._wake.set()
             if not self._idle.wait(max(0.0, deadline - time.monotonic())):
                 return False
@@ -242,8 +247,10 @@ class SpanExporter:
         while True:
             woken = self._wake.wait(self.settings.schedule_delay_s)
             self._wake.clear()
+            ask = self._flush_asked  # read once: a flush's ask coming now is the next round's
+            asked, self._flush_seen = ask != self._flush_seen, ask
             try:
-                self._send_queued(not woken or self._stopping or self._taken < self._flush_to)
+                self._send_queued(not woken or self._stopping or asked)
             except Exception:  # a bug: logged with its traceback, the next batch tried
                 log.exception("sending traces failed")
             if self.dropped > self._dropped_told:
