@@ -652,6 +652,22 @@ def test_spans_left_once_the_thread_has_stopped_are_counted_not_sent(
     assert not exporter._queue and exporter.flush(0)
 
 
+def test_an_add_halfway_as_the_exporter_stops_counts_nothing_twice() -> None:
+    """`shutdown` runs off the loop while a request may still add: an add between its
+    queueing and its count, whose spans the thread sent, leaves the counters even once it
+    ends (no span counted as failed below zero)."""
+    class Told(SpanExporter):
+        def _post(self, body: bytes, headers: dict[str, str]) -> int:
+            return 200
+
+    exporter = Told(ExportSettings("http://127.0.0.1:9/v1/traces", schedule_delay_s=3600),
+                    {}, SCOPE)
+    exporter._queue += span(1)()  # queued, not yet counted as added
+    exporter.shutdown(timeout_s=10)  # the thread sends it as it stops
+    exporter._added += 1  # the add's count, after
+    assert (exporter.exported, exporter.failed, exporter._added - exporter._taken) == (1, 0, 0)
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_an_export_thread_that_dies_all_the_same_says_so(
         caplog: pytest.LogCaptureFixture) -> None:

@@ -219,7 +219,10 @@ class SpanExporter:
         self._thread.join(timeout_s)
         self._disconnect()
         if not self._thread.is_alive():  # the thread's counters are this one's now
-            left = self._added - self._taken
+            # what the queue holds, not `_added - _taken`: an add between its queueing and
+            # its count (the loop's, as this runs on another thread) would make that less
+            # than the queue, or below zero if the thread had sent its spans
+            left = len(self._queue)
             if left:
                 self._taken += left
                 self._queue.clear()
