@@ -431,7 +431,7 @@ def test_the_thread_is_woken_when_a_full_batch_is_queued_not_before() -> None:
     assert exporter.flush(10)  # a part batch of one
     for n in range(1, 4):
         exporter.add(span(n))  # 4 added since the start, 3 queued: not yet a batch
-    assert exporter._wake_at == 4  # no wake spent on them (the next would be 4 later)
+    assert not exporter._wake.is_set()  # no round asked for them (it would send nothing)
     exporter.add(span(4))
     assert full.wait(10)
     assert posted == [1, 4] and exporter.dropped == 0

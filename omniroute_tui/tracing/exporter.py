@@ -131,11 +131,11 @@ class SpanExporter:
         self._queue: list[bytes] = []
         self._added = self._taken = 0
         self._max_queue = settings.max_queue
+        self._max_batch = settings.max_batch
+        #: set by the adding thread once a full batch is queued (not again while it is
+        #: set: the event's own lock at every add while the thread wakes), by a flush
+        #: and by the stop; cleared by the export thread as a round begins
         self._wake = threading.Event()
-        #: `_added` at which the adding thread wakes the export thread next, if a full
-        #: batch is queued then: a batch's worth of spans added since it last did, not
-        #: at every add while it wakes
-        self._wake_at = settings.max_batch
         #: each `flush` asks for a round that sends a part batch too: the ask last made
         #: (`next` on a count is one step, whatever thread flushes) and last seen by the
         #: export thread
@@ -191,8 +191,7 @@ class SpanExporter:
         if self._idle_set:
             self._idle_set = False
             self._idle.clear()
-        if added >= self._wake_at and added - self._taken >= self.settings.max_batch:
-            self._wake_at = added + self.settings.max_batch
+        if added - self._taken >= self._max_batch and not self._wake.is_set():
             self._wake.set()
 
     def flush(self, timeout_s: float = 10.0) -> bool:
@@ -266,7 +265,7 @@ class SpanExporter:
 
     def _send_queued(self, part: bool) -> None:
         """The full batches queued, and with `part` what is left (else it waits)."""
-        queue, size = self._queue, self.settings.max_batch
+        queue, size = self._queue, self._max_batch
         while len(queue) >= size or (part and queue):
             batch = queue[:size]
             del queue[:len(batch)]  # what was added since went to its end
@@ -280,7 +279,7 @@ class SpanExporter:
             return
         self._idle_set = True
         self._idle.set()
-        if queue:  # added while the event was being set: the next round takes them
+        if queue:  # added while the event was being set: a round, woken now, sees them
             self._idle_set = False
             self._idle.clear()
             self._wake.set()

@@ -195,9 +195,8 @@ class RequestTrace:
             if response.waited_ms:
                 varying["omniroute.waited_ms"] = response.waited_ms
             server += encode_attributes(varying)
-        usage = self.usage
-        if usage is not None:
-            tokens = _input_tokens(usage.prompt_tokens) + _output_tokens(usage.completion_tokens)
+        if self.usage is not None:
+            tokens = _tokens_encoded(self.usage)
             server += tokens
             encoded += tokens
         return encode_span_pair(
@@ -347,8 +346,11 @@ def _kept(cache: dict[tuple[Any, ...], _T], key: tuple[Any, ...],
 def _tokens_of(usage: Usage) -> tuple[Attributes, bytes]:
     """An answer's tokens as attributes, and encoded."""
     return ({"gen_ai.usage.input_tokens": usage.prompt_tokens,
-             "gen_ai.usage.output_tokens": usage.completion_tokens},
-            _input_tokens(usage.prompt_tokens) + _output_tokens(usage.completion_tokens))
+             "gen_ai.usage.output_tokens": usage.completion_tokens}, _tokens_encoded(usage))
+
+
+def _tokens_encoded(usage: Usage) -> bytes:
+    return _input_tokens(usage.prompt_tokens) + _output_tokens(usage.completion_tokens)
 
 
 def _attempt_attributes(model: str, provider: str, connection: str, n: int, probe: bool,
@@ -442,15 +444,16 @@ class RequestTracing:
         context: Context | None = None
         state = _EMPTY_STATE
         parent = None
-        # most requests carry no trace context: that is seen in C without hashing each
-        # header's name into a dict
-        if self._w3c and b"traceparent" in map(_name, headers):
-            named = dict(headers)  # a name given twice: its last, as a loop would
-            parent = _traceparent(named[b"traceparent"].decode("latin-1"))
-            raw_state = named.get(b"tracestate")
-            if parent is not None and raw_state:
-                state = TraceState.from_header([raw_state.decode("latin-1")])
-        elif not self._w3c:
+        if self._w3c:
+            # most requests carry no trace context: that is seen in C without hashing
+            # each header's name into a dict
+            if b"traceparent" in map(_name, headers):
+                named = dict(headers)  # a name given twice: its last, as a loop would
+                parent = _traceparent(named[b"traceparent"].decode("latin-1"))
+                raw_state = named.get(b"tracestate")
+                if parent is not None and raw_state:
+                    state = TraceState.from_header([raw_state.decode("latin-1")])
+        else:
             context = propagate.extract({key.decode("latin-1"): value.decode("latin-1")
                                          for key, value in headers})
             found = get_current_span(context).get_span_context()
