@@ -87,6 +87,7 @@ CONTRACT = {
     "omniroute_fleet_dropped": "counter",
     "omniroute_fleet_propagation_lag_seconds": "histogram",
     "omniroute_trace_spans": "counter",
+    "omniroute_trace_spans_queued": "gauge",
     "omniroute_client_requests": "counter",
     "omniroute_client_tokens": "counter",
     "omniroute_client_unauthenticated": "counter",
@@ -114,6 +115,7 @@ class FakeTraces:
     exported: int = 0
     dropped: int = 0
     failed: int = 0
+    queued: int = 0
 
 
 @dataclass
@@ -348,7 +350,7 @@ def test_every_contract_name_with_store_fleet_and_config() -> None:
     store, fleet = FakeStore(), FakeFleet()
     status = ConfigStatus("router.yaml", "0123456789ab", T0, reloads=2, failures=1,
                           last_reload_ok=False, last_error="bad", last_attempt_ms=T0)
-    traces = FakeTraces(exported=40, dropped=2, failed=512)
+    traces = FakeTraces(exported=40, dropped=2, failed=512, queued=17)
     s = Setup(store=store, fleet=fleet, config_status=status, build_version="9.9.9",
               traces=traces)
     from prometheus_client.parser import text_string_to_metric_families
@@ -368,6 +370,7 @@ def test_every_contract_name_with_store_fleet_and_config() -> None:
     assert value(m, "omniroute_config_last_reload_success") == 0
     assert [value(m, "omniroute_trace_spans_total", result=r)
             for r in ("exported", "dropped", "failed")] == [40, 2, 512]
+    assert value(m, "omniroute_trace_spans_queued") == 17
     assert value(m, "omniroute_config_reloads_total", result="ok") == 2
     assert value(m, "omniroute_config_reloads_total", result="refused") == 1
     assert value(m, "omniroute_store_up") == 0

@@ -406,6 +406,7 @@ def test_a_part_batch_waits_while_full_ones_go_then_goes_at_a_flush() -> None:
     go.set()
     assert round_over.wait(10)
     assert posted == [4] and len(exporter._queue) == 2
+    assert exporter.queued == 2  # on /metrics: what waits
     assert exporter.flush(10)
     assert posted == [4, 2] and exporter.exported == 6
     exporter.shutdown(timeout_s=10)

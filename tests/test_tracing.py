@@ -232,6 +232,7 @@ async def one_request(monkeypatch: pytest.MonkeyPatch, headers: list[tuple[bytes
     # what the exporter sent is on /metrics, the first scrape's rendering read after it
     exported = f'omniroute_trace_spans_total{{result="exported"}} {len(receiver.spans)}.0'
     assert exported in scraped.splitlines()
+    assert "omniroute_trace_spans_queued 0.0" in scraped.splitlines()  # a flush left none
     return receiver.spans, upstream
 
 

@@ -59,7 +59,11 @@ class FleetSource(Protocol):
 
 class TraceSource(Protocol):
     """The traces' exporter, as the metrics read it (`tracing.SpanExporter`): spans sent,
-    dropped for a full queue, and not sent for a failure (their batch's, or a bug)."""
+    dropped for a full queue, and not sent for a failure (their batch's, or a bug); spans
+    waiting in its queue."""
+
+    @property
+    def queued(self) -> int: ...
 
     @property
     def exported(self) -> int: ...
@@ -137,6 +141,9 @@ class StateCollector:
                                   ("failed", traces.failed)):
                 spans.add_metric((result,), count)
             yield spans
+            yield GaugeMetricFamily(
+                "omniroute_trace_spans_queued", "Trace spans waiting to be sent: a part "
+                "batch waits for more, the schedule delay or the exit.", value=traces.queued)
 
     def _config_families(self, status: ConfigStatus) -> Iterator[Metric]:
         info = GaugeMetricFamily("omniroute_config_info",

@@ -164,6 +164,11 @@ class SpanExporter:
         return self._thread.is_alive()
 
     @property
+    def queued(self) -> int:
+        """Spans waiting in the queue (read from any thread: a moment's figure)."""
+        return len(self._queue)
+
+    @property
     def failed(self) -> int:
         """Spans not sent for a failure: their batch's, or a bug in making them."""
         return self._unsent + self._unmade
